@@ -1,0 +1,25 @@
+"""txlog: a Kafka-style transactional log on plain storage."""
+
+from .consumer import Consumer, ConsumerRecord, OffsetAndTimestamp
+from .errors import (ConcurrentTransactionsError, CorruptBatchError, IllegalStateError,
+                     InvalidConfigError, InvalidNameError, InvalidProducerEpochError,
+                     InvalidTransactionTimeoutError, InvalidTxnStateError, LogFormatError,
+                     OffsetOutOfRangeError, OutOfOrderSequenceError, ProducerFencedError,
+                     StorageError, TopicExistsError, TransactionAbortedError, TxlogError,
+                     UnknownPartitionError, UnknownTopicError, UnsupportedStorageError)
+from .log import Log, TopicDescription
+from .partition import READ_COMMITTED, READ_UNCOMMITTED
+from .producer import FutureRecordMetadata, Producer, RecordMetadata
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Log", "TopicDescription", "Producer", "Consumer", "ConsumerRecord", "RecordMetadata",
+    "FutureRecordMetadata", "OffsetAndTimestamp", "READ_COMMITTED", "READ_UNCOMMITTED",
+    "TxlogError", "InvalidNameError", "InvalidConfigError", "TopicExistsError",
+    "UnknownTopicError", "UnknownPartitionError", "OffsetOutOfRangeError", "LogFormatError",
+    "CorruptBatchError", "StorageError", "UnsupportedStorageError", "OutOfOrderSequenceError",
+    "InvalidProducerEpochError", "ProducerFencedError", "InvalidTxnStateError",
+    "InvalidTransactionTimeoutError", "TransactionAbortedError", "ConcurrentTransactionsError",
+    "IllegalStateError",
+]

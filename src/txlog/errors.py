@@ -1,0 +1,96 @@
+"""Exceptions raised by txlog.
+
+Names follow Kafka's error codes where one exists, so that a Kafka user can map
+an error to the behaviour they already know.
+"""
+
+from __future__ import annotations
+
+
+class TxlogError(Exception):
+    """Base class of every error txlog raises on purpose."""
+
+
+class InvalidNameError(TxlogError, ValueError):
+    """A topic, transactional id or group id breaks Kafka's naming rule."""
+
+
+class InvalidConfigError(TxlogError, ValueError):
+    """An option or configuration value is out of range or of the wrong type."""
+
+
+class TopicExistsError(TxlogError):
+    pass
+
+
+class UnknownTopicError(TxlogError, KeyError):
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownPartitionError(TxlogError, ValueError):
+    pass
+
+
+class OffsetOutOfRangeError(TxlogError, ValueError):
+    pass
+
+
+class LogFormatError(TxlogError):
+    """The log root holds a format this version cannot read."""
+
+
+class CorruptBatchError(TxlogError):
+    """A batch failed its checksum or structural checks.
+
+    Carries the file and the offset so an operator can find the damage; the
+    batch is never skipped silently.
+    """
+
+    def __init__(self, message: str, path: str, offset: int | None) -> None:
+        super().__init__(f"{message} (file {path}, offset {offset})")
+        self.path = path
+        self.offset = offset
+
+
+class StorageError(TxlogError):
+    pass
+
+
+class UnsupportedStorageError(StorageError):
+    """The backend cannot create objects exclusively, so it cannot hold a log."""
+
+
+# --- producer-state validation (Kafka's produce errors) -------------------
+
+
+class OutOfOrderSequenceError(TxlogError):
+    """A batch's first sequence is not the producer's last sequence + 1."""
+
+
+class InvalidProducerEpochError(TxlogError):
+    """A batch carries an epoch older than the one the partition knows."""
+
+
+class ProducerFencedError(InvalidProducerEpochError):
+    """A newer instance with the same transactional id took over this producer."""
+
+
+class InvalidTxnStateError(TxlogError):
+    """An operation or a state transition that the transaction state forbids."""
+
+
+class InvalidTransactionTimeoutError(InvalidConfigError):
+    pass
+
+
+class TransactionAbortedError(TxlogError):
+    """The transaction was aborted (for instance by a timeout) before it committed."""
+
+
+class ConcurrentTransactionsError(TxlogError):
+    """Another process changed the transaction at the same moment; retry."""
+
+
+class IllegalStateError(TxlogError):
+    """A client object was used in a state where the call makes no sense."""

@@ -1,0 +1,1 @@
+"""Example pipelines, runnable from an installed package."""

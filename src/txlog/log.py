@@ -1,0 +1,235 @@
+"""``Log``: one log root, its topics, and the entry points to producers and consumers."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import pyarrow as pa
+
+from .errors import (InvalidConfigError, LogFormatError, TopicExistsError,
+                     UnknownPartitionError, UnknownTopicError)
+from .names import validate_name
+from .partition import READ_COMMITTED, PartitionLog
+from .producer_ids import ProducerIdAllocator
+from .storage import Storage, open_storage
+
+if TYPE_CHECKING:
+    from .consumer import Consumer
+    from .producer import Producer
+
+FORMAT_VERSION = 1
+ROOT_MARKER = "txlog.json"
+MAX_PARTITIONS = 10_000
+
+# Topic configuration keys we honour, with their validators (Kafka's names).
+_TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+
+def _check_config(topic: str, config: dict[str, Any]) -> dict[str, Any]:
+    checked: dict[str, Any] = {}
+    for key, value in config.items():
+        if key == "message.timestamp.type":
+            if value not in _TIMESTAMP_TYPES:
+                raise InvalidConfigError(
+                    f"topic {topic!r}: message.timestamp.type must be one of {_TIMESTAMP_TYPES}, "
+                    f"not {value!r}")
+        elif key == "max.message.bytes":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InvalidConfigError(
+                    f"topic {topic!r}: max.message.bytes must be a positive integer, "
+                    f"not {value!r}")
+        else:
+            raise InvalidConfigError(
+                f"topic {topic!r}: unknown config {key!r} (known: message.timestamp.type, "
+                "max.message.bytes)")
+        checked[key] = value
+    return checked
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    partitions: int
+    config: dict[str, Any] = field(default_factory=dict)
+    created_ms: int = 0
+
+
+class Log:
+    """A txlog root: a local directory, ``memory://name``, or an object-store URL.
+
+    Opening a root that does not hold a log yet creates it (``create=False``
+    refuses instead).  Every process that opens the same root sees the same
+    log; there is no server.
+    """
+
+    def __init__(self, root: str | os.PathLike[str] | Storage, *,
+                 storage_options: dict[str, Any] | None = None, fsync: bool = True,
+                 create: bool = True) -> None:
+        self.storage = open_storage(root, storage_options, fsync=fsync)
+        self.root = self.storage.url
+        self._check_root(create)
+        self._lock = threading.Lock()
+        self._topics: dict[str, TopicDescription] = {}
+        self._partitions: dict[tuple[str, int], PartitionLog] = {}
+        self.producer_ids = ProducerIdAllocator(self.storage)
+        from .coordinator import TransactionCoordinator
+
+        self.coordinator = TransactionCoordinator(self)
+
+    def __repr__(self) -> str:
+        return f"Log({self.root!r})"
+
+    def _check_root(self, create: bool) -> None:
+        try:
+            raw = self.storage.read(ROOT_MARKER)
+        except FileNotFoundError:
+            if not create:
+                raise LogFormatError(f"{self.root} holds no txlog ({ROOT_MARKER} is missing)")
+            marker = msgpack.packb({"format_version": FORMAT_VERSION,
+                                    "created_ms": int(time.time() * 1000)})
+            self.storage.publish_if_absent(ROOT_MARKER, marker)
+            raw = self.storage.read(ROOT_MARKER)
+        try:
+            version = msgpack.unpackb(raw).get("format_version")
+        except Exception as exc:
+            raise LogFormatError(f"{self.root}/{ROOT_MARKER} is unreadable: {exc}") from exc
+        if version != FORMAT_VERSION:
+            raise LogFormatError(
+                f"{self.root} has log format version {version}; this txlog reads version "
+                f"{FORMAT_VERSION}")
+
+    # --- topics ------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int = 1,
+                     config: dict[str, Any] | None = None) -> TopicDescription:
+        validate_name(name, "topic")
+        if not isinstance(partitions, int) or isinstance(partitions, bool) or \
+                not 1 <= partitions <= MAX_PARTITIONS:
+            raise InvalidConfigError(
+                f"topic {name!r}: partitions must be an integer from 1 to {MAX_PARTITIONS}, "
+                f"not {partitions!r}")
+        checked = _check_config(name, dict(config or {}))
+        if self.storage.exists(f"topics/{name}/topic.json"):
+            raise TopicExistsError(f"topic {name!r} already exists in {self.root}")
+        # Leftovers of a delete that did not finish must not leak into the new topic.
+        for p in range(partitions):
+            self.storage.delete_tree(f"topics/{name}/{p}")
+        desc = TopicDescription(name, partitions, checked, int(time.time() * 1000))
+        meta = msgpack.packb({"name": name, "partitions": partitions, "config": checked,
+                              "created_ms": desc.created_ms})
+        if not self.storage.publish_if_absent(f"topics/{name}/topic.json", meta):
+            raise TopicExistsError(f"topic {name!r} already exists in {self.root}")
+        return desc
+
+    def topics(self) -> list[str]:
+        return sorted(n for n in self.storage.list("topics")
+                      if self.storage.exists(f"topics/{n}/topic.json"))
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        validate_name(name, "topic")
+        with self._lock:
+            cached = self._topics.get(name)
+        if cached is not None:
+            return cached
+        try:
+            meta = msgpack.unpackb(self.storage.read(f"topics/{name}/topic.json"))
+        except FileNotFoundError:
+            raise UnknownTopicError(f"topic {name!r} does not exist in {self.root}") from None
+        desc = TopicDescription(meta["name"], meta["partitions"], meta["config"],
+                                meta["created_ms"])
+        with self._lock:
+            self._topics[name] = desc
+        return desc
+
+    def delete_topic(self, name: str) -> None:
+        """Remove a topic: its description first, so no new writer starts, then its data."""
+        desc = self.describe_topic(name)
+        self.storage.delete(f"topics/{name}/topic.json")
+        for p in range(desc.partitions):
+            self.storage.delete_tree(f"topics/{name}/{p}")
+        self.storage.delete_tree(f"topics/{name}")
+        with self._lock:
+            self._topics.pop(name, None)
+            for key in [k for k in self._partitions if k[0] == name]:
+                del self._partitions[key]
+
+    def partition(self, topic: str, partition: int) -> PartitionLog:
+        """The partition's log object (one per Log, caching its producer state)."""
+        key = (topic, partition)
+        with self._lock:
+            found = self._partitions.get(key)
+        if found is not None:
+            return found
+        desc = self.describe_topic(topic)
+        if not isinstance(partition, int) or not 0 <= partition < desc.partitions:
+            raise UnknownPartitionError(
+                f"topic {topic!r} has partitions 0 to {desc.partitions - 1}; "
+                f"partition {partition!r} does not exist")
+        with self._lock:
+            return self._partitions.setdefault(
+                key, PartitionLog(self.storage, topic, partition, self.coordinator.resolve))
+
+    # --- offsets and reads -----------------------------------------------------------
+
+    def end_offset(self, topic: str, partition: int) -> int:
+        """Log end offset: one past the last batch written (committed or not)."""
+        return self.partition(topic, partition).end_offset()
+
+    def last_stable_offset(self, topic: str, partition: int) -> int:
+        """First offset of the earliest undecided transaction, else the log end."""
+        return self.partition(topic, partition).last_stable_offset()
+
+    def read(self, topic: str, partition: int, start: int = 0, end: int | None = None,
+             isolation_level: str = READ_COMMITTED, include_headers: bool = False) -> pa.Table:
+        """Records in ``[start, end)`` as an Arrow table with Spark's Kafka columns.
+
+        Vectorised: batches are memory-mapped and sliced, never looped over per
+        record.  ``end`` defaults to, and is capped at, the last stable offset
+        (read_committed) or the log end (read_uncommitted).
+        """
+        table, _ = self.partition(topic, partition).read(start, end, isolation_level,
+                                                          include_headers)
+        return table
+
+    def offsets_for_times(self, topic: str, partition: int, timestamp_ms: int,
+                          isolation_level: str = READ_COMMITTED) -> tuple[int, int] | None:
+        """Earliest (offset, timestamp) whose timestamp is >= ``timestamp_ms``, or None."""
+        from .timeindex import offset_for_time
+
+        return offset_for_time(self.partition(topic, partition), timestamp_ms, isolation_level)
+
+    # --- clients ----------------------------------------------------------------------
+
+    def producer(self, **config: Any) -> "Producer":
+        from .producer import Producer
+
+        return Producer(self, **config)
+
+    def consumer(self, **config: Any) -> "Consumer":
+        from .consumer import Consumer
+
+        return Consumer(self, **config)
+
+    # --- transactions and groups (see coordinator.py) ------------------------------------
+
+    def abort_expired_transactions(self) -> list[str]:
+        """Abort every Ongoing transaction past its timeout; returns their ids."""
+        return self.coordinator.abort_expired()
+
+    def committed(self, group_id: str, partitions: list[tuple[str, int]] | None = None
+                  ) -> dict[tuple[str, int], int]:
+        """The group's committed offsets (only those of committed transactions)."""
+        from .groups import committed_offsets
+
+        return committed_offsets(self.storage, group_id, partitions)
+
+    def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
+        """Plain, non-transactional offset commit for a group."""
+        from .groups import commit_offsets
+
+        commit_offsets(self.storage, group_id, offsets)

@@ -1,0 +1,404 @@
+"""One partition: a gap-free chain of batch objects, appended by slot claiming.
+
+Batch k lives at ``<base offset, 20 digits>.batch`` and the next batch's base
+offset is ``base + record_count``.  A writer validates its batch against the
+producer state of exactly the prefix before the slot it claims, then publishes
+if absent; a writer that loses the slot reloads (the winner is now part of the
+prefix), validates again and retries.  Offsets are therefore unique and
+contiguous no matter how many processes append at once.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import crc32c
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .batch import (ABORT, COMMIT, CONTROL_BIT, HEADER_READ_SIZE, LOG_APPEND_TIME,
+                    TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader, ControlRecord,
+                    decode_control, decode_header, decode_records, encode_control,
+                    encode_header, payload_of)
+from .errors import CorruptBatchError, OffsetOutOfRangeError, StorageError
+from .producer_state import AbortedTransaction, OpenTransaction, ProducerState
+from .storage import Storage
+
+OFFSET_DIGITS = 20
+BATCH_SUFFIX = ".batch"
+SNAPSHOT_DIR = "snapshots"
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_INTERVAL = 64  # batches between producer-state snapshots
+SNAPSHOTS_KEPT = 2
+PUBLISH_ATTEMPTS = 5  # tries of one slot when the storage fails ambiguously
+
+READ_COMMITTED = "read_committed"
+READ_UNCOMMITTED = "read_uncommitted"
+ISOLATION_LEVELS = (READ_COMMITTED, READ_UNCOMMITTED)
+
+# Resolves an open transaction: True committed, False aborted, None undecided.
+OutcomeResolver = Callable[[OpenTransaction], "bool | None"]
+
+SPARK_TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+
+def offset_name(offset: int, suffix: str) -> str:
+    return f"{offset:0{OFFSET_DIGITS}d}{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    header: BatchHeader
+    data: bytes
+    control: ControlRecord | None = None
+
+
+class PartitionLog:
+    """Appends to and reads from one partition; caches its producer state."""
+
+    def __init__(self, storage: Storage, topic: str, partition: int,
+                 resolver: OutcomeResolver | None = None) -> None:
+        self.storage = storage
+        self.topic = topic
+        self.partition = partition
+        self.dir = f"topics/{topic}/{partition}"
+        self._resolver = resolver or (lambda txn: None)
+        self._lock = threading.RLock()
+        self._state: ProducerState | None = None
+        self._since_snapshot = 0
+        # Known base offsets, sorted; complete from 0 to the state's end once listed.
+        self._bases: list[int] = []
+        self._bases_complete = False
+        self._headers: dict[int, BatchHeader] = {}
+
+    # --- paths and headers ----------------------------------------------------
+
+    def batch_path(self, offset: int) -> str:
+        return f"{self.dir}/{offset_name(offset, BATCH_SUFFIX)}"
+
+    def _read_header(self, offset: int) -> tuple[BatchHeader, ControlRecord | None] | None:
+        path = self.batch_path(offset)
+        try:
+            head = self.storage.read_prefix(path, HEADER_READ_SIZE)
+        except FileNotFoundError:
+            return None
+        header = decode_header(head, self._url(path), offset)
+        control = None
+        if header.is_control:
+            control = decode_control(payload_of(head, header, self._url(path)), header,
+                                     self._url(path))
+        return header, control
+
+    def header(self, offset: int) -> BatchHeader:
+        """Header of the batch based at ``offset`` (cached: batches never change)."""
+        cached = self._headers.get(offset)
+        if cached is None:
+            found = self._read_header(offset)
+            if found is None:
+                raise CorruptBatchError("batch file is missing from the log",
+                                        self._url(self.batch_path(offset)), offset)
+            cached = self._headers[offset] = found[0]
+        return cached
+
+    def _url(self, path: str) -> str:
+        return f"{self.storage.url.rstrip('/')}/{path}"
+
+    # --- producer state -------------------------------------------------------
+
+    def state(self) -> ProducerState:
+        """The producer state at the current log end (refreshed from storage)."""
+        with self._lock:
+            if self._state is None:
+                self._state = self._load_snapshot()
+            state = self._state
+            while True:
+                found = self._read_header(state.end_offset)
+                if found is None:
+                    break
+                header, control = found
+                self._note_base(header.base_offset)
+                state.apply(header, control)
+                self._since_snapshot += 1
+            if self._since_snapshot >= SNAPSHOT_INTERVAL:
+                self._write_snapshot(state)
+            return state
+
+    def _applied(self, header: BatchHeader, control: ControlRecord | None = None) -> None:
+        assert self._state is not None
+        self._note_base(header.base_offset)
+        self._state.apply(header, control)
+        self._since_snapshot += 1
+
+    def _note_base(self, base: int) -> None:
+        if not self._bases or base > self._bases[-1]:
+            self._bases.append(base)
+
+    def _snapshot_offsets(self) -> list[int]:
+        names = self.storage.list(f"{self.dir}/{SNAPSHOT_DIR}")
+        return sorted(int(n[:-len(SNAPSHOT_SUFFIX)]) for n in names
+                      if n.endswith(SNAPSHOT_SUFFIX) and n[:-len(SNAPSHOT_SUFFIX)].isdigit())
+
+    def _load_snapshot(self) -> ProducerState:
+        for offset in reversed(self._snapshot_offsets()):
+            path = f"{self.dir}/{SNAPSHOT_DIR}/{offset_name(offset, SNAPSHOT_SUFFIX)}"
+            try:
+                data = self.storage.read(path)
+                if crc32c.crc32c(data[4:]) != int.from_bytes(data[:4], "big"):
+                    continue  # a damaged snapshot is only a cache: fall back to an older one
+                state = ProducerState.from_bytes(data[4:])
+                if state.end_offset == offset:
+                    return state
+            except FileNotFoundError:
+                continue  # pruned by another process meanwhile
+            except ValueError:
+                continue
+        return ProducerState()
+
+    def _write_snapshot(self, state: ProducerState) -> None:
+        body = state.to_bytes()
+        data = crc32c.crc32c(body).to_bytes(4, "big") + body
+        path = f"{self.dir}/{SNAPSHOT_DIR}/{offset_name(state.end_offset, SNAPSHOT_SUFFIX)}"
+        self.storage.publish_if_absent(path, data)  # identical content from anyone: loss is fine
+        self._since_snapshot = 0
+        for old in self._snapshot_offsets()[:-SNAPSHOTS_KEPT]:
+            self.storage.delete(f"{self.dir}/{SNAPSHOT_DIR}/{offset_name(old, SNAPSHOT_SUFFIX)}")
+
+    def end_offset(self) -> int:
+        return self.state().end_offset
+
+    # --- appends ----------------------------------------------------------------
+
+    def _claim(self, prepare: Callable[[ProducerState], "_Slot | AppendResult | None"]
+               ) -> "AppendResult | None":
+        """The slot-claiming loop shared by data batches and markers.
+
+        ``prepare`` sees the state at the log end and returns either a final
+        answer (a duplicate, a marker already present) or the bytes to publish
+        at that end.  Losing the slot, or a storage error after which the
+        object may or may not exist, both mean: reload and prepare again.
+        """
+        failures = 0
+        with self._lock:
+            while True:
+                state = self.state()
+                step = prepare(state)
+                if not isinstance(step, _Slot):
+                    return step
+                slot = state.end_offset
+                try:
+                    published = self.storage.publish_if_absent(self.batch_path(slot), step.data)
+                except OSError as exc:
+                    failures += 1
+                    if failures >= PUBLISH_ATTEMPTS:
+                        raise StorageError(
+                            f"publishing a batch at offset {slot} of {self.topic}-"
+                            f"{self.partition} failed {failures} times: {exc}") from exc
+                    continue
+                if published:
+                    self._applied(step.header, step.control)
+                    return AppendResult(slot, step.header.last_offset)
+
+    def append(self, header: BatchHeader, payload: bytes,
+               log_append_time: bool = False) -> AppendResult:
+        """Append a data batch at the log end; the header's base offset is ignored.
+
+        A batch that duplicates one of its producer's last five is not written;
+        the original's offsets are returned.
+        """
+        header = replace(header, payload_length=len(payload), payload_crc=crc32c.crc32c(payload))
+
+        def prepare(state: ProducerState) -> _Slot | AppendResult:
+            duplicate = state.check_append(header)
+            if duplicate is not None:
+                return AppendResult(duplicate.base_offset, duplicate.last_offset, True)
+            placed = replace(header, base_offset=state.end_offset)
+            if log_append_time:
+                now = int(time.time() * 1000)
+                placed = replace(placed, attributes=placed.attributes | TIMESTAMP_TYPE_BIT,
+                                 max_timestamp=now)
+            return _Slot(placed, encode_header(placed) + payload)
+
+        result = self._claim(prepare)
+        assert result is not None
+        return result
+
+    def append_marker(self, producer_id: int, marker_epoch: int, commit: bool,
+                      coordinator_epoch: int = 0, decision_id: str = "",
+                      transactional_id: str = "") -> int | None:
+        """Write a COMMIT/ABORT marker unless this partition already has it.
+
+        Returns the marker's offset, or None when it was already there.
+        """
+        def prepare(state: ProducerState) -> _Slot | None:
+            if not state.marker_needed(producer_id, marker_epoch):
+                return None
+            entry = state.producers.get(producer_id)
+            control = ControlRecord(COMMIT if commit else ABORT, coordinator_epoch,
+                                    entry.txn_first_offset if entry is not None else -1)
+            payload = encode_control(control)
+            now = int(time.time() * 1000)
+            header = BatchHeader(
+                base_offset=state.end_offset, record_count=1,
+                attributes=CONTROL_BIT | TRANSACTIONAL_BIT, base_timestamp=now,
+                max_timestamp=now, producer_id=producer_id, producer_epoch=marker_epoch,
+                decision_id=decision_id, transactional_id=transactional_id,
+                payload_length=len(payload), payload_crc=crc32c.crc32c(payload))
+            return _Slot(header, encode_header(header) + payload, control)
+
+        result = self._claim(prepare)
+        return None if result is None else result.base_offset
+
+    # --- transactions as readers see them ---------------------------------------
+
+    def last_stable_offset(self, state: ProducerState | None = None) -> int:
+        """First offset of the earliest undecided transaction, else the log end."""
+        state = state or self.state()
+        for txn in state.open_transactions():
+            if self._resolver(txn) is None:
+                return txn.first_offset
+        return state.end_offset
+
+    def _aborted_ranges(self, state: ProducerState) -> dict[int, list[tuple[int, int]]]:
+        """Per producer, offset ranges whose transactional batches must be dropped."""
+        ranges: dict[int, list[tuple[int, int]]] = {}
+        aborted: list[AbortedTransaction] = list(state.aborted)
+        for txn in state.open_transactions():
+            if self._resolver(txn) is False:  # decided ABORT, marker not yet written
+                aborted.append(AbortedTransaction(txn.producer_id, txn.first_offset,
+                                                  state.end_offset))
+        for a in aborted:
+            ranges.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
+        return ranges
+
+    # --- reads --------------------------------------------------------------------
+
+    def _batch_bases(self, state: ProducerState) -> list[int]:
+        """All base offsets below the state's end (one listing, then probes)."""
+        with self._lock:
+            if not self._bases_complete:
+                names = self.storage.list(self.dir)
+                listed = sorted(int(n[:-len(BATCH_SUFFIX)]) for n in names
+                                if n.endswith(BATCH_SUFFIX) and n[:-len(BATCH_SUFFIX)].isdigit())
+                merged = sorted(set(listed) | set(self._bases))
+                self._bases = [b for b in merged if b < state.end_offset]
+                self._bases_complete = True
+            return list(self._bases)
+
+    def read(self, start: int, end: int | None = None, isolation_level: str = READ_COMMITTED,
+             include_headers: bool = False) -> tuple[pa.Table, int]:
+        """Records with offsets in ``[start, end)`` as an Arrow table in Spark's Kafka schema.
+
+        ``end`` is capped at the last stable offset under read_committed and at
+        the log end otherwise.  Returns the table and the offset up to which
+        the partition was read (the position to continue from).
+        """
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ValueError(f"isolation_level must be one of {ISOLATION_LEVELS}, "
+                             f"not {isolation_level!r}")
+        state = self.state()
+        limit = self.last_stable_offset(state) if isolation_level == READ_COMMITTED \
+            else state.end_offset
+        if start < 0 or start > state.end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {start} is out of range for {self.topic}-{self.partition} "
+                f"(valid: 0 to {state.end_offset})")
+        end = limit if end is None else min(end, limit)
+        if end <= start:
+            return empty_table(include_headers), start
+        committed_only = isolation_level == READ_COMMITTED
+        aborted = self._aborted_ranges(state) if committed_only else {}
+        bases = self._batch_bases(state)
+        i = max(bisect.bisect_right(bases, start) - 1, 0)
+        pieces: list[pa.Table] = []
+        offsets: list[np.ndarray] = []
+        ts_types: list[np.ndarray] = []
+        while i < len(bases) and bases[i] < end:
+            base = bases[i]
+            i += 1
+            path = self.batch_path(base)
+            url = self._url(path)
+            try:
+                buf = self.storage.read_buffer(path)
+            except FileNotFoundError:
+                raise CorruptBatchError("batch file is missing from the log", url, base) from None
+            header = decode_header(buf, url, base)
+            if header.is_control:
+                payload_of(buf, header, url)  # still checksummed: damage never passes silently
+                continue
+            if header.is_transactional and header.producer_id in aborted and any(
+                    first <= base <= last for first, last in aborted[header.producer_id]):
+                continue
+            records = decode_records(payload_of(buf, header, url), header, url)
+            lo = max(start - base, 0)
+            hi = min(end, header.next_offset) - base
+            if lo or hi < header.record_count:
+                records = records.slice(lo, hi - lo)
+            if header.timestamp_type == LOG_APPEND_TIME:
+                records = records.set_column(2, "timestamp", pa.array(
+                    np.full(records.num_rows, header.max_timestamp, dtype=np.int64)))
+            pieces.append(records)
+            offsets.append(np.arange(base + lo, base + hi, dtype=np.int64))
+            ts_types.append(np.full(hi - lo, header.timestamp_type, dtype=np.int32))
+        if not pieces:
+            return empty_table(include_headers), end
+        records = pa.concat_tables(pieces)
+        return to_spark_table(records, self.topic, self.partition, np.concatenate(offsets),
+                              np.concatenate(ts_types), include_headers), end
+
+
+def spark_schema(include_headers: bool) -> pa.Schema:
+    """The columns of Spark's Kafka source, as Arrow types Spark accepts for them."""
+    from .batch import HEADER_TYPE
+
+    fields = [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", SPARK_TIMESTAMP),
+        pa.field("timestampType", pa.int32()),
+    ]
+    if include_headers:
+        fields.append(pa.field("headers", HEADER_TYPE))
+    return pa.schema(fields)
+
+
+def empty_table(include_headers: bool) -> pa.Table:
+    return spark_schema(include_headers).empty_table()
+
+
+def _constant_strings(value: str, n: int) -> pa.Array:
+    raw = value.encode("utf-8")
+    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(raw * n))
+
+
+def to_spark_table(records: pa.Table, topic: str, partition: int, offsets: np.ndarray,
+                   timestamp_types: np.ndarray, include_headers: bool) -> pa.Table:
+    n = records.num_rows
+    micros = pc.multiply(records.column("timestamp"), pa.scalar(1000, pa.int64()))
+    columns = [
+        records.column("key"),
+        records.column("value"),
+        _constant_strings(topic, n),
+        pa.array(np.full(n, partition, dtype=np.int32)),
+        pa.array(offsets),
+        micros.cast(SPARK_TIMESTAMP),
+        pa.array(timestamp_types),
+    ]
+    if include_headers:
+        columns.append(records.column("headers"))
+    return pa.Table.from_arrays(columns, schema=spark_schema(include_headers))

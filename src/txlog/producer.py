@@ -1,0 +1,446 @@
+"""The producer: batching, Kafka's partitioner, idempotence and transactions.
+
+Names follow kafka-python.  There is no background sender thread: records
+accumulate per partition and a batch is published when it reaches
+``batch_size``, when it is older than ``linger_ms`` at the next ``send``, on
+``flush()``, or when a caller waits on one of its futures.  Nothing is ever
+published behind the caller's back, which keeps transaction boundaries exact.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from .batch import (HEADER_TYPE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, RECORD_SCHEMA,
+                    TRANSACTIONAL_BIT, BatchHeader, compression_attribute, encode_records)
+from .errors import (IllegalStateError, InvalidConfigError, ProducerFencedError,
+                     TransactionAbortedError, TxlogError)
+from .names import validate_name
+from .partitioner import StickyPartitioner, partition_for_key
+
+if TYPE_CHECKING:
+    from .coordinator import TransactionMember
+    from .log import Log
+
+DEFAULT_BATCH_SIZE = 1 << 20  # bytes; each batch is one object, so larger than Kafka's 16 KiB
+DEFAULT_LINGER_MS = 5
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+RECORD_OVERHEAD = 24  # rough per-record Arrow overhead, for batch sizing only
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+class FutureRecordMetadata:
+    """Result of ``send``; ``get()`` publishes the record's batch if still pending."""
+
+    def __init__(self, producer: Producer, topic: str, partition: int) -> None:
+        self._producer = producer
+        self.topic = topic
+        self.partition = partition
+        self._value: RecordMetadata | None = None
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[RecordMetadata], Any]] = []
+        self._errbacks: list[Callable[[BaseException], Any]] = []
+
+    def is_done(self) -> bool:
+        return self._value is not None or self._error is not None
+
+    def succeeded(self) -> bool:
+        return self._value is not None
+
+    def failed(self) -> bool:
+        return self._error is not None
+
+    def exception(self) -> BaseException | None:
+        return self._error
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        if not self.is_done():
+            self._producer._drain((self.topic, self.partition))
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
+
+    def add_callback(self, fn: Callable[[RecordMetadata], Any]) -> FutureRecordMetadata:
+        if self._value is not None:
+            fn(self._value)
+        else:
+            self._callbacks.append(fn)
+        return self
+
+    def add_errback(self, fn: Callable[[BaseException], Any]) -> FutureRecordMetadata:
+        if self._error is not None:
+            fn(self._error)
+        else:
+            self._errbacks.append(fn)
+        return self
+
+    def _resolve(self, value: RecordMetadata) -> None:
+        self._value = value
+        for fn in self._callbacks:
+            fn(value)
+
+    def _fail(self, error: BaseException) -> None:
+        self._error = error
+        for fn in self._errbacks:
+            fn(error)
+
+
+@dataclass
+class _Pending:
+    created: float
+    keys: list[bytes | None] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
+    headers: list[list[dict[str, Any]]] = field(default_factory=list)
+    futures: list[FutureRecordMetadata] = field(default_factory=list)
+    size: int = 0
+
+
+def _as_bytes(value: Any, what: str) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"{what} must be bytes or None (or set {what}_serializer), "
+                    f"got {type(value).__name__}")
+
+
+class Producer:
+    """Kafka-style producer over a Log (see kafka-python's KafkaProducer)."""
+
+    def __init__(self, log: Log, *, enable_idempotence: bool = True,
+                 transactional_id: str | None = None,
+                 transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+                 batch_size: int = DEFAULT_BATCH_SIZE, linger_ms: int = DEFAULT_LINGER_MS,
+                 compression: str | None = None,
+                 key_serializer: Callable[[Any], bytes] | None = None,
+                 value_serializer: Callable[[Any], bytes] | None = None,
+                 compression_type: str | None = None) -> None:
+        self.log = log
+        if compression_type is not None:  # kafka-python's name for the same option
+            compression = compression_type
+        self._compression = None if compression == "none" else compression
+        self._compression_bits = compression_attribute(compression)
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidConfigError(f"batch_size must be a positive integer, not {batch_size!r}")
+        if not isinstance(linger_ms, (int, float)) or linger_ms < 0:
+            raise InvalidConfigError(f"linger_ms must be >= 0, not {linger_ms!r}")
+        if transactional_id is not None:
+            validate_name(transactional_id, "transactional id")
+            if not enable_idempotence:
+                raise InvalidConfigError(
+                    "a transactional producer needs enable_idempotence=True")
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.enable_idempotence = enable_idempotence
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self._key_serializer = key_serializer
+        self._value_serializer = value_serializer
+        self._partitioner = StickyPartitioner()
+        self._pending: dict[tuple[str, int], _Pending] = {}
+        self._sequences: dict[tuple[str, int], int] = {}
+        self._producer_id = NO_PRODUCER_ID
+        self._epoch = NO_PRODUCER_EPOCH
+        self._closed = False
+        self._fatal: BaseException | None = None
+        # transactions
+        self._initialized = False
+        self._in_transaction = False
+        self._prepared = False
+        self._decision_id = ""
+        self._txn_partitions: set[tuple[str, int]] = set()
+        self._txn_has_offsets = False
+        if enable_idempotence and transactional_id is None:
+            self._producer_id = log.producer_ids.next_id()
+            self._epoch = 0
+
+    # --- introspection -------------------------------------------------------------
+
+    @property
+    def producer_id(self) -> int:
+        return self._producer_id
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def partitions_for(self, topic: str) -> set[int]:
+        return set(range(self.log.describe_topic(topic).partitions))
+
+    # --- sending -----------------------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the producer is closed")
+        if self._fatal is not None:
+            raise self._fatal
+        if self.transactional_id is not None:
+            if not self._initialized:
+                raise IllegalStateError(
+                    f"transactional producer {self.transactional_id!r}: call init_transactions() "
+                    "first")
+
+    def send(self, topic: str, value: Any = None, key: Any = None,
+             partition: int | None = None, headers: list[tuple[str, bytes]] | None = None,
+             timestamp_ms: int | None = None) -> FutureRecordMetadata:
+        self._check_usable()
+        if self.transactional_id is not None and not self._in_transaction:
+            raise IllegalStateError(
+                f"transactional producer {self.transactional_id!r}: send() outside a "
+                "transaction; call begin_transaction() first")
+        if self._prepared:
+            raise IllegalStateError("the transaction was handed to its coordinator; "
+                                    "no more records may join it")
+        if self._key_serializer is not None and key is not None:
+            key = self._key_serializer(key)
+        if self._value_serializer is not None and value is not None:
+            value = self._value_serializer(value)
+        key = _as_bytes(key, "key")
+        value = _as_bytes(value, "value")
+        num_partitions = self.log.describe_topic(topic).partitions
+        if partition is None:
+            partition = partition_for_key(key, num_partitions) if key is not None \
+                else self._partitioner.partition(topic, num_partitions)
+        elif not isinstance(partition, int) or not 0 <= partition < num_partitions:
+            raise InvalidConfigError(
+                f"topic {topic!r} has partitions 0 to {num_partitions - 1}; "
+                f"cannot send to partition {partition!r}")
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        elif not isinstance(timestamp_ms, int) or timestamp_ms < 0:
+            raise InvalidConfigError(f"timestamp_ms must be a non-negative int, "
+                                     f"not {timestamp_ms!r}")
+        header_list = []
+        for item in headers or ():
+            hkey, hvalue = item
+            if not isinstance(hkey, str):
+                raise TypeError(f"header keys must be str, got {type(hkey).__name__}")
+            header_list.append({"key": hkey, "value": _as_bytes(hvalue, "header value")})
+        tp = (topic, partition)
+        if self.transactional_id is not None and tp not in self._txn_partitions:
+            # AddPartitionsToTxn before any byte reaches the partition, so that
+            # whoever ends or fences this transaction knows to mark it.
+            self.log.coordinator.add_partitions(self._member(), [tp])
+            self._txn_partitions.add(tp)
+        pending = self._pending.get(tp)
+        if pending is None:
+            pending = self._pending[tp] = _Pending(created=time.monotonic())
+        future = FutureRecordMetadata(self, topic, partition)
+        pending.keys.append(key)
+        pending.values.append(value)
+        pending.timestamps.append(timestamp_ms)
+        pending.headers.append(header_list)
+        pending.futures.append(future)
+        pending.size += RECORD_OVERHEAD + len(key or b"") + len(value or b"") + sum(
+            len(h["key"]) + len(h["value"] or b"") for h in header_list)
+        if pending.size >= self.batch_size:
+            self._drain(tp)
+        elif self.linger_ms == 0:
+            self._drain(tp)
+        else:
+            self._drain_lingering()
+        return future
+
+    def _drain_lingering(self) -> None:
+        now = time.monotonic()
+        for tp, pending in list(self._pending.items()):
+            if (now - pending.created) * 1000 >= self.linger_ms:
+                self._drain(tp)
+
+    def _drain(self, tp: tuple[str, int]) -> None:
+        pending = self._pending.pop(tp, None)
+        if pending is None:
+            return
+        topic, partition = tp
+        try:
+            table = pa.Table.from_arrays([
+                pa.array(pending.keys, pa.binary()),
+                pa.array(pending.values, pa.binary()),
+                pa.array(pending.timestamps, pa.int64()),
+                pa.array(pending.headers, HEADER_TYPE),
+            ], schema=RECORD_SCHEMA)
+            payload = encode_records(table, self._compression)
+            count = len(pending.futures)
+            sequence = self._sequences.get(tp, 0) if self.enable_idempotence else NO_SEQUENCE
+            attributes = self._compression_bits
+            if self.transactional_id is not None:
+                attributes |= TRANSACTIONAL_BIT
+            header = BatchHeader(
+                base_offset=0, record_count=count, attributes=attributes,
+                base_timestamp=min(pending.timestamps), max_timestamp=max(pending.timestamps),
+                producer_id=self._producer_id, producer_epoch=self._epoch,
+                base_sequence=sequence, decision_id=self._decision_id,
+                transactional_id=self.transactional_id or "")
+            desc = self.log.describe_topic(topic)
+            max_bytes = desc.config.get("max.message.bytes")
+            if max_bytes is not None and len(payload) > max_bytes:
+                raise InvalidConfigError(
+                    f"batch of {len(payload)} bytes for {topic}-{partition} exceeds the topic's "
+                    f"max.message.bytes={max_bytes}")
+            log_append = desc.config.get("message.timestamp.type") == "LogAppendTime"
+            result = self.log.partition(topic, partition).append(header, payload, log_append)
+        except TxlogError as exc:
+            if isinstance(exc, ProducerFencedError) or self.transactional_id is not None:
+                self._fatal = exc
+            for f in pending.futures:
+                f._fail(exc)
+            raise
+        except BaseException as exc:
+            for f in pending.futures:
+                f._fail(exc)
+            raise
+        if self.enable_idempotence:
+            self._sequences[tp] = (sequence + count) & 0x7FFFFFFF
+        self._partitioner.batch_sent(topic, partition, desc.partitions)
+        for i, f in enumerate(pending.futures):
+            f._resolve(RecordMetadata(topic, partition, result.base_offset + i,
+                                      pending.timestamps[i]))
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Publish every pending batch; raises the first error a batch met."""
+        first_error: BaseException | None = None
+        for tp in list(self._pending):
+            try:
+                self._drain(tp)
+            except BaseException as exc:  # keep draining the others, report the first
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush and close.  An open transaction is left for its coordinator (or timeout)."""
+        if self._closed:
+            return
+        try:
+            if self._fatal is None and not (self.transactional_id and self._in_transaction):
+                self.flush()
+        finally:
+            self._closed = True
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- transactions --------------------------------------------------------------------
+
+    def _require_transactional(self) -> str:
+        if self.transactional_id is None:
+            raise IllegalStateError(
+                "this producer has no transactional_id; create it with "
+                "log.producer(transactional_id=...)")
+        return self.transactional_id
+
+    def _member(self) -> TransactionMember:
+        from .coordinator import TransactionMember
+
+        return TransactionMember(self._require_transactional(), self._producer_id, self._epoch,
+                                 self._decision_id, sorted(self._txn_partitions))
+
+    def init_transactions(self) -> None:
+        """InitProducerId: fence older instances, abort or finish their transaction."""
+        txn_id = self._require_transactional()
+        if self._closed:
+            raise IllegalStateError("the producer is closed")
+        if self._in_transaction:
+            raise IllegalStateError("init_transactions() during a transaction")
+        self._producer_id, self._epoch = self.log.coordinator.init_producer_id(
+            txn_id, self.transaction_timeout_ms)
+        self._sequences.clear()
+        self._initialized = True
+        self._fatal = None
+
+    def begin_transaction(self, decision_id: str | None = None) -> None:
+        """Start a transaction; ``decision_id`` joins a multi-producer transaction."""
+        self._require_transactional()
+        self._check_usable()
+        if self._in_transaction:
+            raise IllegalStateError("a transaction is already in progress")
+        if decision_id is not None:
+            validate_name(decision_id, "decision id")
+        self._decision_id = decision_id or f"{self._producer_id}-{self._epoch}"
+        self._txn_partitions = set()
+        self._txn_has_offsets = False
+        self._prepared = False
+        self._in_transaction = True
+
+    def _check_in_transaction(self, what: str) -> None:
+        self._require_transactional()
+        self._check_usable()
+        if not self._in_transaction:
+            raise IllegalStateError(f"{what} outside a transaction; call begin_transaction()")
+
+    def send_offsets_to_transaction(self, offsets: dict[tuple[str, int], int],
+                                    group_id: str) -> None:
+        """AddOffsetsToTxn + TxnOffsetCommit: offsets visible only if the transaction commits."""
+        self._check_in_transaction("send_offsets_to_transaction()")
+        self.log.coordinator.add_offsets(self._member(), group_id, offsets)
+        self._txn_has_offsets = True
+
+    def _end(self, commit: bool) -> None:
+        member = self._member()
+        self._in_transaction = False
+        try:
+            if not self._txn_partitions and not self._txn_has_offsets:
+                return  # nothing joined the transaction: nothing to decide
+            self._producer_id, self._epoch = self.log.coordinator.end_transaction(member, commit)
+            self._sequences.clear()
+        except ProducerFencedError as exc:
+            self._fatal = exc
+            raise
+
+    def commit_transaction(self) -> None:
+        self._check_in_transaction("commit_transaction()")
+        try:
+            self.flush()
+        except BaseException as exc:
+            if isinstance(exc, ProducerFencedError):
+                self._in_transaction = False
+                raise
+            raise TransactionAbortedError(
+                f"transaction of {self.transactional_id!r} cannot commit: a batch failed "
+                f"({exc}); call abort_transaction()") from exc
+        self._end(commit=True)
+
+    def abort_transaction(self) -> None:
+        self._require_transactional()
+        if self._closed:
+            raise IllegalStateError("the producer is closed")
+        if self._fatal is not None and isinstance(self._fatal, ProducerFencedError):
+            raise self._fatal
+        if not self._in_transaction:
+            raise IllegalStateError("abort_transaction() outside a transaction")
+        aborted = TransactionAbortedError(f"transaction of {self.transactional_id!r} aborted")
+        for pending in self._pending.values():
+            for f in pending.futures:
+                f._fail(aborted)
+        self._pending.clear()
+        self._fatal = None
+        self._end(commit=False)
+
+    def prepare_transaction(self) -> TransactionMember:
+        """Flush and hand this producer's part of a shared transaction to its coordinator.
+
+        For multi-producer transactions (a Spark job's tasks): the returned
+        member goes to whoever runs ``log.coordinator.end_shared_transaction``.
+        """
+        self._check_in_transaction("prepare_transaction()")
+        self.flush()
+        self._prepared = True
+        self._in_transaction = False
+        return self._member()
