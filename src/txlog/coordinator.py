@@ -458,15 +458,16 @@ class TransactionCoordinator:
         return aborted
 
     def abort_expired_in(self, topic: str, partition: int) -> list[str]:
-        """Abort the expired transactions that hold back one partition's LSO."""
+        """Abort expired transactions holding back one partition; finish decided ones."""
         state = self.log.partition(topic, partition).state()
         aborted = []
         for txn in state.open_transactions():
-            if txn.transactional_id and self.resolve(txn) is None and \
-                    self.abort_if_expired(txn.transactional_id):
+            if not txn.transactional_id:
+                continue
+            if self.resolve(txn) is not None:
+                self.complete(txn.transactional_id, only_decision=txn.decision_id)
+            elif self.abort_if_expired(txn.transactional_id):
                 aborted.append(txn.transactional_id)
-            elif txn.transactional_id and self.resolve(txn) is not None:
-                self.complete(txn.transactional_id)
         return aborted
 
     def expire_transactional_ids(self, max_idle_ms: int) -> list[str]:

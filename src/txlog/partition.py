@@ -25,7 +25,7 @@ from .batch import (ABORT, COMMIT, CONTROL_BIT, HEADER_READ_SIZE, LOG_APPEND_TIM
                     TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader, ControlRecord,
                     decode_control, decode_header, decode_records, encode_control,
                     encode_header, payload_of)
-from .errors import CorruptBatchError, OffsetOutOfRangeError, StorageError
+from .errors import CorruptBatchError, InvalidConfigError, OffsetOutOfRangeError, StorageError
 from .producer_state import AbortedTransaction, OpenTransaction, ProducerState
 from .storage import Storage
 
@@ -167,13 +167,18 @@ class PartitionLog:
         return ProducerState()
 
     def _write_snapshot(self, state: ProducerState) -> None:
+        """Publish a snapshot; it is only a cache, so failing to write one is harmless."""
         body = state.to_bytes()
         data = crc32c.crc32c(body).to_bytes(4, "big") + body
         path = f"{self.dir}/{SNAPSHOT_DIR}/{offset_name(state.end_offset, SNAPSHOT_SUFFIX)}"
-        self.storage.publish_if_absent(path, data)  # identical content from anyone: loss is fine
         self._since_snapshot = 0
-        for old in self._snapshot_offsets()[:-SNAPSHOTS_KEPT]:
-            self.storage.delete(f"{self.dir}/{SNAPSHOT_DIR}/{offset_name(old, SNAPSHOT_SUFFIX)}")
+        try:
+            self.storage.publish_if_absent(path, data)  # same bytes from anyone: losing is fine
+            for old in self._snapshot_offsets()[:-SNAPSHOTS_KEPT]:
+                self.storage.delete(
+                    f"{self.dir}/{SNAPSHOT_DIR}/{offset_name(old, SNAPSHOT_SUFFIX)}")
+        except OSError:
+            pass  # e.g. a read-only reader: it just rebuilds from the older snapshot next time
 
     def end_offset(self) -> int:
         return self.state().end_offset
@@ -305,8 +310,8 @@ class PartitionLog:
         the partition was read (the position to continue from).
         """
         if isolation_level not in ISOLATION_LEVELS:
-            raise ValueError(f"isolation_level must be one of {ISOLATION_LEVELS}, "
-                             f"not {isolation_level!r}")
+            raise InvalidConfigError(f"isolation_level must be one of {ISOLATION_LEVELS}, "
+                                     f"not {isolation_level!r}")
         state = self.state()
         limit = self.last_stable_offset(state) if isolation_level == READ_COMMITTED \
             else state.end_offset
@@ -321,9 +326,7 @@ class PartitionLog:
         aborted = self._aborted_ranges(state) if committed_only else {}
         bases = self._batch_bases(state)
         i = max(bisect.bisect_right(bases, start) - 1, 0)
-        pieces: list[pa.Table] = []
-        offsets: list[np.ndarray] = []
-        ts_types: list[np.ndarray] = []
+        pieces: list[tuple[pa.Table, int, int]] = []  # records, first offset, timestamp type
         while i < len(bases) and bases[i] < end:
             base = bases[i]
             i += 1
@@ -346,16 +349,12 @@ class PartitionLog:
             if lo or hi < header.record_count:
                 records = records.slice(lo, hi - lo)
             if header.timestamp_type == LOG_APPEND_TIME:
-                records = records.set_column(2, "timestamp", pa.array(
-                    np.full(records.num_rows, header.max_timestamp, dtype=np.int64)))
-            pieces.append(records)
-            offsets.append(np.arange(base + lo, base + hi, dtype=np.int64))
-            ts_types.append(np.full(hi - lo, header.timestamp_type, dtype=np.int32))
+                records = records.set_column(2, "timestamp", _repeat(
+                    pa.int64(), header.max_timestamp, records.num_rows))
+            pieces.append((records, base + lo, header.timestamp_type))
         if not pieces:
             return empty_table(include_headers), end
-        records = pa.concat_tables(pieces)
-        return to_spark_table(records, self.topic, self.partition, np.concatenate(offsets),
-                              np.concatenate(ts_types), include_headers), end
+        return to_spark_table(pieces, self.topic, self.partition, include_headers), end
 
 
 def spark_schema(include_headers: bool) -> pa.Schema:
@@ -380,24 +379,60 @@ def empty_table(include_headers: bool) -> pa.Table:
     return spark_schema(include_headers).empty_table()
 
 
+_COUNTING: dict[pa.DataType, pa.Array] = {}
+
+
+def _counting(type_: pa.DataType, n: int) -> pa.Array:
+    """0, 1, ..., n-1 as a slice of a cached array.
+
+    Columns are then derived with Arrow kernels, whose allocations come from
+    Arrow's pool and reuse memory; fresh numpy arrays of this size cost more
+    in page faults than in arithmetic.
+    """
+    cached = _COUNTING.get(type_)
+    if cached is None or len(cached) < n:
+        size = max(n, 1 << 16, 2 * len(cached) if cached is not None else 0)
+        cached = _COUNTING[type_] = pa.array(np.arange(size, dtype=type_.to_pandas_dtype()))
+    return cached.slice(0, n)
+
+
+def _repeat(type_: pa.DataType, value: int, n: int) -> pa.Array:
+    counting = _counting(type_, n)
+    return pc.add(pc.multiply(counting, pa.scalar(0, type_)), pa.scalar(value, type_))
+
+
 def _constant_strings(value: str, n: int) -> pa.Array:
     raw = value.encode("utf-8")
-    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
-    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(raw * n))
+    offsets = pc.multiply(_counting(pa.int32(), n + 1), pa.scalar(len(raw), pa.int32()))
+    return pa.StringArray.from_buffers(n, offsets.buffers()[1], pa.py_buffer(raw * n))
 
 
-def to_spark_table(records: pa.Table, topic: str, partition: int, offsets: np.ndarray,
-                   timestamp_types: np.ndarray, include_headers: bool) -> pa.Table:
+def to_spark_table(pieces: list[tuple[pa.Table, int, int]], topic: str, partition: int,
+                   include_headers: bool) -> pa.Table:
+    """Spark's Kafka columns around record pieces (records, first offset, timestamp type)."""
+    records = pa.concat_tables([p[0] for p in pieces])
     n = records.num_rows
+    first = pieces[0][1]
+    if all(b[1] == a[1] + a[0].num_rows for a, b in zip(pieces, pieces[1:])):
+        offsets: pa.Array | pa.ChunkedArray = pc.add(_counting(pa.int64(), n),
+                                                     pa.scalar(first, pa.int64()))
+    else:
+        offsets = pa.chunked_array([pc.add(_counting(pa.int64(), t.num_rows),
+                                           pa.scalar(o, pa.int64())) for t, o, _ in pieces])
+    kinds = {kind for _, _, kind in pieces}
+    if len(kinds) == 1:
+        ts_types: pa.Array | pa.ChunkedArray = _repeat(pa.int32(), kinds.pop(), n)
+    else:
+        ts_types = pa.chunked_array([_repeat(pa.int32(), k, t.num_rows) for t, _, k in pieces])
     micros = pc.multiply(records.column("timestamp"), pa.scalar(1000, pa.int64()))
     columns = [
         records.column("key"),
         records.column("value"),
         _constant_strings(topic, n),
-        pa.array(np.full(n, partition, dtype=np.int32)),
-        pa.array(offsets),
+        _repeat(pa.int32(), partition, n),
+        offsets,
         micros.cast(SPARK_TIMESTAMP),
-        pa.array(timestamp_types),
+        ts_types,
     ]
     if include_headers:
         columns.append(records.column("headers"))

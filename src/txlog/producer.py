@@ -31,6 +31,9 @@ DEFAULT_BATCH_SIZE = 1 << 20  # bytes; each batch is one object, so larger than 
 DEFAULT_LINGER_MS = 5
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 RECORD_OVERHEAD = 24  # rough per-record Arrow overhead, for batch sizing only
+# How often a producer looks for expired or decided-but-unfinished transactions
+# holding back a partition it writes to (there is no coordinator timer).
+EXPIRY_CHECK_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +167,7 @@ class Producer:
         self._decision_id = ""
         self._txn_partitions: set[tuple[str, int]] = set()
         self._txn_has_offsets = False
+        self._expiry_checked: dict[tuple[str, int], float] = {}
         if enable_idempotence and transactional_id is None:
             self._producer_id = log.producer_ids.next_id()
             self._epoch = 0
@@ -306,9 +310,23 @@ class Producer:
         if self.enable_idempotence:
             self._sequences[tp] = (sequence + count) & 0x7FFFFFFF
         self._partitioner.batch_sent(topic, partition, desc.partitions)
+        self._maybe_abort_expired(tp)
         for i, f in enumerate(pending.futures):
             f._resolve(RecordMetadata(topic, partition, result.base_offset + i,
                                       pending.timestamps[i]))
+
+    def _maybe_abort_expired(self, tp: tuple[str, int]) -> None:
+        """Abort other producers' expired transactions in ``tp``, at most once a second.
+
+        Kafka's coordinator aborts them on a timer; with no server, the
+        processes that write to a partition take that duty, so a dead
+        producer cannot hold the LSO back for longer than its timeout.
+        """
+        now = time.monotonic()
+        if now - self._expiry_checked.get(tp, 0.0) < EXPIRY_CHECK_INTERVAL_S:
+            return
+        self._expiry_checked[tp] = now
+        self.log.coordinator.abort_expired_in(*tp)
 
     def flush(self, timeout: float | None = None) -> None:
         """Publish every pending batch; raises the first error a batch met."""
