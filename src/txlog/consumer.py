@@ -162,7 +162,7 @@ class Consumer:
     def poll(self, max_records: int | None = None) -> list[ConsumerRecord]:
         """Up to ``max_records`` records, in offset order within each partition."""
         self._check_open()
-        budget = max_records or self.max_poll_records
+        budget = self.max_poll_records if max_records is None else max_records
         out: list[ConsumerRecord] = []
         n = len(self._assignment)
         for i in range(n):

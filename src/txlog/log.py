@@ -116,9 +116,11 @@ class Log:
         checked = _check_config(name, dict(config or {}))
         if self.storage.exists(f"topics/{name}/topic.json"):
             raise TopicExistsError(f"topic {name!r} already exists in {self.root}")
-        # Leftovers of a delete that did not finish must not leak into the new topic.
-        for p in range(partitions):
-            self.storage.delete_tree(f"topics/{name}/{p}")
+        if self.storage.list(f"topics/{name}"):
+            # Never clear leftovers here: a concurrent creator may already own them.
+            raise TopicExistsError(
+                f"topic {name!r} in {self.root} still holds data of an unfinished delete; "
+                f"call delete_topic({name!r}) to finish it")
         desc = TopicDescription(name, partitions, checked, int(time.time() * 1000))
         meta = msgpack.packb({"name": name, "partitions": partitions, "config": checked,
                               "created_ms": desc.created_ms})
@@ -147,11 +149,15 @@ class Log:
         return desc
 
     def delete_topic(self, name: str) -> None:
-        """Remove a topic: its description first, so no new writer starts, then its data."""
-        desc = self.describe_topic(name)
+        """Remove a topic: its description first, so no new writer starts, then its data.
+
+        Also finishes a delete that stopped half-way (description gone, data left).
+        """
+        validate_name(name, "topic")
+        if not self.storage.exists(f"topics/{name}/topic.json") and \
+                not self.storage.list(f"topics/{name}"):
+            raise UnknownTopicError(f"topic {name!r} does not exist in {self.root}")
         self.storage.delete(f"topics/{name}/topic.json")
-        for p in range(desc.partitions):
-            self.storage.delete_tree(f"topics/{name}/{p}")
         self.storage.delete_tree(f"topics/{name}")
         with self._lock:
             self._topics.pop(name, None)

@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .batch import (ABORT, COMMIT, CONTROL_BIT, HEADER_READ_SIZE, LOG_APPEND_TIME,
-                    TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader, ControlRecord,
-                    decode_control, decode_header, decode_records, encode_control,
+                    RECORD_SCHEMA, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader,
+                    ControlRecord, decode_control, decode_header, decode_records, encode_control,
                     encode_header, payload_of)
 from .errors import CorruptBatchError, InvalidConfigError, OffsetOutOfRangeError, StorageError
 from .producer_state import AbortedTransaction, OpenTransaction, ProducerState
@@ -349,7 +349,8 @@ class PartitionLog:
             if lo or hi < header.record_count:
                 records = records.slice(lo, hi - lo)
             if header.timestamp_type == LOG_APPEND_TIME:
-                records = records.set_column(2, "timestamp", _repeat(
+                # Keep the field non-nullable: pieces of both timestamp types must concatenate.
+                records = records.set_column(2, RECORD_SCHEMA.field("timestamp"), _repeat(
                     pa.int64(), header.max_timestamp, records.num_rows))
             pieces.append((records, base + lo, header.timestamp_type))
         if not pieces:

@@ -120,8 +120,9 @@ class ProducerState:
         if epoch < entry.epoch:
             error = ProducerFencedError if header.is_transactional else InvalidProducerEpochError
             raise error(
-                f"producer {pid} epoch {epoch} is older than epoch {entry.epoch} already in this "
-                "partition (a newer instance took over, or its transaction was already ended)")
+                f"producer {pid} epoch {epoch} (batch sequence {seq}) is older than epoch "
+                f"{entry.epoch} already in this partition (a newer instance took over, or its "
+                "transaction was already ended)")
         if entry.in_transaction:
             if epoch > entry.epoch:
                 raise InvalidTxnStateError(

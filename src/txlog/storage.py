@@ -123,14 +123,18 @@ class LocalStorage(Storage):
         tmp = os.path.join(directory, f"{TMP_PREFIX}{uuid.uuid4().hex}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            if self.fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+            try:
+                view = memoryview(data)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        except BaseException:
+            os.unlink(tmp)  # a failed write (disk full) must not leave its temp file behind
+            raise
         try:
             os.link(tmp, final)
         except FileExistsError:
@@ -194,6 +198,7 @@ class MemoryStorage(Storage):
             return True
 
     def read(self, path: str) -> bytes:
+        _check_relative(path)  # refuse the same paths LocalStorage refuses
         with self._lock:
             try:
                 return self._objects[path]
@@ -204,6 +209,7 @@ class MemoryStorage(Storage):
         return self.read(path)[:length]
 
     def exists(self, path: str) -> bool:
+        _check_relative(path)
         with self._lock:
             return path in self._objects
 
@@ -214,6 +220,7 @@ class MemoryStorage(Storage):
         return sorted({k.split("/", 1)[0] for k in keys})
 
     def delete(self, path: str) -> None:
+        _check_relative(path)
         with self._lock:
             self._objects.pop(path, None)
 
@@ -291,7 +298,11 @@ def open_storage(url: str | os.PathLike[str], storage_options: dict[str, Any] | 
     protocol = url.split("://", 1)[0].lower()
     if protocol == "memory":
         with _memory_lock:
-            return _memory_roots.setdefault(url, MemoryStorage())
+            store = _memory_roots.get(url)
+            if store is None:
+                store = _memory_roots[url] = MemoryStorage()
+                store.url = url  # so that Log(log.root) reopens this same store
+            return store
     if protocol in ("hdfs", "viewfs", "webhdfs"):
         raise UnsupportedStorageError(
             f"{url}: HDFS cannot create a file only if it is absent through fsspec/pyarrow, "

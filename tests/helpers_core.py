@@ -1,0 +1,343 @@
+"""Helpers for the core test files: storage wrappers, an independent chain checker,
+and the entry points of the child processes the multi-process tests start.
+
+The chain checker deliberately does not use PartitionLog: it lists the batch
+files itself and decodes every header and payload, so a bug in the partition's
+own bookkeeping cannot hide a gap or a damaged batch from the tests.
+
+Run as a script (``python helpers_core.py <command> ...``) it is the child
+process of the concurrency, crash and producer-id tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from txlog import Log
+from txlog.batch import (CONTROL_BIT, RECORD_SCHEMA, TRANSACTIONAL_BIT, BatchHeader,
+                         decode_control, decode_header, decode_records, encode_records,
+                         payload_of)
+from txlog.partition import BATCH_SUFFIX
+from txlog.storage import TMP_PREFIX, Storage
+
+HELPER = os.path.abspath(__file__)
+START_DEADLINE_S = 60.0
+
+
+# --- storage wrappers ---------------------------------------------------------------
+
+
+class DelegatingStorage(Storage):
+    """Passes every call to an inner storage; subclasses intercept what they test."""
+
+    def __init__(self, inner: Storage) -> None:
+        self.inner = inner
+        self.url = inner.url
+
+    def publish_if_absent(self, path: str, data: bytes) -> bool:
+        return self.inner.publish_if_absent(path, data)
+
+    def read(self, path: str) -> bytes:
+        return self.inner.read(path)
+
+    def read_prefix(self, path: str, length: int) -> bytes:
+        return self.inner.read_prefix(path, length)
+
+    def read_buffer(self, path: str) -> pa.Buffer:
+        return self.inner.read_buffer(path)
+
+    def exists(self, path: str) -> bool:
+        return self.inner.exists(path)
+
+    def list(self, directory: str) -> list[str]:
+        return self.inner.list(directory)
+
+    def delete(self, path: str) -> None:
+        self.inner.delete(path)
+
+
+class CountingStorage(DelegatingStorage):
+    """Records (method, path) of every read, to prove what a computation touched."""
+
+    def __init__(self, inner: Storage) -> None:
+        super().__init__(inner)
+        self.calls: list[tuple[str, str]] = []
+
+    def read(self, path: str) -> bytes:
+        self.calls.append(("read", path))
+        return super().read(path)
+
+    def read_prefix(self, path: str, length: int) -> bytes:
+        self.calls.append(("read_prefix", path))
+        return super().read_prefix(path, length)
+
+    def read_buffer(self, path: str) -> pa.Buffer:
+        self.calls.append(("read_buffer", path))
+        return super().read_buffer(path)
+
+    def paths(self, method: str, suffix: str = BATCH_SUFFIX) -> list[str]:
+        return [p for m, p in self.calls if m == method and p.endswith(suffix)]
+
+
+class AmbiguousStorage(DelegatingStorage):
+    """A store whose publish may fail *after* creating the object (a lost reply).
+
+    ``create_then_fail`` paths are published and then an OSError is raised;
+    ``fail_before`` paths raise without creating anything.  Each rule fires
+    ``times`` times, so a retry can eventually get through.
+    """
+
+    def __init__(self, inner: Storage, match: Callable[[str], bool], times: int = 1,
+                 create: bool = True) -> None:
+        super().__init__(inner)
+        self.match = match
+        self.remaining = times
+        self.create = create
+        self.failed: list[str] = []
+        self.attempts: list[str] = []
+
+    def publish_if_absent(self, path: str, data: bytes) -> bool:
+        if self.match(path):
+            self.attempts.append(path)
+        if self.match(path) and self.remaining > 0:
+            self.remaining -= 1
+            self.failed.append(path)
+            if self.create:
+                self.inner.publish_if_absent(path, data)
+            raise OSError(f"simulated timeout publishing {path}")
+        return super().publish_if_absent(path, data)
+
+
+# --- building and checking batches ------------------------------------------------
+
+
+def data_header(producer_id: int = -1, epoch: int = -1, sequence: int = -1, count: int = 1,
+                transactional: bool = False, decision_id: str = "") -> BatchHeader:
+    return BatchHeader(base_offset=0, record_count=count,
+                       attributes=TRANSACTIONAL_BIT if transactional else 0,
+                       base_timestamp=1000, max_timestamp=1000 + count - 1,
+                       producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence,
+                       decision_id=decision_id)
+
+
+def records_payload(values: list[bytes | None], keys: list[bytes | None] | None = None,
+                    compression: str | None = None, first_ts: int = 1000) -> bytes:
+    keys = keys if keys is not None else [None] * len(values)
+    table = pa.Table.from_arrays([
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.array([first_ts + i for i in range(len(values))], pa.int64()),
+        pa.array([[] for _ in values], RECORD_SCHEMA.field("headers").type),
+    ], schema=RECORD_SCHEMA)
+    return encode_records(table, compression)
+
+
+def partition_dir(root: str | os.PathLike[str], topic: str, partition: int) -> Path:
+    return Path(root) / "topics" / topic / str(partition)
+
+
+def batch_files(root: str | os.PathLike[str], topic: str, partition: int) -> list[Path]:
+    d = partition_dir(root, topic, partition)
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.iterdir() if p.name.endswith(BATCH_SUFFIX))
+
+
+def tmp_files(root: str | os.PathLike[str], topic: str, partition: int) -> list[Path]:
+    d = partition_dir(root, topic, partition)
+    return sorted(p for p in d.iterdir() if p.name.startswith(TMP_PREFIX)) if d.is_dir() else []
+
+
+@dataclass(frozen=True)
+class ChainBatch:
+    path: Path
+    header: BatchHeader
+    values: list[bytes | None]  # empty for control batches
+    keys: list[bytes | None]
+
+
+def read_chain(root: str | os.PathLike[str], topic: str, partition: int) -> list[ChainBatch]:
+    """Every batch file of a partition, fully checked, independently of PartitionLog.
+
+    Asserts that base offsets start at 0 and chain exactly
+    (``base[k+1] == base[k] + count[k]``), that each file's name is its header's
+    base offset, and that every header and payload passes its checksum.
+    """
+    out: list[ChainBatch] = []
+    expected = 0
+    for path in batch_files(root, topic, partition):
+        base = int(path.name[:-len(BATCH_SUFFIX)])
+        assert base == expected, f"chain broken at {path.name}: expected base {expected}"
+        data = path.read_bytes()
+        header = decode_header(data, str(path), base)  # checks magic, header CRC, offset
+        payload = payload_of(data, header, str(path))  # checks length and payload CRC
+        if header.attributes & CONTROL_BIT:
+            decode_control(payload, header, str(path))
+            keys: list[bytes | None] = []
+            values: list[bytes | None] = []
+        else:
+            table = decode_records(payload, header, str(path))
+            keys = table.column("key").to_pylist()
+            values = table.column("value").to_pylist()
+        out.append(ChainBatch(path, header, values, keys))
+        expected = header.next_offset
+    return out
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.005)
+
+
+def child(*args: object) -> list[str]:
+    """Command line running this module as a child process."""
+    return [sys.executable, HELPER, *map(str, args)]
+
+
+def self_checking_value(size: int) -> tuple[bytes, bytes]:
+    """(key, value): random bytes and their SHA-256, so a reader can verify the value."""
+    value = os.urandom(size)
+    return hashlib.sha256(value).digest(), value
+
+
+# --- child-process entry points ---------------------------------------------------------
+
+
+def _wait_go(go_file: str) -> None:
+    wait_for(lambda: os.path.exists(go_file), START_DEADLINE_S, f"start signal {go_file}")
+
+
+def _append_worker(root: str, topic: str, partition: str, batches: str, per_batch: str,
+                   worker: str, result: str, go_file: str) -> None:
+    """Append ``batches`` batches of ``per_batch`` records to one partition.
+
+    Writes [[value, offset], ...] of every acknowledged record, in send order,
+    to ``result`` (via rename, so the parent never reads half a file).
+    """
+    log = Log(root)
+    producer = log.producer(linger_ms=3_600_000)
+    _wait_go(go_file)
+    acked: list[tuple[str, int]] = []
+    for b in range(int(batches)):
+        futures = []
+        for r in range(int(per_batch)):
+            value = f"w{worker}-b{b}-r{r}"
+            futures.append((value, producer.send(topic, value.encode(),
+                                                 partition=int(partition))))
+        producer.flush()
+        acked.extend((v, f.get().offset) for v, f in futures)
+    _write_result(result, {"producer_id": producer.producer_id, "acked": acked})
+
+
+def _keyed_worker(root: str, topic: str, records: str, worker: str, result: str,
+                  go_file: str) -> None:
+    """Send keyed records one batch each; the producer's partitioner picks the partition."""
+    import random
+
+    rng = random.Random(int(worker))
+    log = Log(root)
+    producer = log.producer(linger_ms=0)
+    _wait_go(go_file)
+    acked = []
+    for i in range(int(records)):
+        key = rng.randbytes(rng.randrange(1, 24))
+        value = f"w{worker}-{i}"
+        md = producer.send(topic, value.encode(), key=key).get()
+        acked.append((key.hex(), value, md.partition, md.offset))
+    _write_result(result, {"acked": acked})
+
+
+def _alloc_ids(root: str, count: str, result: str, go_file: str) -> None:
+    log = Log(root)
+    _wait_go(go_file)
+    ids = [log.producer_ids.next_id() for _ in range(int(count))]
+    _write_result(result, {"ids": ids})
+
+
+def _crash_loop(root: str, topic: str, value_size: str, per_batch: str) -> None:
+    """Append large self-checking batches to partition 0 until killed."""
+    log = Log(root)
+    producer = log.producer(linger_ms=3_600_000, batch_size=1 << 40)
+    while True:
+        for _ in range(int(per_batch)):
+            key, value = self_checking_value(int(value_size))
+            producer.send(topic, value, key=key, partition=0)
+        producer.flush()
+
+
+def _crash_at(root: str, topic: str, point: str, value_size: str, batches_before: str) -> None:
+    """Publish ``batches_before`` batches, then SIGKILL itself inside the next publish.
+
+    ``point`` is where: ``mid-write`` (half the temp file written),
+    ``before-link`` (temp file complete and fsynced, not yet linked) or
+    ``after-link`` (linked, temp name not yet removed).  The patches apply to
+    this child process only.
+    """
+    import txlog.storage as storage_module
+
+    log = Log(root)
+    producer = log.producer(linger_ms=3_600_000, batch_size=1 << 40)
+    armed = {"on": False}
+    real_link, real_write = os.link, os.write
+
+    def die() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def link(src, dst, *a, **k):  # type: ignore[no-untyped-def]
+        if armed["on"] and str(dst).endswith(BATCH_SUFFIX):
+            if point == "before-link":
+                die()
+            if point == "after-link":
+                real_link(src, dst, *a, **k)
+                die()
+        return real_link(src, dst, *a, **k)
+
+    def write(fd, data):  # type: ignore[no-untyped-def]
+        if armed["on"] and point == "mid-write" and len(data) > 1024:
+            real_write(fd, bytes(memoryview(data)[:len(data) // 2]))
+            os.fsync(fd)
+            die()
+        return real_write(fd, data)
+
+    storage_module.os.link = link  # type: ignore[attr-defined]
+    storage_module.os.write = write  # type: ignore[attr-defined]
+    for i in range(int(batches_before) + 1):
+        if i == int(batches_before):
+            armed["on"] = True
+        key, value = self_checking_value(int(value_size))
+        producer.send(topic, value, key=key, partition=0)
+        producer.flush()
+    sys.exit(3)  # the kill did not happen: the parent treats this as a failure
+
+
+def _write_result(path: str, obj: object) -> None:
+    tmp = path + ".part"
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+    os.replace(tmp, path)
+
+
+COMMANDS: dict[str, Callable[..., None]] = {
+    "append": _append_worker,
+    "keyed": _keyed_worker,
+    "alloc-ids": _alloc_ids,
+    "crash-loop": _crash_loop,
+    "crash-at": _crash_at,
+}
+
+if __name__ == "__main__":
+    COMMANDS[sys.argv[1]](*sys.argv[2:])

@@ -1,0 +1,270 @@
+"""Producer state: Kafka's per-producer validation rules, as a pure function of headers.
+
+The unit tests drive ProducerState with BatchHeader objects only (no disk), so a
+failure points at the rules themselves.  The last tests check that a fresh
+process rebuilds the state from the newest snapshot plus only the headers after
+it, which is what keeps appends cheap on a long log.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from txlog import (InvalidProducerEpochError, Log, OutOfOrderSequenceError,
+                   ProducerFencedError)
+from txlog.batch import ABORT, COMMIT, CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader, ControlRecord
+from txlog.partition import SNAPSHOT_DIR, SNAPSHOT_INTERVAL, SNAPSHOT_SUFFIX
+from txlog.producer_state import INT32_MAX, NUM_BATCHES_TO_RETAIN, ProducerState
+from txlog.storage import LocalStorage
+
+from helpers_core import CountingStorage, read_chain
+
+PID = 4242
+
+
+def hdr(state: ProducerState, seq: int, count: int = 3, epoch: int = 0, pid: int = PID,
+        transactional: bool = False, decision: str = "") -> BatchHeader:
+    """A data batch placed at the state's current end."""
+    return BatchHeader(base_offset=state.end_offset, record_count=count,
+                       attributes=TRANSACTIONAL_BIT if transactional else 0,
+                       base_timestamp=10, max_timestamp=20, producer_id=pid,
+                       producer_epoch=epoch, base_sequence=seq, decision_id=decision)
+
+
+def append(state: ProducerState, header: BatchHeader) -> None:
+    """What a writer does: validate against the prefix, then extend it."""
+    assert state.check_append(header) is None
+    state.apply(header)
+
+
+def marker(state: ProducerState, pid: int, epoch: int, kind: int) -> None:
+    header = BatchHeader(base_offset=state.end_offset, record_count=1,
+                         attributes=CONTROL_BIT | TRANSACTIONAL_BIT, producer_id=pid,
+                         producer_epoch=epoch)
+    first = state.producers[pid].txn_first_offset if pid in state.producers else -1
+    state.apply(header, ControlRecord(kind, 0, first))
+
+
+def test_first_batch_of_a_producer_must_have_sequence_zero() -> None:
+    state = ProducerState()
+    with pytest.raises(OutOfOrderSequenceError) as info:
+        state.check_append(hdr(state, seq=5, epoch=2))
+    message = str(info.value)
+    assert f"producer {PID}" in message and "epoch 2" in message and "5" in message
+    append(state, hdr(state, seq=0, epoch=2))
+    assert state.producers[PID].epoch == 2 and state.producers[PID].last_seq == 2
+
+
+def test_sequences_must_be_contiguous() -> None:
+    state = ProducerState()
+    append(state, hdr(state, seq=0, count=3))
+    append(state, hdr(state, seq=3, count=2))
+    for wrong in (4, 6, 100, 0 + 1):
+        with pytest.raises(OutOfOrderSequenceError) as info:
+            state.check_append(hdr(state, seq=wrong))
+        message = str(info.value)
+        assert f"producer {PID}" in message and "epoch 0" in message
+        assert f"sequence {wrong}" in message and "expected 5" in message
+    append(state, hdr(state, seq=5))
+    assert state.end_offset == 8
+
+
+def test_non_idempotent_batches_are_not_checked() -> None:
+    state = ProducerState()
+    header = BatchHeader(base_offset=0, record_count=2)
+    assert state.check_append(header) is None
+    state.apply(header)
+    assert state.check_append(BatchHeader(base_offset=2, record_count=2)) is None
+    assert state.producers == {}
+
+
+def test_duplicates_of_the_last_five_batches_are_recognised() -> None:
+    state = ProducerState()
+    sent: list[BatchHeader] = []
+    for i in range(8):
+        h = hdr(state, seq=i * 2, count=2)
+        append(state, h)
+        sent.append(h)
+    assert NUM_BATCHES_TO_RETAIN == 5
+    for h in sent[-NUM_BATCHES_TO_RETAIN:]:
+        resend = hdr(state, seq=h.base_sequence, count=h.record_count)  # placed at the end
+        original = state.check_append(resend)
+        assert original is not None, f"sequence {h.base_sequence} not seen as a duplicate"
+        assert (original.base_offset, original.record_count) == (h.base_offset, h.record_count)
+        assert original.last_offset == h.last_offset
+    # The sixth-last is out of the window: Kafka rejects it as out of order.
+    sixth = sent[-NUM_BATCHES_TO_RETAIN - 1]
+    with pytest.raises(OutOfOrderSequenceError):
+        state.check_append(hdr(state, seq=sixth.base_sequence, count=sixth.record_count))
+    # Same first sequence but a different length is not a duplicate either.
+    last = sent[-1]
+    with pytest.raises(OutOfOrderSequenceError):
+        state.check_append(hdr(state, seq=last.base_sequence, count=last.record_count + 1))
+
+
+def test_old_epoch_is_rejected_with_an_epoch_error() -> None:
+    state = ProducerState()
+    append(state, hdr(state, seq=0, epoch=3))
+    with pytest.raises(InvalidProducerEpochError) as info:
+        state.check_append(hdr(state, seq=3, epoch=2))
+    assert not isinstance(info.value, OutOfOrderSequenceError)
+    assert type(info.value) is InvalidProducerEpochError
+    message = str(info.value)
+    assert f"producer {PID}" in message and "epoch 2" in message and "epoch 3" in message
+    assert "sequence 3" in message
+    # A transactional batch of an old epoch means a newer instance took over: fenced.
+    with pytest.raises(ProducerFencedError):
+        state.check_append(hdr(state, seq=3, epoch=2, transactional=True, decision="d"))
+    assert not issubclass(OutOfOrderSequenceError, InvalidProducerEpochError)
+    assert not issubclass(InvalidProducerEpochError, OutOfOrderSequenceError)
+
+
+def test_new_epoch_must_start_at_sequence_zero() -> None:
+    state = ProducerState()
+    append(state, hdr(state, seq=0, count=4, epoch=0))
+    old = hdr(state, seq=0, count=4, epoch=0)
+    with pytest.raises(OutOfOrderSequenceError) as info:
+        state.check_append(hdr(state, seq=4, epoch=1))
+    assert "epoch 1" in str(info.value) and "sequence 0" in str(info.value)
+    append(state, hdr(state, seq=0, count=2, epoch=1))
+    entry = state.producers[PID]
+    assert entry.epoch == 1 and len(entry.batches) == 1
+    # The old epoch's batch is no longer a duplicate: it is from a fenced epoch.
+    with pytest.raises(InvalidProducerEpochError):
+        state.check_append(old)
+
+
+def test_sequence_wraps_after_int32_max() -> None:
+    state = ProducerState()
+    # Reach the top of the sequence space the way a long-lived producer would.
+    append(state, hdr(state, seq=0, count=1))
+    state.producers[PID].batches[-1].last_seq = INT32_MAX - 5
+    state.producers[PID].batches[-1].first_seq = INT32_MAX - 5
+    wrapping = hdr(state, seq=INT32_MAX - 4, count=7)  # sequences MAX-4 .. MAX, 0, 1
+    assert wrapping.last_sequence == 1
+    append(state, wrapping)
+    assert state.producers[PID].last_seq == 1
+    with pytest.raises(OutOfOrderSequenceError):
+        state.check_append(hdr(state, seq=0))
+    assert state.check_append(hdr(state, seq=INT32_MAX - 4, count=7)) is not None  # duplicate
+    append(state, hdr(state, seq=2, count=1))
+
+    exact = ProducerState()
+    append(exact, hdr(exact, seq=0, count=1))
+    exact.producers[PID].batches[-1].first_seq = INT32_MAX
+    exact.producers[PID].batches[-1].last_seq = INT32_MAX
+    with pytest.raises(OutOfOrderSequenceError):
+        exact.check_append(hdr(exact, seq=1))
+    append(exact, hdr(exact, seq=0, count=1))  # after 2^31-1 comes 0
+    assert exact.producers[PID].last_seq == 0
+
+
+def test_apply_refuses_a_batch_that_is_not_at_the_end() -> None:
+    state = ProducerState()
+    append(state, hdr(state, seq=0))
+    with pytest.raises(ValueError):
+        state.apply(BatchHeader(base_offset=0, record_count=1))
+
+
+def build_rich_state() -> ProducerState:
+    """Several producers, an aborted and a committed transaction, one still open."""
+    state = ProducerState()
+    append(state, BatchHeader(base_offset=0, record_count=2))
+    for i in range(7):
+        append(state, hdr(state, seq=i * 3, pid=1))
+    append(state, hdr(state, seq=0, pid=2, transactional=True, decision="d2"))
+    append(state, hdr(state, seq=3, pid=2, transactional=True, decision="d2"))
+    marker(state, 2, 1, ABORT)
+    append(state, hdr(state, seq=0, pid=2, epoch=1, transactional=True, decision="d2b"))
+    marker(state, 2, 2, COMMIT)
+    append(state, hdr(state, seq=0, pid=3, epoch=7, transactional=True, decision="d3"))
+    return state
+
+
+def test_transaction_bookkeeping() -> None:
+    state = build_rich_state()
+    assert [(a.producer_id, a.first_offset) for a in state.aborted] == [(2, 23)]
+    assert state.aborted[0].last_offset == 29
+    open_txns = state.open_transactions()
+    assert [(t.producer_id, t.epoch, t.decision_id) for t in open_txns] == [(3, 7, "d3")]
+    assert open_txns[0].first_offset == state.end_offset - 3
+
+
+def test_snapshot_round_trip_is_exact() -> None:
+    state = build_rich_state()
+    data = state.to_bytes()
+    restored = ProducerState.from_bytes(data)
+    assert restored.end_offset == state.end_offset
+    assert restored.producers == state.producers
+    assert restored.aborted == state.aborted
+    assert restored.to_bytes() == data
+    # The restored state validates exactly like the original.
+    nxt = hdr(restored, seq=21, pid=1)
+    assert restored.check_append(nxt) is None and state.check_append(nxt) is None
+    dup = hdr(restored, seq=18, pid=1)
+    assert restored.check_append(dup) == state.check_append(dup)
+    copy = state.copy()
+    append(copy, hdr(copy, seq=21, pid=1))
+    assert state.producers[1].last_seq == 20  # the copy is independent
+    with pytest.raises(ValueError):
+        ProducerState.from_bytes(b"\x81\xa1v\x63")  # {"v": 99}
+
+
+def _fill(root: Path, batches: int) -> Log:
+    log = Log(root)
+    log.create_topic("t", 1)
+    producer = log.producer(linger_ms=0)
+    for i in range(batches):
+        producer.send("t", b"v%d" % i, partition=0).get()
+    return log
+
+
+def _state_from_all_headers(root: Path) -> ProducerState:
+    state = ProducerState()
+    for batch in read_chain(root, "t", 0):
+        state.apply(batch.header)
+    return state
+
+
+def _snapshots(root: Path) -> list[Path]:
+    return sorted((root / "topics" / "t" / "0" / SNAPSHOT_DIR).glob(f"*{SNAPSHOT_SUFFIX}"))
+
+
+def test_fresh_state_reads_only_batches_after_the_last_snapshot(tmp_path: Path) -> None:
+    root = tmp_path / "log"
+    total = 2 * SNAPSHOT_INTERVAL + 10
+    _fill(root, total)
+    snaps = _snapshots(root)
+    assert snaps, "a writer past SNAPSHOT_INTERVAL batches should have left a snapshot"
+    latest = int(snaps[-1].name[:-len(SNAPSHOT_SUFFIX)])
+    after = [b.header.base_offset for b in read_chain(root, "t", 0)
+             if b.header.base_offset >= latest]
+    assert 0 < len(after) < total
+
+    counting = CountingStorage(LocalStorage(str(root)))
+    state = Log(counting).partition("t", 0).state()
+    read = [int(Path(p).name.split(".")[0]) for p in counting.paths("read_prefix")]
+    # Each batch after the snapshot once, plus the probe that finds the log end.
+    assert read == after + [total]
+    assert counting.paths("read_buffer") == [] and counting.paths("read") == []
+    assert state.to_bytes() == _state_from_all_headers(root).to_bytes()
+
+
+def test_damaged_snapshot_falls_back_to_an_older_one(tmp_path: Path) -> None:
+    """A snapshot is only a cache: a bad one costs reads, never correctness."""
+    root = tmp_path / "log"
+    _fill(root, 2 * SNAPSHOT_INTERVAL + 5)
+    snaps = _snapshots(root)
+    assert len(snaps) >= 2
+    older = int(snaps[-2].name[:-len(SNAPSHOT_SUFFIX)])
+    damaged = bytearray(snaps[-1].read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF
+    snaps[-1].write_bytes(bytes(damaged))
+
+    counting = CountingStorage(LocalStorage(str(root)))
+    state = Log(counting).partition("t", 0).state()
+    first_read = int(Path(counting.paths("read_prefix")[0]).name.split(".")[0])
+    assert first_read == older
+    assert state.to_bytes() == _state_from_all_headers(root).to_bytes()

@@ -1,0 +1,144 @@
+"""Topic administration and the validation of everything a user names or configures.
+
+Topic names become directory names, so a bad one must never reach storage;
+errors must say what was wrong so the user can fix the call.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from txlog import (InvalidConfigError, InvalidNameError, Log, LogFormatError, TopicExistsError,
+                   UnknownPartitionError, UnknownTopicError)
+from txlog.log import MAX_PARTITIONS
+
+
+def test_create_describe_list_delete(log: Log) -> None:
+    assert log.topics() == []
+    desc = log.create_topic("orders", 3, {"message.timestamp.type": "LogAppendTime",
+                                          "max.message.bytes": 4096})
+    log.create_topic("a.b_c-D9", 1)
+    assert (desc.name, desc.partitions) == ("orders", 3)
+    assert log.topics() == ["a.b_c-D9", "orders"]
+
+    # Another process (a fresh Log) sees the same description.
+    other = Log(log.root)
+    described = other.describe_topic("orders")
+    assert (described.name, described.partitions, described.config) == (
+        "orders", 3, {"message.timestamp.type": "LogAppendTime", "max.message.bytes": 4096})
+    assert described.created_ms == desc.created_ms
+    producer = log.producer()
+    assert producer.partitions_for("orders") == {0, 1, 2}
+    producer.send("orders", b"x", partition=2).get()
+    assert other.end_offset("orders", 2) == 1
+
+    log.delete_topic("orders")
+    assert log.topics() == ["a.b_c-D9"]
+    with pytest.raises(UnknownTopicError, match="orders"):
+        log.describe_topic("orders")
+    assert not (Path(log.root) / "topics" / "orders").exists()
+    # The name can be reused; the new topic starts empty with its own settings.
+    log.create_topic("orders", 1)
+    assert log.describe_topic("orders").partitions == 1
+    assert log.end_offset("orders", 0) == 0
+    assert log.read("orders", 0).num_rows == 0
+
+
+def test_duplicate_create_is_refused(memlog: Log) -> None:
+    memlog.create_topic("t", 2)
+    with pytest.raises(TopicExistsError, match="'t' already exists"):
+        memlog.create_topic("t", 2)
+    with pytest.raises(TopicExistsError):
+        Log(memlog.root).create_topic("t", 5)  # from another Log on the same root too
+    assert memlog.describe_topic("t").partitions == 2
+
+
+@pytest.mark.parametrize("name,problem", [
+    ("", "empty"),
+    (".", "not allowed"),
+    ("..", "not allowed"),
+    ("a/b", "illegal characters '/'"),
+    ("../escape", "illegal characters '/'"),
+    ("x" * 250, "250 characters; at most 249"),
+    ("caf\u00e9", "illegal characters '\u00e9'"),
+    ("\u65e5\u672c", "illegal characters"),
+    ("with space", "illegal characters ' '"),
+    ("tab\t", "illegal characters"),
+    (None, "must be a string"),
+])
+def test_invalid_topic_names(memlog: Log, name: object, problem: str) -> None:
+    for call in (lambda: memlog.create_topic(name, 1),  # type: ignore[arg-type]
+                 lambda: memlog.describe_topic(name)):  # type: ignore[arg-type]
+        with pytest.raises(InvalidNameError) as info:
+            call()
+        assert problem in str(info.value) and "topic name" in str(info.value)
+    assert memlog.storage.list("topics") == []
+
+
+def test_longest_legal_name_works(log: Log) -> None:
+    name = "x" * 249
+    log.create_topic(name, 1)
+    log.producer().send(name, b"v", partition=0).get()
+    assert log.read(name, 0).column("value").to_pylist() == [b"v"]
+
+
+@pytest.mark.parametrize("partitions", [0, -1, MAX_PARTITIONS + 1, 1.5, "3", True, None])
+def test_bad_partition_counts(memlog: Log, partitions: object) -> None:
+    with pytest.raises(InvalidConfigError, match="partitions must be an integer") as info:
+        memlog.create_topic("t", partitions)  # type: ignore[arg-type]
+    assert repr(partitions) in str(info.value)
+    assert memlog.topics() == []
+
+
+@pytest.mark.parametrize("config,option", [
+    ({"retention.ms": 1000}, "'retention.ms'"),
+    ({"message.timestamp.type": "WallClock"}, "message.timestamp.type"),
+    ({"max.message.bytes": 0}, "max.message.bytes"),
+    ({"max.message.bytes": "big"}, "max.message.bytes"),
+])
+def test_bad_topic_config(memlog: Log, config: dict, option: str) -> None:
+    with pytest.raises(InvalidConfigError) as info:
+        memlog.create_topic("t", 1, config)
+    assert option in str(info.value)
+    assert memlog.topics() == []
+
+
+def test_max_message_bytes_is_enforced(memlog: Log) -> None:
+    memlog.create_topic("small", 1, {"max.message.bytes": 2000})
+    producer = memlog.producer()
+    assert producer.send("small", b"x" * 100, partition=0).get().offset == 0
+    future = producer.send("small", b"x" * 5000, partition=0)
+    with pytest.raises(InvalidConfigError, match="max.message.bytes=2000"):
+        future.get()
+    assert memlog.end_offset("small", 0) == 1
+
+
+def test_unknown_topics_and_partitions(memlog: Log) -> None:
+    memlog.create_topic("t", 2)
+    for call in (lambda: memlog.describe_topic("nope"), lambda: memlog.read("nope", 0),
+                 lambda: memlog.end_offset("nope", 0), lambda: memlog.delete_topic("nope"),
+                 lambda: memlog.producer().send("nope", b"v"),
+                 lambda: memlog.consumer().assign([("nope", 0)])):
+        with pytest.raises(UnknownTopicError, match="'nope' does not exist"):
+            call()
+    for bad in (2, -1):
+        with pytest.raises(UnknownPartitionError, match="partitions 0 to 1"):
+            memlog.read("t", bad)
+        with pytest.raises(InvalidConfigError, match="partitions 0 to 1"):
+            memlog.producer().send("t", b"v", partition=bad)
+
+
+def test_opening_without_create(tmp_path: Path) -> None:
+    with pytest.raises(LogFormatError, match="holds no txlog"):
+        Log(tmp_path / "empty", create=False)
+    Log(tmp_path / "made")
+    assert Log(tmp_path / "made", create=False).topics() == []
+
+
+def test_producer_ids_are_unique_within_a_process(memlog: Log) -> None:
+    """Several allocators on one root (one per Log) never hand out the same id."""
+    allocators = [Log(memlog.root).producer_ids for _ in range(3)]
+    ids = [a.next_id() for _ in range(1200) for a in allocators]
+    assert len(set(ids)) == len(ids)
