@@ -18,7 +18,7 @@ from txlog.batch import (ABORT, COMMIT, COMPRESSION_MASK, CONTROL_BIT, CREATE_TI
                          LOG_APPEND_TIME, MAGIC, RECORD_SCHEMA, TIMESTAMP_TYPE_BIT,
                          TRANSACTIONAL_BIT, BatchHeader, ControlRecord, compression_attribute,
                          decode_control, decode_header, decode_records, encode_batch,
-                         encode_control, encode_header, encode_records, payload_of, rebase)
+                         encode_control, encode_header, encode_records, payload_of)
 
 from helpers_core import records_payload
 
@@ -118,16 +118,6 @@ def test_header_strings_are_limited() -> None:
     with pytest.raises(InvalidConfigError, match="transactional id"):
         encode_header(BatchHeader(0, 1, transactional_id="t" * 256))
     encode_header(BatchHeader(0, 1, transactional_id="t" * 255))
-
-
-def test_rebase_moves_a_batch_and_keeps_its_payload() -> None:
-    payload = records_payload([b"v1", b"v2"])
-    original = encode_batch(BatchHeader(0, 2, producer_id=3, producer_epoch=1,
-                                        base_sequence=4), payload)
-    moved = rebase(original, 1000)
-    header = decode_header(moved, "f", 1000)
-    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (3, 1, 4)
-    assert bytes(payload_of(moved, header, "f")) == payload
 
 
 @pytest.mark.parametrize("compression", [None, "lz4", "zstd"])

@@ -142,3 +142,22 @@ def test_producer_ids_are_unique_within_a_process(memlog: Log) -> None:
     allocators = [Log(memlog.root).producer_ids for _ in range(3)]
     ids = [a.next_id() for _ in range(1200) for a in allocators]
     assert len(set(ids)) == len(ids)
+
+
+def test_temp_file_prefix_is_not_a_legal_name(log: Log) -> None:
+    """Listings hide '.tmp-' names, so a topic or id named like that would vanish."""
+    from txlog import InvalidNameError
+
+    with pytest.raises(InvalidNameError, match="reserved"):
+        log.create_topic(".tmp-x", 1)
+    with pytest.raises(InvalidNameError, match="reserved"):
+        log.producer(transactional_id=".tmp-y")
+
+
+def test_open_without_create_leaves_no_directory(tmp_path) -> None:
+    from txlog import LogFormatError
+
+    missing = tmp_path / "typo"
+    with pytest.raises(LogFormatError, match="holds no txlog"):
+        Log(missing, create=False)
+    assert not missing.exists()

@@ -142,13 +142,6 @@ def encode_batch(header: BatchHeader, payload: bytes) -> bytes:
     return encode_header(header) + payload
 
 
-def rebase(data: bytes, base_offset: int) -> bytes:
-    """The same batch at another base offset (a writer that lost a slot retries)."""
-    header = decode_header(data, "<retry>", None)
-    return encode_header(replace(header, base_offset=base_offset)) + bytes(
-        memoryview(data)[header.header_length:])
-
-
 def decode_header(data: bytes | memoryview | pa.Buffer, path: str,
                   expected_offset: int | None) -> BatchHeader:
     """Parse and check a header; ``data`` may hold just the first bytes of the file."""
@@ -173,10 +166,15 @@ def decode_header(data: bytes | memoryview | pa.Buffer, path: str,
     pos = FIXED_SIZE
     strings = []
     for _ in range(2):
+        if pos >= header_length:
+            raise CorruptBatchError("header strings overrun the header", path, expected_offset)
         n = view[pos]
         if pos + 1 + n > header_length:
             raise CorruptBatchError("header strings overrun the header", path, expected_offset)
-        strings.append(bytes(view[pos + 1:pos + 1 + n]).decode("utf-8"))
+        try:
+            strings.append(bytes(view[pos + 1:pos + 1 + n]).decode("utf-8"))
+        except UnicodeDecodeError:
+            raise CorruptBatchError("header string is not UTF-8", path, expected_offset) from None
         pos += 1 + n
     return BatchHeader(base_offset=base_offset, record_count=count, attributes=attributes,
                        base_timestamp=base_ts, max_timestamp=max_ts, producer_id=pid,

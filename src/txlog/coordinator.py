@@ -274,9 +274,10 @@ class TransactionCoordinator:
               offsets: dict[str, dict[tuple[str, int], int]]) -> None:
         """Move to (or stay in) Ongoing with more partitions and/or pending offsets."""
         expired = False
+        decided = False
 
         def step(version: int, value: dict | None) -> dict | None:
-            nonlocal expired
+            nonlocal expired, decided
             meta = self._check_member(
                 None if value is None else TransactionMetadata.from_dict(value), member)
             now = _now_ms()
@@ -289,6 +290,11 @@ class TransactionCoordinator:
                         f"transactional id {member.transactional_id!r}: decision id "
                         f"{member.decision_id!r} differs from the open transaction's "
                         f"{meta.decision_id!r}")
+                # Published decision, metadata not rolled forward yet (the ender
+                # failed or is still at it): nothing may join after the commit point.
+                if self.decision(meta.decision_id) is not None:
+                    decided = True
+                    return None
             new_parts = tuple(sorted(set(meta.partitions if meta.state == S.ONGOING else ())
                                      | set(partitions)))
             pending = {g: dict(o) for g, o in meta.pending_offsets.items()} \
@@ -305,6 +311,11 @@ class TransactionCoordinator:
                 txn_epoch=member.epoch, reason="").to_dict()
 
         self._chain(member.transactional_id).update(step)
+        if decided:
+            self.complete(member.transactional_id, only_decision=member.decision_id)
+            raise InvalidTxnStateError(
+                f"transaction {member.decision_id!r} of {member.transactional_id!r} is already "
+                "decided; nothing can join it (call init_transactions() to go on)")
         if expired:
             self.abort_if_expired(member.transactional_id)
             raise ProducerFencedError(
@@ -336,14 +347,20 @@ class TransactionCoordinator:
                 f"{'commit' if commit else 'abort'} (state {meta.state.value})")
         decision = self._decide(meta.decision_id, commit, [(member.producer_id, member.epoch)],
                                 "EndTxn")
-        final = self.complete(member.transactional_id)
+        final = self.complete(member.transactional_id, only_decision=meta.decision_id)
         committed = decision.commits(member.producer_id, member.epoch)
         if commit and not committed:
             raise TransactionAbortedError(
                 f"transaction of {member.transactional_id!r} was aborted before it could commit "
                 f"({decision.reason or 'aborted'})")
-        assert final is not None
-        return final.producer_id, final.epoch
+        if final is not None and final.state in COMPLETE and \
+                final.decision_id == meta.decision_id and \
+                (final.txn_producer_id, final.txn_epoch) == (member.producer_id, member.epoch):
+            return final.producer_id, final.epoch
+        # Someone else finished the transaction and a newer instance has taken the
+        # id since: the outcome stands, but this producer keeps its old identity,
+        # so its next request is fenced.
+        return member.producer_id, member.epoch
 
     def end_shared_transaction(self, decision_id: str, members: list[TransactionMember],
                                commit: bool) -> Decision:
@@ -421,8 +438,14 @@ class TransactionCoordinator:
         assert latest is not None
         return latest
 
-    def _fence_and_abort(self, transactional_id: str, reason: str) -> None:
+    def _fence_and_abort(self, transactional_id: str, reason: str,
+                         only: TransactionMetadata | None = None) -> None:
         """Abort the Ongoing transaction of ``transactional_id`` and fence its producer.
+
+        With ``only``, abort nothing but that transaction (same decision id,
+        producer id and epoch): a timeout seen on an older read must not
+        abort the transaction that has replaced it since (Kafka checks the
+        producer id and epoch before aborting a timed-out transaction).
 
         The ABORT decision is published first (unless a COMMIT won the race,
         which then rolls forward).  For a member of a shared transaction that
@@ -431,7 +454,9 @@ class TransactionCoordinator:
         readers could then see the member flip from committed to aborted.
         """
         version, meta = self._latest(transactional_id)
-        if meta is None or meta.state != S.ONGOING:
+        if meta is None or meta.state != S.ONGOING or (only is not None and (
+                meta.decision_id, meta.txn_producer_id, meta.txn_epoch) != (
+                only.decision_id, only.txn_producer_id, only.txn_epoch)):
             self.complete(transactional_id)
             return
         decision = self._decide(meta.decision_id, False, [], reason)
@@ -444,8 +469,10 @@ class TransactionCoordinator:
         meta = self.metadata(transactional_id)
         if meta is None or not meta.expired(_now_ms()):
             return False
-        self._fence_and_abort(transactional_id, "transaction timed out")
-        return True
+        self._fence_and_abort(transactional_id, "transaction timed out", only=meta)
+        # True only if it ended aborted: a commit decision may have come first.
+        decision = self.decision(meta.decision_id)
+        return decision is not None and not decision.commits(meta.txn_producer_id, meta.txn_epoch)
 
     def abort_expired(self) -> list[str]:
         """Abort every expired Ongoing transaction and roll forward decided ones."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from .errors import InvalidNameError
+from .storage import TMP_PREFIX
 
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_NAME_LENGTH = 249
@@ -23,6 +24,10 @@ def validate_name(name: object, kind: str = "topic") -> str:
         raise InvalidNameError(f"{kind} name is empty")
     if name in (".", ".."):
         raise InvalidNameError(f"{kind} name {name!r} is not allowed")
+    if name.startswith(TMP_PREFIX):
+        raise InvalidNameError(
+            f"{kind} name {name!r} starts with {TMP_PREFIX!r}, which is reserved for the "
+            "temporary files of in-flight writes")
     if len(name) > MAX_NAME_LENGTH:
         raise InvalidNameError(
             f"{kind} name {name[:20]!r}... is {len(name)} characters; at most {MAX_NAME_LENGTH} allowed")

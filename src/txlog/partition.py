@@ -402,8 +402,12 @@ def _repeat(type_: pa.DataType, value: int, n: int) -> pa.Array:
     return pc.add(pc.multiply(counting, pa.scalar(0, type_)), pa.scalar(value, type_))
 
 
-def _constant_strings(value: str, n: int) -> pa.Array:
+def _constant_strings(value: str, n: int) -> pa.Array | pa.ChunkedArray:
     raw = value.encode("utf-8")
+    per_chunk = max((2**31 - 1) // max(len(raw), 1), 1)  # string offsets are int32
+    if n > per_chunk:
+        sizes = [per_chunk] * (n // per_chunk) + ([n % per_chunk] if n % per_chunk else [])
+        return pa.chunked_array([_constant_strings(value, k) for k in sizes], pa.string())
     offsets = pc.multiply(_counting(pa.int32(), n + 1), pa.scalar(len(raw), pa.int32()))
     return pa.StringArray.from_buffers(n, offsets.buffers()[1], pa.py_buffer(raw * n))
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from .batch import (HEADER_TYPE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, RECORD_SCHEMA,
                     TRANSACTIONAL_BIT, BatchHeader, compression_attribute, encode_records)
-from .errors import (IllegalStateError, InvalidConfigError, ProducerFencedError,
+from .errors import (IllegalStateError, InvalidConfigError, ProducerFencedError, StorageError,
                      TransactionAbortedError, TxlogError)
 from .names import validate_name
 from .partitioner import StickyPartitioner, partition_for_key
@@ -298,7 +298,10 @@ class Producer:
             log_append = desc.config.get("message.timestamp.type") == "LogAppendTime"
             result = self.log.partition(topic, partition).append(header, payload, log_append)
         except TxlogError as exc:
-            if isinstance(exc, ProducerFencedError) or self.transactional_id is not None:
+            # After a storage failure the batch may or may not exist: reusing its
+            # sequence for other records could make them look like a duplicate.
+            if isinstance(exc, (ProducerFencedError, StorageError)) or \
+                    self.transactional_id is not None:
                 self._fatal = exc
             for f in pending.futures:
                 f._fail(exc)
@@ -422,8 +425,16 @@ class Producer:
             self._fatal = exc
             raise
 
+    def _is_shared(self) -> bool:
+        return self._decision_id != f"{self._producer_id}-{self._epoch}"
+
     def commit_transaction(self) -> None:
         self._check_in_transaction("commit_transaction()")
+        if self._is_shared():
+            raise IllegalStateError(
+                f"producer {self.transactional_id!r} is a member of shared transaction "
+                f"{self._decision_id!r}: call prepare_transaction() and let the coordinator run "
+                "log.coordinator.end_shared_transaction(); a member cannot commit alone")
         try:
             self.flush()
         except BaseException as exc:
@@ -461,4 +472,7 @@ class Producer:
         self.flush()
         self._prepared = True
         self._in_transaction = False
+        # The coordinator bumps this id's epoch when it ends the shared
+        # transaction, so this instance cannot go on without a new InitProducerId.
+        self._initialized = False
         return self._member()

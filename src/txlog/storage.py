@@ -87,8 +87,7 @@ class LocalStorage(Storage):
     def __init__(self, root: str, fsync: bool = True) -> None:
         self.root = os.path.abspath(root)
         self.url = self.root
-        self.fsync = fsync
-        os.makedirs(self.root, exist_ok=True)
+        self.fsync = fsync  # directories, the root included, appear with the first publish
 
     def _abs(self, path: str) -> str:
         _check_relative(path)

@@ -1,0 +1,423 @@
+"""The ``txlog`` command: inspect and operate a log root from a shell.
+
+It runs the same library code as every other process (there is no server to
+talk to), so anything it does is exactly what a producer, consumer or
+coordinator in another process would do.  Errors that txlog raises on purpose
+(``TxlogError``) are reported as one line on stderr with exit status 1: an
+operator needs the message, not a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .errors import TxlogError, UnknownTopicError
+from .log import Log
+from .partition import READ_COMMITTED, READ_UNCOMMITTED
+
+PROG = "txlog"
+ROOT_ENV = "TXLOG_ROOT"
+POLL_RECORDS = 10_000
+IDLE_SLEEP_S = 0.1
+
+
+class CommandError(Exception):
+    """A usage problem found after parsing (reported like a TxlogError)."""
+
+
+# --- argument parsing ---------------------------------------------------------------
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _config_item(text: str) -> tuple[str, Any]:
+    """``key=value``; a value made of digits becomes an int (as max.message.bytes needs)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not of the form key=value")
+    if value.lstrip("-").isdigit():
+        return key, int(value)
+    return key, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Operate a txlog root: a Kafka-style transactional log kept directly "
+                    "in a directory or object store, with no broker.",
+        epilog=f"The root can also be given in the {ROOT_ENV} environment variable. "
+               "Errors are reported on one line and exit with status 1.")
+    root_help = ("the log root: a local directory, or a URL such as s3://bucket/path "
+                 f"(default: ${ROOT_ENV})")
+    parser.add_argument("--root", metavar="DIR", default=os.environ.get(ROOT_ENV),
+                        help=root_help)
+    # Every command also takes --root after its own name (txlog topics list --root DIR).
+    leaf = argparse.ArgumentParser(add_help=False)
+    leaf.add_argument("--root", metavar="DIR", default=argparse.SUPPRESS, help=root_help)
+
+    def leaf_parser(group: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return group.add_parser(name, parents=[leaf], **kwargs)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    # topics
+    topics = commands.add_parser("topics", help="list, create, describe or delete topics",
+                                 description="Manage topics.")
+    topic_cmds = topics.add_subparsers(dest="action", metavar="ACTION", required=True)
+    leaf_parser(topic_cmds, "list", help="print the name of every topic, one per line",
+                description="Print the name of every topic, one per line, sorted.")
+    create = leaf_parser(
+        topic_cmds, "create", help="create a topic",
+        description="Create a topic. The root is created as well if it holds no log yet.")
+    create.add_argument("name", metavar="NAME",
+                        help="topic name: ASCII letters, digits, '.', '_', '-' (1 to 249)")
+    create.add_argument("--partitions", metavar="N", type=_positive_int, required=True,
+                        help="number of partitions (1 to 10000)")
+    create.add_argument("--config", metavar="KEY=VALUE", type=_config_item, action="append",
+                        default=[],
+                        help="topic setting, repeatable: message.timestamp.type="
+                             "CreateTime|LogAppendTime, max.message.bytes=N")
+    describe = leaf_parser(
+        topic_cmds, "describe", help="show a topic's settings and per-partition offsets",
+        description="Show a topic's partition count, settings, and for each partition its "
+                    "log end offset and last stable offset.")
+    describe.add_argument("name", metavar="NAME", help="topic name")
+    delete = leaf_parser(
+        topic_cmds, "delete", help="delete a topic and all of its data",
+        description="Delete a topic: its description first (so no new writer starts), "
+                    "then every partition's batches. This cannot be undone.")
+    delete.add_argument("name", metavar="NAME", help="topic name")
+
+    # produce
+    produce = leaf_parser(
+        commands, "produce", help="write one record per line of standard input",
+        description="Read standard input and write one record per line (the line without "
+                    "its line ending is the value, as bytes) with an idempotent producer. "
+                    "Prints how many records went to which offsets.")
+    produce.add_argument("topic", metavar="TOPIC", help="topic to write to")
+    keys = produce.add_mutually_exclusive_group()
+    keys.add_argument("--key", metavar="K",
+                      help="key of every record (UTF-8); records are then partitioned by "
+                           "this key, as Kafka does")
+    keys.add_argument("--key-separator", metavar="SEP",
+                      help="split each line at the first SEP into key and value")
+    produce.add_argument("--partition", metavar="P", type=_non_negative_int,
+                         help="write every record to this partition (default: Kafka's "
+                              "partitioner: murmur2 of the key, sticky for null keys)")
+
+    # consume
+    consume = leaf_parser(
+        commands, "consume", help="print records of a topic",
+        description="Print records of a topic. Without --from-beginning only records written "
+                    "after the command starts are printed (as Kafka's console consumer), so "
+                    "combine it with --timeout-ms. The command stops at the end of the log "
+                    "(the last stable offset under read_committed), after --max-records, or, "
+                    "with --timeout-ms, after that long without a new record.")
+    consume.add_argument("topic", metavar="TOPIC", help="topic to read")
+    consume.add_argument("--partition", metavar="P", type=_non_negative_int,
+                         help="read only this partition (default: all)")
+    consume.add_argument("--from-beginning", action="store_true",
+                         help="start at offset 0 instead of the current end")
+    consume.add_argument("--isolation-level", choices=[READ_COMMITTED, READ_UNCOMMITTED],
+                         default=READ_COMMITTED,
+                         help="read_committed (default) shows committed records only; "
+                              "read_uncommitted also shows open and aborted transactions")
+    consume.add_argument("--max-records", metavar="N", type=_positive_int,
+                         help="stop after printing N records")
+    consume.add_argument("--timeout-ms", metavar="MS", type=_non_negative_int, default=0,
+                         help="keep waiting for new records until none arrived for MS "
+                              "milliseconds (default 0: stop at the end of the log)")
+    consume.add_argument("--format", choices=["value", "json"], default="value",
+                         help="value (default): each record's value as raw bytes, one per "
+                              "line; json: one JSON object per record with partition, offset, "
+                              "timestamp, timestamp type, key, value and headers (bytes "
+                              "decoded as UTF-8, invalid bytes as backslash escapes)")
+
+    # offsets
+    offsets = leaf_parser(
+        commands, "offsets", help="show each partition's log end offset and last stable offset",
+        description="For each partition of TOPIC print the log end offset (one past the last "
+                    "batch written) and the last stable offset (the first offset of the "
+                    "earliest undecided transaction, or the log end).")
+    offsets.add_argument("topic", metavar="TOPIC", help="topic name")
+
+    # transactions
+    txns = commands.add_parser("transactions", help="list or clean up transactions",
+                               description="Inspect and clean up transactional ids.")
+    txn_cmds = txns.add_subparsers(dest="action", metavar="ACTION", required=True)
+    leaf_parser(
+        txn_cmds, "list", help="show every transactional id",
+        description="For every transactional id print its state, producer id, epoch and the "
+                    "partitions of its open transaction.")
+    leaf_parser(
+        txn_cmds, "abort-expired", help="abort transactions open longer than their timeout",
+        description="Abort every Ongoing transaction older than its timeout (fencing its "
+                    "producer), and finish every decided transaction whose markers are "
+                    "missing. Prints the ids that were aborted.")
+    expire = leaf_parser(
+        txn_cmds, "expire", help="retire transactional ids idle for too long",
+        description="Mark transactional ids that have no open transaction and were not used "
+                    "for more than --max-idle-ms as Dead; such an id starts over with a new "
+                    "producer id when it is next initialised. Prints the ids retired.")
+    expire.add_argument("--max-idle-ms", metavar="N", type=_non_negative_int, required=True,
+                        help="idle time in milliseconds after which an id is retired")
+
+    # groups
+    groups = commands.add_parser("groups", help="show consumer group offsets",
+                                 description="Inspect consumer groups.")
+    group_cmds = groups.add_subparsers(dest="action", metavar="ACTION", required=True)
+    gdesc = leaf_parser(
+        group_cmds, "describe", help="show a group's committed offsets and lag",
+        description="For each partition the group committed an offset for, print the "
+                    "committed offset, the partition's log end offset and the lag between "
+                    "them.")
+    gdesc.add_argument("group", metavar="GROUP", help="group id")
+    return parser
+
+
+# --- output helpers ------------------------------------------------------------------
+
+
+def _print_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    rows = [[str(c) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    for row in [list(header), *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def _write_bytes(data: bytes) -> None:
+    """Raw bytes to stdout (values are bytes; decoding them would change them)."""
+    sys.stdout.flush()
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:
+        sys.stdout.write(data.decode("utf-8", "backslashreplace"))
+    else:
+        buffer.write(data)
+        buffer.flush()
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", "backslashreplace")
+
+
+def _open(root: str | None, create: bool = False) -> Log:
+    if not root:
+        raise CommandError(f"no log root: pass --root DIR or set {ROOT_ENV}")
+    if not create and "://" not in root and not os.path.isdir(root):
+        # Opening would create the directory; a mistyped path should not do that.
+        raise CommandError(f"{root}: no such directory")
+    return Log(root, create=create)
+
+
+# --- commands ---------------------------------------------------------------------------
+
+
+def _topics(args: argparse.Namespace) -> None:
+    if args.action == "create":
+        log = _open(args.root, create=True)
+        desc = log.create_topic(args.name, args.partitions, dict(args.config))
+        print(f"created topic {desc.name} with {desc.partitions} partition"
+              f"{'s' if desc.partitions != 1 else ''}")
+        return
+    log = _open(args.root)
+    if args.action == "list":
+        for name in log.topics():
+            print(name)
+    elif args.action == "describe":
+        desc = log.describe_topic(args.name)
+        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(desc.created_ms / 1000))
+        print(f"topic: {desc.name}")
+        print(f"partitions: {desc.partitions}")
+        print(f"created: {created}")
+        settings = ", ".join(f"{k}={v}" for k, v in sorted(desc.config.items()))
+        print(f"config: {settings or '(defaults)'}")
+        _print_offsets(log, desc.name, desc.partitions)
+    elif args.action == "delete":
+        log.delete_topic(args.name)
+        print(f"deleted topic {args.name}")
+
+
+def _print_offsets(log: Log, topic: str, partitions: int) -> None:
+    rows = []
+    for p in range(partitions):
+        part = log.partition(topic, p)
+        state = part.state()
+        rows.append((p, state.end_offset, part.last_stable_offset(state)))
+    _print_table(("PARTITION", "LOG-END-OFFSET", "LAST-STABLE-OFFSET"), rows)
+
+
+def _produce(args: argparse.Namespace) -> None:
+    log = _open(args.root)
+    log.describe_topic(args.topic)  # fail before reading any input
+    if args.partition is not None:
+        log.partition(args.topic, args.partition)
+    key = None if args.key is None else args.key.encode("utf-8")
+    separator = None if args.key_separator is None else args.key_separator.encode("utf-8")
+    if separator == b"":
+        raise CommandError("--key-separator must not be empty")
+    ranges: dict[int, list[int]] = {}  # partition -> [first offset, last offset, count]
+
+    def written(meta: Any) -> None:
+        r = ranges.setdefault(meta.partition, [meta.offset, meta.offset, 0])
+        r[0], r[1], r[2] = min(r[0], meta.offset), max(r[1], meta.offset), r[2] + 1
+
+    stdin = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
+    lines: Iterable[bytes] = stdin if stdin is not None else (
+        line.encode("utf-8") for line in sys.stdin)
+    interactive = sys.stdin.isatty()
+    producer = log.producer()
+    try:
+        for number, line in enumerate(lines, 1):
+            value = line[:-1] if line.endswith(b"\n") else line
+            if value.endswith(b"\r"):
+                value = value[:-1]
+            record_key = key
+            if separator is not None:
+                if separator not in value:
+                    raise CommandError(
+                        f"line {number} has no key separator {args.key_separator!r}; "
+                        f"the {number - 1} line(s) before it were produced")
+                record_key, value = value.split(separator, 1)
+            producer.send(args.topic, value, key=record_key,
+                          partition=args.partition).add_callback(written)
+            if interactive:
+                producer.flush()  # a person typing expects each line to land now
+        producer.flush()
+    finally:
+        producer.close()
+    total = sum(r[2] for r in ranges.values())
+    detail = "; ".join(f"partition {p}: offsets {r[0]}-{r[1]}" for p, r in sorted(ranges.items()))
+    print(f"produced {total} record{'s' if total != 1 else ''} to {args.topic}"
+          + (f" ({detail})" if detail else ""))
+
+
+def _consume(args: argparse.Namespace) -> None:
+    log = _open(args.root)
+    desc = log.describe_topic(args.topic)
+    partitions = [args.partition] if args.partition is not None else range(desc.partitions)
+    consumer = log.consumer(isolation_level=args.isolation_level,
+                            auto_offset_reset="earliest" if args.from_beginning else "latest")
+    consumer.assign([(args.topic, p) for p in partitions])
+    for tp in consumer.assignment():
+        consumer.position(*tp)  # fix the starting point now, before waiting
+    remaining = args.max_records
+    last_record = time.monotonic()
+    while remaining is None or remaining > 0:
+        records = consumer.poll(min(remaining or POLL_RECORDS, POLL_RECORDS))
+        for r in records:
+            if args.format == "json":
+                print(json.dumps({
+                    "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
+                    "timestamp_type": "LogAppendTime" if r.timestamp_type else "CreateTime",
+                    "key": _text(r.key), "value": _text(r.value),
+                    "headers": [[k, _text(v)] for k, v in r.headers]}))
+            else:
+                _write_bytes((r.value or b"") + b"\n")
+        if remaining is not None:
+            remaining -= len(records)
+        if records:
+            last_record = time.monotonic()
+            continue
+        if (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
+            break
+        time.sleep(IDLE_SLEEP_S)
+    consumer.close()
+
+
+def _offsets(args: argparse.Namespace) -> None:
+    log = _open(args.root)
+    desc = log.describe_topic(args.topic)
+    _print_offsets(log, desc.name, desc.partitions)
+
+
+def _transactions(args: argparse.Namespace) -> None:
+    log = _open(args.root)
+    coordinator = log.coordinator
+    if args.action == "list":
+        rows = []
+        for txn_id in coordinator.transactional_ids():
+            meta = coordinator.metadata(txn_id)
+            if meta is None:
+                continue
+            parts = ",".join(f"{t}-{p}" for t, p in meta.partitions) or "-"
+            rows.append((txn_id, meta.state.value, meta.producer_id, meta.epoch, parts))
+        _print_table(("TRANSACTIONAL-ID", "STATE", "PRODUCER-ID", "EPOCH", "PARTITIONS"), rows)
+    elif args.action == "abort-expired":
+        aborted = log.abort_expired_transactions()
+        print(f"aborted {len(aborted)} expired transaction{'s' if len(aborted) != 1 else ''}"
+              + (": " + ", ".join(aborted) if aborted else ""))
+    elif args.action == "expire":
+        dead = coordinator.expire_transactional_ids(args.max_idle_ms)
+        print(f"expired {len(dead)} transactional id{'s' if len(dead) != 1 else ''}"
+              + (": " + ", ".join(dead) if dead else ""))
+
+
+def _groups(args: argparse.Namespace) -> None:
+    log = _open(args.root)
+    committed = log.committed(args.group)
+    if not committed:
+        raise CommandError(f"group {args.group!r} has no committed offsets in {log.root}")
+    rows = []
+    for (topic, partition), offset in sorted(committed.items()):
+        try:
+            end = log.end_offset(topic, partition)
+        except UnknownTopicError:
+            rows.append((topic, partition, offset, "-", "-"))
+            continue
+        rows.append((topic, partition, offset, end, max(end - offset, 0)))
+    _print_table(("TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET", "LAG"), rows)
+
+
+_COMMANDS = {"topics": _topics, "produce": _produce, "consume": _consume,
+             "offsets": _offsets, "transactions": _transactions, "groups": _groups}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; returns the exit status (0 ok, 1 error, 2 usage)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        _COMMANDS[args.command](args)
+    except (TxlogError, CommandError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (``txlog consume ... | head``): not an error.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+    except OSError as exc:
+        # Storage trouble (permissions, a full disk, an unreachable bucket) is
+        # just as much an operator's problem to read about in one line.
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""The ``txlog`` command, run in-process through ``main`` and once as a real process.
+
+Expected outputs are derived from what the test wrote (through the CLI or the
+library), never from what the CLI happens to print.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import txlog.coordinator
+from txlog import Log
+from txlog.cli import main
+
+
+def run(capsys, *argv: str, stdin: bytes | None = None, monkeypatch=None) -> tuple[int, str, str]:
+    if stdin is not None:
+        assert monkeypatch is not None
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def table(out: str) -> list[list[str]]:
+    """Rows of an aligned table, header first."""
+    return [line.split() for line in out.strip().splitlines()]
+
+
+@pytest.fixture
+def root(tmp_path) -> str:
+    path = str(tmp_path / "log")
+    Log(path).create_topic("events", 3)
+    return path
+
+
+def test_topics_create_list_describe_delete(tmp_path, capsys):
+    path = str(tmp_path / "fresh")
+    code, out, _ = run(capsys, "--root", path, "topics", "create", "a.b", "--partitions", "4",
+                       "--config", "message.timestamp.type=LogAppendTime",
+                       "--config", "max.message.bytes=5000")
+    assert code == 0 and "a.b" in out
+    run(capsys, "--root", path, "topics", "create", "z", "--partitions", "1")
+
+    desc = Log(path).describe_topic("a.b")  # the CLI wrote what it was told
+    assert desc.partitions == 4
+    assert desc.config == {"message.timestamp.type": "LogAppendTime",
+                           "max.message.bytes": 5000}
+
+    code, out, _ = run(capsys, "--root", path, "topics", "list")
+    assert code == 0 and out.splitlines() == ["a.b", "z"]
+
+    code, out, _ = run(capsys, "topics", "describe", "a.b", "--root", path)  # --root after
+    assert code == 0
+    assert "partitions: 4" in out
+    assert "max.message.bytes=5000" in out and "message.timestamp.type=LogAppendTime" in out
+    rows = table(out.split("config:", 1)[1].split("\n", 1)[1])
+    assert rows[0] == ["PARTITION", "LOG-END-OFFSET", "LAST-STABLE-OFFSET"]
+    assert rows[1:] == [[str(p), "0", "0"] for p in range(4)]
+
+    code, out, _ = run(capsys, "--root", path, "topics", "delete", "a.b")
+    assert code == 0
+    assert Log(path).topics() == ["z"]
+
+
+def test_produce_then_consume_round_trip(root, capsysbinary, monkeypatch):
+    lines = [b"first", b"", b"caf\xc3\xa9", b"\xff\xfe not utf-8", b"last"]
+    code, out, err = run(capsysbinary, "--root", root, "produce", "events", "--partition", "2",
+                         stdin=b"\n".join(lines) + b"\n", monkeypatch=monkeypatch)
+    assert code == 0, err
+    assert b"5 records" in out and b"partition 2: offsets 0-4" in out
+
+    log = Log(root)
+    written = log.read("events", 2)
+    assert written.column("value").to_pylist() == lines
+    assert written.column("key").to_pylist() == [None] * 5
+    assert log.end_offset("events", 0) == log.end_offset("events", 1) == 0
+
+    # values come back byte for byte, invalid UTF-8 included
+    code, out, _ = run(capsysbinary, "--root", root, "consume", "events", "--from-beginning")
+    assert code == 0
+    assert out == b"".join(v + b"\n" for v in lines)
+
+    # Without --from-beginning only new records are shown: nothing, at once.
+    code, out, _ = run(capsysbinary, "--root", root, "consume", "events")
+    assert code == 0 and out == b""
+
+
+def test_produce_keys_are_partitioned_like_kafka(root, capsys, monkeypatch):
+    from txlog.partitioner import partition_for_key
+
+    code, _, err = run(capsys, "--root", root, "produce", "events", "--key", "user-7",
+                       stdin=b"a\nb\nc\n", monkeypatch=monkeypatch)
+    assert code == 0, err
+    expected = partition_for_key(b"user-7", 3)
+    log = Log(root)
+    table_ = log.read("events", expected)
+    assert table_.column("key").to_pylist() == [b"user-7"] * 3
+    assert table_.column("value").to_pylist() == [b"a", b"b", b"c"]
+
+    code, _, err = run(capsys, "--root", root, "produce", "events", "--key-separator", "=",
+                       "--partition", "0", stdin=b"k1=v=1\nk2=v2", monkeypatch=monkeypatch)
+    assert code == 0, err
+    got = Log(root).read("events", 0)
+    assert got.column("key").to_pylist() == [b"k1", b"k2"]
+    assert got.column("value").to_pylist() == [b"v=1", b"v2"]  # split at the first only
+
+
+def test_consume_json_and_max_records(root, capsys):
+    log = Log(root)
+    with log.producer() as producer:
+        for i in range(5):
+            producer.send("events", f"v{i}".encode(), key=f"k{i}".encode(), partition=1,
+                          headers=[("h", f"x{i}".encode())], timestamp_ms=1000 + i)
+    code, out, _ = run(capsys, "--root", root, "consume", "events", "--partition", "1",
+                       "--from-beginning", "--format", "json", "--max-records", "3")
+    assert code == 0
+    records = [json.loads(line) for line in out.splitlines()]
+    assert records == [
+        {"partition": 1, "offset": i, "timestamp": 1000 + i, "timestamp_type": "CreateTime",
+         "key": f"k{i}", "value": f"v{i}", "headers": [["h", f"x{i}"]]}
+        for i in range(3)]
+
+
+def test_open_transaction_offsets_isolation_and_listing(root, capsys):
+    log = Log(root)
+    with log.producer() as plain:
+        plain.send("events", b"before", partition=0)
+    txn = log.producer(transactional_id="writer-1")
+    txn.init_transactions()
+    txn.begin_transaction()
+    txn.send("events", b"pending", partition=0)
+    txn.send("events", b"elsewhere", partition=2)
+    txn.flush()
+    with log.producer() as plain:
+        plain.send("events", b"after", partition=0)
+
+    code, out, _ = run(capsys, "--root", root, "offsets", "events")
+    assert code == 0
+    rows = table(out)
+    assert rows[0] == ["PARTITION", "LOG-END-OFFSET", "LAST-STABLE-OFFSET"]
+    # partition 0: before(0) pending(1) after(2): LSO stops at the open transaction
+    assert rows[1:] == [["0", "3", "1"], ["1", "0", "0"], ["2", "1", "0"]]
+
+    code, out, _ = run(capsys, "--root", root, "consume", "events", "--partition", "0",
+                       "--from-beginning")
+    assert out.splitlines() == ["before"]
+    code, out, _ = run(capsys, "--root", root, "consume", "events", "--partition", "0",
+                       "--from-beginning", "--isolation-level", "read_uncommitted")
+    assert out.splitlines() == ["before", "pending", "after"]
+
+    code, out, _ = run(capsys, "--root", root, "transactions", "list")
+    assert code == 0
+    rows = table(out)
+    assert rows[0] == ["TRANSACTIONAL-ID", "STATE", "PRODUCER-ID", "EPOCH", "PARTITIONS"]
+    assert rows[1] == ["writer-1", "Ongoing", str(txn.producer_id), str(txn.epoch),
+                       "events-0,events-2"]
+
+    txn.commit_transaction()
+    code, out, _ = run(capsys, "--root", root, "consume", "events", "--partition", "0",
+                       "--from-beginning")
+    assert out.splitlines() == ["before", "pending", "after"]
+    rows = table(run(capsys, "--root", root, "transactions", "list")[1])
+    assert rows[1] == ["writer-1", "CompleteCommit", str(txn.producer_id), str(txn.epoch), "-"]
+
+
+def test_abort_expired_and_expire(root, capsys, monkeypatch):
+    log = Log(root)
+    txn = log.producer(transactional_id="stuck", transaction_timeout_ms=60_000)
+    txn.init_transactions()
+    txn.begin_transaction()
+    txn.send("events", b"never", partition=1)
+    txn.flush()
+    first_epoch = txn.epoch
+
+    code, out, _ = run(capsys, "--root", root, "transactions", "abort-expired")
+    assert code == 0 and out.startswith("aborted 0 ")  # not expired yet
+
+    real_now = txlog.coordinator._now_ms
+    monkeypatch.setattr(txlog.coordinator, "_now_ms", lambda: real_now() + 120_000)
+    code, out, _ = run(capsys, "--root", root, "transactions", "abort-expired")
+    assert code == 0 and out.strip() == "aborted 1 expired transaction: stuck"
+
+    meta = Log(root).coordinator.metadata("stuck")
+    assert meta.state.value == "CompleteAbort" and meta.epoch > first_epoch
+    offsets = table(run(capsys, "--root", root, "offsets", "events")[1])
+    assert offsets[2] == ["1", "2", "2"]  # data + ABORT marker; nothing holds the LSO back
+    code, out, _ = run(capsys, "--root", root, "consume", "events", "--from-beginning",
+                       "--isolation-level", "read_uncommitted")
+    assert out.splitlines() == ["never"]
+    assert run(capsys, "--root", root, "consume", "events", "--from-beginning")[1] == ""
+
+    # Two more "minutes" idle since the abort: retired by --max-idle-ms 60000.
+    code, out, _ = run(capsys, "--root", root, "transactions", "expire",
+                       "--max-idle-ms", "60000")
+    assert code == 0 and out.startswith("expired 0 ")
+    monkeypatch.setattr(txlog.coordinator, "_now_ms", lambda: real_now() + 240_000)
+    code, out, _ = run(capsys, "--root", root, "transactions", "expire",
+                       "--max-idle-ms", "60000")
+    assert code == 0 and out.strip() == "expired 1 transactional id: stuck"
+    rows = table(run(capsys, "--root", root, "transactions", "list")[1])
+    assert rows[1][:2] == ["stuck", "Dead"]
+
+
+def test_groups_describe(root, capsys):
+    log = Log(root)
+    with log.producer() as producer:
+        for i in range(7):
+            producer.send("events", b"x", partition=0)
+    txn = log.producer(transactional_id="copier")
+    txn.init_transactions()
+    txn.begin_transaction()
+    txn.send("events", b"copied", partition=1)
+    txn.send_offsets_to_transaction({("events", 0): 5}, "readers")
+    txn.commit_transaction()
+    log.commit_offsets("readers", {("events", 2): 0})
+
+    code, out, _ = run(capsys, "--root", root, "groups", "describe", "readers")
+    assert code == 0
+    rows = table(out)
+    assert rows[0] == ["TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET", "LAG"]
+    assert rows[1:] == [["events", "0", "5", "7", "2"], ["events", "2", "0", "0", "0"]]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["topics", "describe", "nope"], "topic 'nope' does not exist"),
+    (["topics", "create", "events", "--partitions", "1"], "already exists"),
+    (["topics", "create", "bad/name", "--partitions", "1"], "illegal characters"),
+    (["topics", "create", "t2", "--partitions", "1", "--config", "retention.ms=5"],
+     "unknown config 'retention.ms'"),
+    (["consume", "events", "--partition", "3"], "partition 3 does not exist"),
+    (["groups", "describe", "nobody"], "no committed offsets"),
+])
+def test_errors_are_one_line(root, capsys, argv, message):
+    code, out, err = run(capsys, "--root", root, *argv)
+    assert code == 1
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("txlog: error: ") and message in err
+    assert "Traceback" not in err
+
+
+def test_missing_root_is_not_created(tmp_path, capsys):
+    missing = tmp_path / "typo"
+    code, _, err = run(capsys, "--root", str(missing), "topics", "list")
+    assert code == 1 and "no such directory" in err
+    assert not missing.exists()
+
+
+def test_usage_errors_exit_2(root, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--root", root, "topics", "create", "x", "--partitions", "0"])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("topics", "produce", "consume", "offsets", "transactions", "groups"):
+        assert command in out
+
+
+def test_as_a_separate_process(tmp_path):
+    """The installed entry point (or ``python -m txlog.cli``) in its own process."""
+    path = str(tmp_path / "proc")
+    script = os.path.join(os.path.dirname(sys.executable), "txlog")
+    base = [script] if os.path.exists(script) else [sys.executable, "-m", "txlog.cli"]
+
+    def cli(*argv: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
+        return subprocess.run([*base, "--root", path, *argv], input=stdin,
+                              capture_output=True, timeout=120)
+
+    assert cli("topics", "create", "orders", "--partitions", "2").returncode == 0
+    done = cli("produce", "orders", "--partition", "1", stdin=b"one\ntwo\nthree\n")
+    assert done.returncode == 0, done.stderr
+    assert Log(path).read("orders", 1).column("value").to_pylist() == [b"one", b"two", b"three"]
+
+    done = cli("consume", "orders", "--from-beginning")
+    assert done.returncode == 0 and done.stdout == b"one\ntwo\nthree\n"
+
+    # python -m works as well, and errors are one line without a traceback
+    done = subprocess.run([sys.executable, "-m", "txlog.cli", "--root", path, "offsets", "nope"],
+                          capture_output=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.decode().splitlines() == [
+        f"txlog: error: topic 'nope' does not exist in {os.path.abspath(path)}"]
+
+
+def test_consume_timeout_waits_for_new_records(root, capsys):
+    started = time.monotonic()
+    code, out, _ = run(capsys, "--root", root, "consume", "events", "--timeout-ms", "300")
+    assert code == 0 and out == ""
+    assert time.monotonic() - started >= 0.3
+
+
+def test_produce_stops_at_a_line_without_separator(root, capsys, monkeypatch):
+    code, out, err = run(capsys, "--root", root, "produce", "events", "--partition", "0",
+                         "--key-separator", ":", stdin=b"k:v\nno separator\nk2:v2\n",
+                         monkeypatch=monkeypatch)
+    assert code == 1 and out == ""
+    assert err.strip() == ("txlog: error: line 2 has no key separator ':'; "
+                           "the 1 line(s) before it were produced")
+    # what the message says is what happened
+    got = Log(root).read("events", 0)
+    assert got.column("key").to_pylist() == [b"k"] and got.column("value").to_pylist() == [b"v"]
