@@ -9,16 +9,10 @@ from __future__ import annotations
 
 import time
 
-from txlog import Log, ProducerFencedError
 import pytest
+from helpers_core import wait_for
 
-
-def _wait_until(predicate, deadline_s: float) -> None:
-    end = time.monotonic() + deadline_s
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError("condition not reached before the deadline")
-        time.sleep(0.02)
+from txlog import Log, ProducerFencedError
 
 
 def test_other_producer_aborts_expired_transaction(log: Log, monkeypatch) -> None:
@@ -36,7 +30,8 @@ def test_other_producer_aborts_expired_transaction(log: Log, monkeypatch) -> Non
 
     meta = log.coordinator.metadata("dead-one")
     assert meta is not None
-    _wait_until(lambda: time.time() * 1000 > meta.txn_start_ms + meta.timeout_ms, 5)
+    wait_for(lambda: time.time() * 1000 > meta.txn_start_ms + meta.timeout_ms, 5,
+             "the transaction to expire")
 
     other = log.producer()  # plain idempotent producer of another id
     other.send("t", b"later", partition=0).get()

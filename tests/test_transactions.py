@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from helpers_core import wait_for
 
 from txlog import (READ_UNCOMMITTED, ConcurrentTransactionsError, IllegalStateError,
                    InvalidTransactionTimeoutError, InvalidTxnStateError, Log,
@@ -36,12 +37,7 @@ DEADLINE_S = 20.0
 
 
 def wait_until(condition: Callable[[], bool], what: str, deadline_s: float = DEADLINE_S) -> None:
-    """Poll ``condition`` until it holds; fail (never hang) after ``deadline_s``."""
-    end = time.monotonic() + deadline_s
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for: {what}")
-        time.sleep(0.005)
+    wait_for(condition, deadline_s, what)
 
 
 def now_ms() -> int:
