@@ -161,3 +161,48 @@ def test_open_without_create_leaves_no_directory(tmp_path) -> None:
     with pytest.raises(LogFormatError, match="holds no txlog"):
         Log(missing, create=False)
     assert not missing.exists()
+
+
+def test_stale_writer_after_delete_and_recreate_elsewhere(tmp_path) -> None:
+    """A process whose cached state predates a delete + re-create must not write at its
+    old end offset: that would leave the new topic with a gap (or an overlap)."""
+    from helpers_core import read_chain
+
+    root = tmp_path / "log"
+    writer_log = Log(root)
+    writer_log.create_topic("t", 1)
+    stale = writer_log.producer(linger_ms=0)
+    for i in range(3):
+        stale.send("t", f"old{i}".encode(), partition=0).get()
+
+    admin = Log(root)
+    admin.delete_topic("t")
+    admin.create_topic("t", 1)
+    admin.producer(linger_ms=0).send("t", b"new0-longer-batch", partition=0).get()
+
+    # The stale producer's sequence 3 means nothing to the new partition: refused
+    # clearly (as Kafka refuses an unknown producer's non-zero sequence), not written.
+    from txlog import OutOfOrderSequenceError
+
+    with pytest.raises(OutOfOrderSequenceError, match="unknown to this partition"):
+        stale.send("t", b"from-stale-producer", partition=0)
+    # A new producer in the same (stale) process appends right after the new batch.
+    meta = writer_log.producer(linger_ms=0).send("t", b"fresh", partition=0).get()
+    assert meta.offset == 1
+    chain = read_chain(root, "t", 0)
+    assert [batch.header.base_offset for batch in chain] == [0, 1]
+    assert Log(root).read("t", 0).column("value").to_pylist() == [b"new0-longer-batch", b"fresh"]
+
+
+def test_stale_writer_after_delete_gets_a_clear_error(tmp_path) -> None:
+    from txlog import UnknownTopicError
+
+    root = tmp_path / "log"
+    writer_log = Log(root)
+    writer_log.create_topic("t", 1)
+    stale = writer_log.producer(linger_ms=0)
+    stale.send("t", b"x", partition=0).get()
+    Log(root).delete_topic("t")
+    with pytest.raises(UnknownTopicError, match="deleted by another process"):
+        stale.send("t", b"y", partition=0)
+    assert not (root / "topics" / "t").exists()

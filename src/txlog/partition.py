@@ -11,9 +11,11 @@ contiguous no matter how many processes append at once.
 from __future__ import annotations
 
 import bisect
+import os
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import crc32c
@@ -25,7 +27,8 @@ from .batch import (ABORT, COMMIT, CONTROL_BIT, HEADER_READ_SIZE, LOG_APPEND_TIM
                     RECORD_SCHEMA, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader,
                     ControlRecord, decode_control, decode_header, decode_records, encode_control,
                     encode_header, payload_of)
-from .errors import CorruptBatchError, InvalidConfigError, OffsetOutOfRangeError, StorageError
+from .errors import (CorruptBatchError, InvalidConfigError, OffsetOutOfRangeError, StorageError,
+                     UnknownTopicError)
 from .producer_state import AbortedTransaction, OpenTransaction, ProducerState
 from .storage import Storage
 
@@ -35,6 +38,8 @@ SNAPSHOT_DIR = "snapshots"
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_INTERVAL = 64  # batches between producer-state snapshots
 SNAPSHOTS_KEPT = 2
+PARALLEL_MIN_BATCH_BYTES = 1 << 20  # batches at least this large are read on threads
+ANCHOR_BYTES = 8  # magic + header checksum of a batch; checksum + start of a snapshot
 PUBLISH_ATTEMPTS = 5  # tries of one slot when the storage fails ambiguously
 
 READ_COMMITTED = "read_committed"
@@ -56,6 +61,16 @@ class AppendResult:
     base_offset: int
     last_offset: int
     duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """Records of one batch within a read range, with their derived Spark columns."""
+
+    records: pa.Table
+    offsets: pa.Array
+    timestamps: pa.Array  # microseconds, as Spark's TimestampType
+    timestamp_type: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,13 +97,18 @@ class PartitionLog:
         self._bases: list[int] = []
         self._bases_complete = False
         self._headers: dict[int, BatchHeader] = {}
+        # The object that proves the cached state's end (last batch or the
+        # snapshot it came from) and its first bytes (magic and checksum).
+        self._anchor: tuple[str, bytes] | None = None
 
     # --- paths and headers ----------------------------------------------------
 
     def batch_path(self, offset: int) -> str:
         return f"{self.dir}/{offset_name(offset, BATCH_SUFFIX)}"
 
-    def _read_header(self, offset: int) -> tuple[BatchHeader, ControlRecord | None] | None:
+    def _read_header(self, offset: int
+                     ) -> tuple[BatchHeader, ControlRecord | None, bytes] | None:
+        """Header (and control record) of a batch, with the bytes read; None if absent."""
         path = self.batch_path(offset)
         try:
             head = self.storage.read_prefix(path, HEADER_READ_SIZE)
@@ -99,7 +119,7 @@ class PartitionLog:
         if header.is_control:
             control = decode_control(payload_of(head, header, self._url(path)), header,
                                      self._url(path))
-        return header, control
+        return header, control, head
 
     def header(self, offset: int) -> BatchHeader:
         """Header of the batch based at ``offset`` (cached: batches never change)."""
@@ -127,16 +147,18 @@ class PartitionLog:
                 found = self._read_header(state.end_offset)
                 if found is None:
                     break
-                header, control = found
-                self._note_base(header.base_offset)
-                state.apply(header, control)
-                self._since_snapshot += 1
+                header, control, head = found
+                self._applied(header, control, head)
             if self._since_snapshot >= SNAPSHOT_INTERVAL:
                 self._write_snapshot(state)
             return state
 
-    def _applied(self, header: BatchHeader, control: ControlRecord | None = None) -> None:
+    def _applied(self, header: BatchHeader, control: ControlRecord | None = None,
+                 data: bytes | None = None) -> None:
         assert self._state is not None
+        path = self.batch_path(header.base_offset)
+        self._anchor = (path, data[:ANCHOR_BYTES] if data is not None
+                        else self.storage.read_prefix(path, ANCHOR_BYTES))
         self._note_base(header.base_offset)
         self._state.apply(header, control)
         self._since_snapshot += 1
@@ -159,6 +181,7 @@ class PartitionLog:
                     continue  # a damaged snapshot is only a cache: fall back to an older one
                 state = ProducerState.from_bytes(data[4:])
                 if state.end_offset == offset:
+                    self._anchor = (path, data[:ANCHOR_BYTES])
                     return state
             except FileNotFoundError:
                 continue  # pruned by another process meanwhile
@@ -198,6 +221,8 @@ class PartitionLog:
         with self._lock:
             while True:
                 state = self.state()
+                if not self._anchor_holds(state):
+                    continue
                 step = prepare(state)
                 if not isinstance(step, _Slot):
                     return step
@@ -212,8 +237,33 @@ class PartitionLog:
                             f"{self.partition} failed {failures} times: {exc}") from exc
                     continue
                 if published:
-                    self._applied(step.header, step.control)
+                    self._applied(step.header, step.control, step.data)
                     return AppendResult(slot, step.header.last_offset)
+
+    def _anchor_holds(self, state: ProducerState) -> bool:
+        """Check, before writing past it, that the cached state still describes storage.
+
+        A topic deleted and re-created by another process would otherwise let
+        this process append at its old end offset, leaving a gap (or overlap)
+        at the start of the new topic.  On a mismatch the cache is dropped and
+        False returned (the caller reloads); a deleted topic raises.
+        """
+        if state.end_offset == 0 or self._anchor is None:
+            return True
+        path, expected = self._anchor
+        try:
+            if self.storage.read_prefix(path, ANCHOR_BYTES) == expected:
+                return True
+        except FileNotFoundError:
+            pass
+        if not self.storage.exists(f"topics/{self.topic}/topic.json"):
+            raise UnknownTopicError(
+                f"topic {self.topic!r} was deleted by another process while this one "
+                f"was writing to partition {self.partition}")
+        # Re-created (or a snapshot pruned): forget everything cached and reload.
+        self._state, self._anchor, self._since_snapshot = None, None, 0
+        self._bases, self._bases_complete, self._headers = [], False, {}
+        return False
 
     def append(self, header: BatchHeader, payload: bytes,
                log_append_time: bool = False) -> AppendResult:
@@ -325,37 +375,74 @@ class PartitionLog:
         committed_only = isolation_level == READ_COMMITTED
         aborted = self._aborted_ranges(state) if committed_only else {}
         bases = self._batch_bases(state)
-        i = max(bisect.bisect_right(bases, start) - 1, 0)
-        pieces: list[tuple[pa.Table, int, int]] = []  # records, first offset, timestamp type
-        while i < len(bases) and bases[i] < end:
-            base = bases[i]
-            i += 1
-            path = self.batch_path(base)
-            url = self._url(path)
-            try:
-                buf = self.storage.read_buffer(path)
-            except FileNotFoundError:
-                raise CorruptBatchError("batch file is missing from the log", url, base) from None
-            header = decode_header(buf, url, base)
-            if header.is_control:
-                payload_of(buf, header, url)  # still checksummed: damage never passes silently
-                continue
-            if header.is_transactional and header.producer_id in aborted and any(
-                    first <= base <= last for first, last in aborted[header.producer_id]):
-                continue
-            records = decode_records(payload_of(buf, header, url), header, url)
-            lo = max(start - base, 0)
-            hi = min(end, header.next_offset) - base
-            if lo or hi < header.record_count:
-                records = records.slice(lo, hi - lo)
-            if header.timestamp_type == LOG_APPEND_TIME:
-                # Keep the field non-nullable: pieces of both timestamp types must concatenate.
-                records = records.set_column(2, RECORD_SCHEMA.field("timestamp"), _repeat(
-                    pa.int64(), header.max_timestamp, records.num_rows))
-            pieces.append((records, base + lo, header.timestamp_type))
+        first = max(bisect.bisect_right(bases, start) - 1, 0)
+        last = bisect.bisect_left(bases, end, lo=first)
+        wanted = bases[first:last]
+
+        def load(base: int) -> tuple[_Piece | None, int]:
+            return self._load_piece(base, start, end, aborted)
+
+        loaded = [load(base) for base in wanted[:1]]
+        # Threads pay off for large batches only: for small ones the per-batch
+        # Python work dominates and contends for the GIL.
+        parallel = len(wanted) > 2 and loaded[0][1] >= PARALLEL_MIN_BATCH_BYTES
+        loaded += _reader_pool().map(load, wanted[1:]) if parallel else map(load, wanted[1:])
+        pieces = [piece for piece, _ in loaded if piece is not None]
         if not pieces:
             return empty_table(include_headers), end
         return to_spark_table(pieces, self.topic, self.partition, include_headers), end
+
+
+    def _load_piece(self, base: int, start: int, end: int,
+                    aborted: dict[int, list[tuple[int, int]]]
+                    ) -> tuple[_Piece | None, int]:
+        """One batch's records within [start, end) and the batch's payload size.
+
+        Derived columns are computed here too, so that they are built on the
+        reader threads when a read is parallel.
+
+        No records for control batches and aborted transactions (still
+        checksummed: damage never passes silently, whatever the reader keeps).
+        """
+        path = self.batch_path(base)
+        url = self._url(path)
+        try:
+            buf = self.storage.read_buffer(path)
+        except FileNotFoundError:
+            raise CorruptBatchError("batch file is missing from the log", url, base) from None
+        header = decode_header(buf, url, base)
+        payload = payload_of(buf, header, url)
+        if header.is_control:
+            return None, header.payload_length
+        if header.is_transactional and header.producer_id in aborted and any(
+                first <= base <= last for first, last in aborted[header.producer_id]):
+            return None, header.payload_length
+        records = decode_records(payload, header, url)
+        lo = max(start - base, 0)
+        hi = min(end, header.next_offset) - base
+        if lo or hi < header.record_count:
+            records = records.slice(lo, hi - lo)
+        millis = records.column("timestamp").combine_chunks()
+        if header.timestamp_type == LOG_APPEND_TIME:
+            millis = _repeat(pa.int64(), header.max_timestamp, records.num_rows)
+        offsets = pc.add(_counting(pa.int64(), records.num_rows), pa.scalar(base + lo, pa.int64()))
+        micros = pc.multiply(millis, pa.scalar(1000, pa.int64())).cast(SPARK_TIMESTAMP)
+        return _Piece(records, offsets, micros, header.timestamp_type), header.payload_length
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _reader_pool() -> ThreadPoolExecutor:
+    """Threads that load batches in parallel: memory-mapping, CRC-32C and Arrow
+    decoding all release the GIL, so a multi-batch read uses every core."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1),
+                                       thread_name_prefix="txlog-read")
+        return _POOL
 
 
 def spark_schema(include_headers: bool) -> pa.Schema:
@@ -412,31 +499,24 @@ def _constant_strings(value: str, n: int) -> pa.Array | pa.ChunkedArray:
     return pa.StringArray.from_buffers(n, offsets.buffers()[1], pa.py_buffer(raw * n))
 
 
-def to_spark_table(pieces: list[tuple[pa.Table, int, int]], topic: str, partition: int,
+def to_spark_table(pieces: list[_Piece], topic: str, partition: int,
                    include_headers: bool) -> pa.Table:
-    """Spark's Kafka columns around record pieces (records, first offset, timestamp type)."""
-    records = pa.concat_tables([p[0] for p in pieces])
+    """Spark's Kafka columns around the pieces read from batches."""
+    records = pa.concat_tables([p.records for p in pieces])
     n = records.num_rows
-    first = pieces[0][1]
-    if all(b[1] == a[1] + a[0].num_rows for a, b in zip(pieces, pieces[1:])):
-        offsets: pa.Array | pa.ChunkedArray = pc.add(_counting(pa.int64(), n),
-                                                     pa.scalar(first, pa.int64()))
-    else:
-        offsets = pa.chunked_array([pc.add(_counting(pa.int64(), t.num_rows),
-                                           pa.scalar(o, pa.int64())) for t, o, _ in pieces])
-    kinds = {kind for _, _, kind in pieces}
+    kinds = {p.timestamp_type for p in pieces}
     if len(kinds) == 1:
         ts_types: pa.Array | pa.ChunkedArray = _repeat(pa.int32(), kinds.pop(), n)
     else:
-        ts_types = pa.chunked_array([_repeat(pa.int32(), k, t.num_rows) for t, _, k in pieces])
-    micros = pc.multiply(records.column("timestamp"), pa.scalar(1000, pa.int64()))
+        ts_types = pa.chunked_array([_repeat(pa.int32(), p.timestamp_type, p.records.num_rows)
+                                     for p in pieces])
     columns = [
         records.column("key"),
         records.column("value"),
         _constant_strings(topic, n),
         _repeat(pa.int32(), partition, n),
-        offsets,
-        micros.cast(SPARK_TIMESTAMP),
+        pa.chunked_array([p.offsets for p in pieces], pa.int64()),
+        pa.chunked_array([p.timestamps for p in pieces], SPARK_TIMESTAMP),
         ts_types,
     ]
     if include_headers:
