@@ -52,7 +52,7 @@ def write_log(root: str, values: list[bytes], timestamps: list[int]) -> None:
     log = Log(root)
     log.create_topic(TOPIC, partitions=1)
     producer = log.producer(batch_size=BATCH_SIZE, linger_ms=60_000)
-    for value, ts in zip(values, timestamps):
+    for value, ts in zip(values, timestamps, strict=True):
         producer.send(TOPIC, value, partition=0, timestamp_ms=ts)
     producer.close()
 

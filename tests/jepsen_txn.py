@@ -445,7 +445,7 @@ def final_read(root: str, fsync: bool) -> dict[int, list[tuple[int, str]]]:
     for p in range(PARTITIONS):
         table = log.read(TOPIC, p, 0)
         final[p] = [(o, v.decode()) for o, v in zip(table.column("offset").to_pylist(),
-                                                    table.column("value").to_pylist())]
+                                                    table.column("value").to_pylist(), strict=True)]
     return final
 
 
@@ -575,7 +575,8 @@ def check(plan: Plan, logs: Path, final: dict[int, list[tuple[int, str]]]) -> Ou
                     v.append(f"aborted read: {name} got {value!r} of {t.status} "
                              f"transaction {t.name}")
             if rows != expected:
-                first = next((i for i, (a, b) in enumerate(zip(rows, expected)) if a != b),
+                pairs = zip(rows, expected, strict=False)  # lengths may differ here
+                first = next((i for i, (a, b) in enumerate(pairs) if a != b),
                              min(len(rows), len(expected)))
                 v.append(f"{name}: partition {p} (read to {pos}) is not a prefix of the final "
                          f"read: first difference at index {first}: "

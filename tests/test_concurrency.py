@@ -117,7 +117,7 @@ def test_processes_appending_to_several_partitions_by_key(tmp_path: Path) -> Non
             chain[-1].header.next_offset if chain else 0))
         contents[p] = {o: (k, v) for o, k, v in zip(table.column("offset").to_pylist(),
                                                     table.column("key").to_pylist(),
-                                                    table.column("value").to_pylist())}
+                                                    table.column("value").to_pylist(), strict=True)}
     seen: set[tuple[int, int]] = set()
     for result in results:
         last_offset: dict[int, int] = {}

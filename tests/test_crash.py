@@ -33,14 +33,14 @@ def verify_log(root: Path) -> int:
     """Check every batch fully and every record's self-check; return the log end."""
     chain = read_chain(root, "t", 0)  # gap-free, checksums pass, names match headers
     for batch in chain:
-        for key, value in zip(batch.keys, batch.values):
+        for key, value in zip(batch.keys, batch.values, strict=True):
             assert hashlib.sha256(value).digest() == key, f"bad record in {batch.path}"
     end = chain[-1].header.next_offset if chain else 0
     log = Log(root)  # a fresh process's view
     assert log.end_offset("t", 0) == end
     table = log.read("t", 0)
     assert table.column("offset").to_pylist() == list(range(end))
-    for key, value in zip(table.column("key").to_pylist(), table.column("value").to_pylist()):
+    for key, value in zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True):
         assert hashlib.sha256(value).digest() == key
     return end
 

@@ -42,7 +42,7 @@ def rows(table: pa.Table) -> list[tuple]:
     return [(o, k, v, us // 1000, None if h is None else [(x["key"], x["value"]) for x in h])
             for o, k, v, us, h in zip(table.column("offset").to_pylist(),
                                       table.column("key").to_pylist(),
-                                      table.column("value").to_pylist(), micros, headers)]
+                                      table.column("value").to_pylist(), micros, headers, strict=True)]
 
 
 def expected_rows(sent: dict[int, Sent], start: int, end: int) -> list[tuple]:
@@ -121,7 +121,7 @@ def test_empty_and_null_keys_values_are_distinguished(memlog: Log) -> None:
         producer.send("t", value, key=key, partition=0, headers=[("h", None), ("e", b"")])
     producer.flush()
     table = memlog.read("t", 0, include_headers=True)
-    assert list(zip(table.column("key").to_pylist(), table.column("value").to_pylist())) == cases
+    assert list(zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True)) == cases
     assert table.column("headers").to_pylist() == [
         [{"key": "h", "value": None}, {"key": "e", "value": b""}]] * len(cases)
 

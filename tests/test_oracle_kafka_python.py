@@ -73,7 +73,7 @@ def raw_partition(log: Log, partition: int) -> list[RawBatch]:
             cols = decode_records(payload, header, "oracle").to_pydict()
             records = [(k, v, ts, [(h["key"], h["value"]) for h in hs])
                        for k, v, ts, hs in zip(cols["key"], cols["value"], cols["timestamp"],
-                                               cols["headers"])]
+                                               cols["headers"], strict=True)]
             batches.append(RawBatch(header, records))
         offset = header.next_offset
     assert offset == log.end_offset(TOPIC, partition)  # gap-free, nothing unlisted
@@ -154,7 +154,7 @@ def txlog_read(log: Log, partition: int, start: int, isolation: str) -> list[Row
     millis = [ts // 1000 for ts in table.column("timestamp").cast("int64").to_pylist()]
     return [(o, k, v, ts, [(h["key"], h["value"]) for h in hs])
             for o, k, v, ts, hs in zip(cols["offset"], cols["key"], cols["value"], millis,
-                                       cols["headers"])]
+                                       cols["headers"], strict=True)]
 
 
 def txlog_consume(log: Log, partition: int, start: int, isolation: str) -> list[Row]:
@@ -318,7 +318,7 @@ def test_decided_transactions_read_as_kafka_reads_them_after_their_markers(log: 
         producers.append(producer)
     # Both decided only now: a writer rolls decided transactions forward when it
     # meets them, and here nobody must get the chance.
-    for producer, (name, commit) in zip(producers, crashed.items()):
+    for producer, (name, commit) in zip(producers, crashed.items(), strict=True):
         log.coordinator._decide(log.coordinator.metadata(name).decision_id, commit,
                                 [(producer.producer_id, producer.epoch)], "test: crash")
     before = {}

@@ -668,7 +668,7 @@ def test_read_uncommitted_sees_everything_except_control_batches(log: Log) -> No
     assert len(control_offsets) == 2
 
     table = log.read(TOPIC, 0, isolation_level=READ_UNCOMMITTED)
-    got = dict(zip(table.column("offset").to_pylist(), table.column("value").to_pylist()))
+    got = dict(zip(table.column("offset").to_pylist(), table.column("value").to_pylist(), strict=True))
     assert got == written
     assert sorted(got) == table.column("offset").to_pylist()
     assert not control_offsets & set(got)

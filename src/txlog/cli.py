@@ -203,7 +203,7 @@ def _print_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(header)]
     for row in [list(header), *rows]:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
 def _write_bytes(data: bytes) -> None:

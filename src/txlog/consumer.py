@@ -214,5 +214,5 @@ def _rows(table: Any) -> list[ConsumerRecord]:
                        [(h["key"], h["value"]) for h in headers])
         for offset, ts, ts_type, key, value, headers in zip(
             cols["offset"], micros, cols["timestampType"], cols["key"], cols["value"],
-            cols["headers"])
+            cols["headers"], strict=True)
     ]

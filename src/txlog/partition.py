@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .batch import (ABORT, COMMIT, CONTROL_BIT, HEADER_READ_SIZE, LOG_APPEND_TIME,
-                    RECORD_SCHEMA, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader,
+                    TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader,
                     ControlRecord, decode_control, decode_header, decode_records, encode_control,
                     encode_header, payload_of)
 from .errors import (CorruptBatchError, InvalidConfigError, OffsetOutOfRangeError, StorageError,
