@@ -396,7 +396,8 @@ class Supervisor:
             writers_done = time.monotonic()
             self.settle(deadline_s=TXN_TIMEOUT_MS / 1000 + 20)
             (self.root / STOP_FILE).touch()
-            reader_deadline = time.monotonic() + 30
+            # Readers may lag by an amount that grows with the run's length.
+            reader_deadline = time.monotonic() + 30 * max(1.0, self.scale / 5)
             for r, proc in enumerate(readers):
                 try:
                     code = proc.wait(timeout=max(0.1, reader_deadline - time.monotonic()))

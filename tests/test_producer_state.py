@@ -268,3 +268,31 @@ def test_damaged_snapshot_falls_back_to_an_older_one(tmp_path: Path) -> None:
     first_read = int(Path(counting.paths("read_prefix")[0]).name.split(".")[0])
     assert first_read == older
     assert state.to_bytes() == _state_from_all_headers(root).to_bytes()
+
+
+def test_aborted_index_agrees_with_a_linear_scan() -> None:
+    """The bisecting index must answer exactly as checking every aborted range would."""
+    import random
+
+    from txlog.partition import AbortedIndex
+    from txlog.producer_state import AbortedTransaction
+
+    rng = random.Random(5)
+    index = AbortedIndex()
+    ranges: list[AbortedTransaction] = []
+    next_free = {pid: 0 for pid in range(4)}
+    for _ in range(300):  # each producer's transactions follow each other, as in a log
+        pid = rng.randrange(4)
+        first = next_free[pid] + rng.randrange(0, 20)
+        last = first + rng.randrange(1, 15)
+        next_free[pid] = last + 1
+        if rng.random() < 0.5:
+            aborted = AbortedTransaction(pid, first, last)
+            ranges.append(aborted)
+            index.add(aborted)
+    assert index.size == len(ranges)
+    for pid in range(5):
+        for offset in range(max(next_free.values()) + 5):
+            expected = any(a.producer_id == pid and a.first_offset <= offset <= a.last_offset
+                           for a in ranges)
+            assert index.covers(pid, offset) == expected, (pid, offset)

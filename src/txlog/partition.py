@@ -63,6 +63,33 @@ class AppendResult:
     duplicate: bool = False
 
 
+class AbortedIndex:
+    """Per producer, the offset ranges of its aborted transactions, searchable by offset.
+
+    A producer's transactions in one partition never overlap and end in
+    marker order, so each producer's ranges are sorted by first offset and a
+    lookup is one bisection (Kafka's consumer walks its aborted list the
+    same way, in offset order).
+    """
+
+    def __init__(self) -> None:
+        self._firsts: dict[int, list[int]] = {}
+        self._lasts: dict[int, list[int]] = {}
+        self.size = 0
+
+    def add(self, aborted: AbortedTransaction) -> None:
+        self._firsts.setdefault(aborted.producer_id, []).append(aborted.first_offset)
+        self._lasts.setdefault(aborted.producer_id, []).append(aborted.last_offset)
+        self.size += 1
+
+    def covers(self, producer_id: int, offset: int) -> bool:
+        firsts = self._firsts.get(producer_id)
+        if not firsts:
+            return False
+        i = bisect.bisect_right(firsts, offset) - 1
+        return i >= 0 and offset <= self._lasts[producer_id][i]
+
+
 @dataclass(frozen=True, slots=True)
 class _Piece:
     """Records of one batch within a read range, with their derived Spark columns."""
@@ -100,6 +127,7 @@ class PartitionLog:
         # The object that proves the cached state's end (last batch or the
         # snapshot it came from) and its first bytes (magic and checksum).
         self._anchor: tuple[str, bytes] | None = None
+        self._aborted = AbortedIndex()  # built from the state's ABORT markers as they come
 
     # --- paths and headers ----------------------------------------------------
 
@@ -263,6 +291,7 @@ class PartitionLog:
         # Re-created (or a snapshot pruned): forget everything cached and reload.
         self._state, self._anchor, self._since_snapshot = None, None, 0
         self._bases, self._bases_complete, self._headers = [], False, {}
+        self._aborted = AbortedIndex()
         return False
 
     def append(self, header: BatchHeader, payload: bytes,
@@ -325,17 +354,25 @@ class PartitionLog:
                 return txn.first_offset
         return state.end_offset
 
-    def _aborted_ranges(self, state: ProducerState) -> dict[int, list[tuple[int, int]]]:
-        """Per producer, offset ranges whose transactional batches must be dropped."""
-        ranges: dict[int, list[tuple[int, int]]] = {}
-        aborted: list[AbortedTransaction] = list(state.aborted)
-        for txn in state.open_transactions():
-            if self._resolver(txn) is False:  # decided ABORT, marker not yet written
-                aborted.append(AbortedTransaction(txn.producer_id, txn.first_offset,
-                                                  state.end_offset))
-        for a in aborted:
-            ranges.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
-        return ranges
+    def _aborted_check(self, state: ProducerState) -> Callable[[int, int], bool]:
+        """``(producer id, offset) -> bool``: is a transactional batch there aborted?
+
+        Aborted transactions come from the ABORT markers (an append-only list,
+        indexed incrementally) and from open transactions already decided as
+        aborted whose markers are not written yet.
+        """
+        with self._lock:
+            for a in state.aborted[self._aborted.size:]:
+                self._aborted.add(a)
+            index = self._aborted
+        decided_aborted = {txn.producer_id: txn.first_offset
+                           for txn in state.open_transactions() if self._resolver(txn) is False}
+
+        def aborted(producer_id: int, offset: int) -> bool:
+            first = decided_aborted.get(producer_id)
+            return (first is not None and offset >= first) or index.covers(producer_id, offset)
+
+        return aborted
 
     # --- reads --------------------------------------------------------------------
 
@@ -349,7 +386,7 @@ class PartitionLog:
                 merged = sorted(set(listed) | set(self._bases))
                 self._bases = [b for b in merged if b < state.end_offset]
                 self._bases_complete = True
-            return list(self._bases)
+            return self._bases  # callers only read; appends only ever extend it
 
     def read(self, start: int, end: int | None = None, isolation_level: str = READ_COMMITTED,
              include_headers: bool = False) -> tuple[pa.Table, int]:
@@ -372,8 +409,7 @@ class PartitionLog:
         end = limit if end is None else min(end, limit)
         if end <= start:
             return empty_table(include_headers), start
-        committed_only = isolation_level == READ_COMMITTED
-        aborted = self._aborted_ranges(state) if committed_only else {}
+        aborted = self._aborted_check(state) if isolation_level == READ_COMMITTED else None
         bases = self._batch_bases(state)
         first = max(bisect.bisect_right(bases, start) - 1, 0)
         last = bisect.bisect_left(bases, end, lo=first)
@@ -392,9 +428,8 @@ class PartitionLog:
             return empty_table(include_headers), end
         return to_spark_table(pieces, self.topic, self.partition, include_headers), end
 
-
     def _load_piece(self, base: int, start: int, end: int,
-                    aborted: dict[int, list[tuple[int, int]]]
+                    aborted: Callable[[int, int], bool] | None
                     ) -> tuple[_Piece | None, int]:
         """One batch's records within [start, end) and the batch's payload size.
 
@@ -414,8 +449,8 @@ class PartitionLog:
         payload = payload_of(buf, header, url)
         if header.is_control:
             return None, header.payload_length
-        if header.is_transactional and header.producer_id in aborted and any(
-                first <= base <= last for first, last in aborted[header.producer_id]):
+        if aborted is not None and header.is_transactional and \
+                aborted(header.producer_id, base):
             return None, header.payload_length
         records = decode_records(payload, header, url)
         lo = max(start - base, 0)

@@ -21,6 +21,7 @@ import pyarrow as pa
 from .errors import StorageError, UnsupportedStorageError
 
 TMP_PREFIX = ".tmp-"
+MMAP_MIN_BYTES = 1 << 20  # smaller objects are read into memory rather than mapped
 
 
 def _check_relative(path: str) -> None:
@@ -152,10 +153,14 @@ class LocalStorage(Storage):
             return f.read(length)
 
     def read_buffer(self, path: str) -> pa.Buffer:
-        # A memory map: pages are read only as Arrow touches them, and the
-        # buffer stays valid even if the file is deleted meanwhile.
-        with pa.memory_map(self._abs(path), "r") as mm:
-            return mm.read_buffer()
+        # Large objects are memory-mapped: no copy, and the buffer stays valid
+        # even if the file is deleted meanwhile.  Setting up a map costs more
+        # than copying a small file, so those are simply read.
+        with open(self._abs(path), "rb") as f:
+            if os.fstat(f.fileno()).st_size < MMAP_MIN_BYTES:
+                return pa.py_buffer(f.read())
+            with pa.memory_map(f.name, "r") as mm:
+                return mm.read_buffer()
 
     def exists(self, path: str) -> bool:
         return os.path.exists(self._abs(path))
