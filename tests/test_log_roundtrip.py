@@ -194,15 +194,20 @@ def test_log_append_time_overrides_producer_timestamps(memlog: Log) -> None:
     memlog.create_topic("ct", 1)
     producer = memlog.producer(linger_ms=3_600_000)
     before = int(time.time() * 1000)
+    futures = []
     for i in range(4):
-        producer.send("lat", b"v", partition=1, timestamp_ms=1_000 + i)
+        futures.append(producer.send("lat", b"v", partition=1, timestamp_ms=1_000 + i))
         producer.send("ct", b"v", partition=0, timestamp_ms=1_000 + i)
     producer.flush()
     after = int(time.time() * 1000)
     lat = memlog.read("lat", 1)
     assert lat.column("timestampType").to_pylist() == [LOG_APPEND_TIME] * 4
     stamps = {us // 1000 for us in lat.column("timestamp").cast(pa.int64()).to_pylist()}
-    assert len(stamps) == 1 and before <= stamps.pop() <= after
+    assert len(stamps) == 1
+    appended_at = stamps.pop()
+    assert before <= appended_at <= after
+    # As in Kafka, the send's metadata reports the append time, not the producer's.
+    assert [f.get().timestamp for f in futures] == [appended_at] * 4
     ct = memlog.read("ct", 0)
     assert ct.column("timestampType").to_pylist() == [CREATE_TIME] * 4
     assert [us // 1000 for us in ct.column("timestamp").cast(pa.int64()).to_pylist()] == \

@@ -61,6 +61,7 @@ class AppendResult:
     base_offset: int
     last_offset: int
     duplicate: bool = False
+    log_append_time: int = -1  # the batch's timestamp on a LogAppendTime topic, else -1
 
 
 class AbortedIndex:
@@ -266,7 +267,10 @@ class PartitionLog:
                     continue
                 if published:
                     self._applied(step.header, step.control, step.data)
-                    return AppendResult(slot, step.header.last_offset)
+                    appended_at = step.header.max_timestamp \
+                        if step.header.timestamp_type == LOG_APPEND_TIME else -1
+                    return AppendResult(slot, step.header.last_offset,
+                                        log_append_time=appended_at)
 
     def _anchor_holds(self, state: ProducerState) -> bool:
         """Check, before writing past it, that the cached state still describes storage.

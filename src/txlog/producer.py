@@ -122,7 +122,12 @@ def _as_bytes(value: Any, what: str) -> bytes | None:
 
 
 class Producer:
-    """Kafka-style producer over a Log (see kafka-python's KafkaProducer)."""
+    """Kafka-style producer over a Log (see kafka-python's KafkaProducer).
+
+    Unlike Kafka's, one instance is not meant to be shared between threads:
+    without a sender thread, batches are published by the calling thread, so
+    give each thread its own producer (they may share the Log).
+    """
 
     def __init__(self, log: Log, *, enable_idempotence: bool = True,
                  transactional_id: str | None = None,
@@ -315,8 +320,9 @@ class Producer:
         self._partitioner.batch_sent(topic, partition, desc.partitions)
         self._maybe_abort_expired(tp)
         for i, f in enumerate(pending.futures):
-            f._resolve(RecordMetadata(topic, partition, result.base_offset + i,
-                                      pending.timestamps[i]))
+            timestamp = result.log_append_time if result.log_append_time >= 0 \
+                else pending.timestamps[i]
+            f._resolve(RecordMetadata(topic, partition, result.base_offset + i, timestamp))
 
     def _maybe_abort_expired(self, tp: tuple[str, int]) -> None:
         """Abort other producers' expired transactions in ``tp``, at most once a second.
