@@ -282,9 +282,6 @@ class TransactionCoordinator:
                 None if value is None else TransactionMetadata.from_dict(value), member)
             now = _now_ms()
             if meta.state == S.ONGOING:
-                if meta.expired(now):
-                    expired = True
-                    return None
                 if meta.decision_id != member.decision_id:
                     raise InvalidTxnStateError(
                         f"transactional id {member.transactional_id!r}: decision id "
@@ -292,8 +289,12 @@ class TransactionCoordinator:
                         f"{meta.decision_id!r}")
                 # Published decision, metadata not rolled forward yet (the ender
                 # failed or is still at it): nothing may join after the commit point.
+                # Checked before expiry: a decided transaction is not aborted by age.
                 if self.decision(meta.decision_id) is not None:
                     decided = True
+                    return None
+                if meta.expired(now):
+                    expired = True
                     return None
             new_parts = tuple(sorted(set(meta.partitions if meta.state == S.ONGOING else ())
                                      | set(partitions)))
