@@ -469,6 +469,39 @@ def test_idle_transactional_id_expires_and_restarts_with_a_new_producer_id(log: 
     assert committed_values(log, 0) == [b"i", b"b"]
 
 
+def test_another_producer_aborts_an_expired_transaction(log: Log, monkeypatch) -> None:
+    """With no coordinator timer, producers writing to a partition abort expired
+    transactions that hold its LSO back: a dead producer cannot stall readers."""
+    import txlog.producer as producer_module
+
+    monkeypatch.setattr(producer_module, "EXPIRY_CHECK_INTERVAL_S", 0.0)
+    log.create_topic(TOPIC, 1)
+    stuck = open_txn(log, "dead-one", [(0, b"never-visible")], transaction_timeout_ms=200)
+    first = log.partition(TOPIC, 0).state().open_transactions()[0].first_offset
+    assert log.last_stable_offset(TOPIC, 0) == first
+    wait_expired(log, "dead-one")
+
+    log.producer().send(TOPIC, b"later", partition=0).get()  # a plain idempotent producer
+
+    assert log.coordinator.metadata("dead-one").state == TxnState.COMPLETE_ABORT
+    assert log.last_stable_offset(TOPIC, 0) == log.end_offset(TOPIC, 0)
+    assert committed_values(log, 0) == [b"later"]
+    with pytest.raises(ProducerFencedError):
+        stuck.commit_transaction()
+
+
+def test_another_producer_leaves_a_live_transaction_alone(log: Log, monkeypatch) -> None:
+    import txlog.producer as producer_module
+
+    monkeypatch.setattr(producer_module, "EXPIRY_CHECK_INTERVAL_S", 0.0)
+    log.create_topic(TOPIC, 1)
+    busy = open_txn(log, "busy", [(0, b"pending")], transaction_timeout_ms=600_000)
+    log.producer().send(TOPIC, b"other", partition=0).get()
+    assert log.coordinator.metadata("busy").state == TxnState.ONGOING
+    busy.commit_transaction()
+    assert committed_values(log, 0) == [b"pending", b"other"]
+
+
 # --- decisions, markers, recovery -----------------------------------------------------------------
 
 

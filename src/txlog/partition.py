@@ -119,6 +119,10 @@ class PartitionLog:
         self.dir = f"topics/{topic}/{partition}"
         self._resolver = resolver or (lambda txn: None)
         self._lock = threading.RLock()
+        self._drop_cache()
+
+    def _drop_cache(self) -> None:
+        """Forget everything learnt from storage (at start, and when it was pulled away)."""
         self._state: ProducerState | None = None
         self._since_snapshot = 0
         # Known base offsets, sorted; complete from 0 to the state's end once listed.
@@ -182,12 +186,11 @@ class PartitionLog:
                 self._write_snapshot(state)
             return state
 
-    def _applied(self, header: BatchHeader, control: ControlRecord | None = None,
-                 data: bytes | None = None) -> None:
+    def _applied(self, header: BatchHeader, control: ControlRecord | None,
+                 data: bytes) -> None:
+        """Advance the cached state past a batch; ``data`` holds at least its first bytes."""
         assert self._state is not None
-        path = self.batch_path(header.base_offset)
-        self._anchor = (path, data[:ANCHOR_BYTES] if data is not None
-                        else self.storage.read_prefix(path, ANCHOR_BYTES))
+        self._anchor = (self.batch_path(header.base_offset), data[:ANCHOR_BYTES])
         self._note_base(header.base_offset)
         self._state.apply(header, control)
         self._since_snapshot += 1
@@ -292,10 +295,7 @@ class PartitionLog:
             raise UnknownTopicError(
                 f"topic {self.topic!r} was deleted by another process while this one "
                 f"was writing to partition {self.partition}")
-        # Re-created (or a snapshot pruned): forget everything cached and reload.
-        self._state, self._anchor, self._since_snapshot = None, None, 0
-        self._bases, self._bases_complete, self._headers = [], False, {}
-        self._aborted = AbortedIndex()
+        self._drop_cache()  # re-created (or a snapshot pruned): reload
         return False
 
     def append(self, header: BatchHeader, payload: bytes,

@@ -400,7 +400,7 @@ class Producer:
             raise IllegalStateError("a transaction is already in progress")
         if decision_id is not None:
             validate_name(decision_id, "decision id")
-        self._decision_id = decision_id or f"{self._producer_id}-{self._epoch}"
+        self._decision_id = decision_id or self._plain_decision_id()
         self._txn_partitions = set()
         self._txn_has_offsets = False
         self._prepared = False
@@ -431,8 +431,12 @@ class Producer:
             self._fatal = exc
             raise
 
+    def _plain_decision_id(self) -> str:
+        """A transaction of this producer alone is decided under ``<producer id>-<epoch>``."""
+        return f"{self._producer_id}-{self._epoch}"
+
     def _is_shared(self) -> bool:
-        return self._decision_id != f"{self._producer_id}-{self._epoch}"
+        return self._decision_id != self._plain_decision_id()
 
     def commit_transaction(self) -> None:
         self._check_in_transaction("commit_transaction()")
