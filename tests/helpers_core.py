@@ -324,6 +324,56 @@ def _crash_at(root: str, topic: str, point: str, value_size: str, batches_before
     sys.exit(3)  # the kill did not happen: the parent treats this as a failure
 
 
+def _outcome(action: Callable[[], object]) -> dict[str, object]:
+    """What an action returned, or the type and message of what it raised."""
+    try:
+        return {"ok": action()}
+    except Exception as exc:  # the test judges every outcome, errors included
+        return {"error": type(exc).__name__, "message": str(exc)}
+
+
+def _stale_holder(root: str, role: str, ready: str, go_file: str, result: str) -> None:
+    """Hold topic ``t`` open across a delete + re-create done by the parent.
+
+    Before ``ready``: ``snapshotter`` appends SNAPSHOT_INTERVAL single-record
+    batches, so its lazy snapshot is due at its next state refresh;
+    ``writer`` appends one batch and leaves one record pending;
+    ``reader`` reads everything read_committed.  After ``go`` each acts
+    twice on the (now re-created) topic and reports what happened.
+    """
+    from txlog.partition import SNAPSHOT_INTERVAL
+
+    log = Log(root)
+    outcomes: list[dict[str, object]] = []
+    if role == "snapshotter":
+        producer = log.producer(linger_ms=0)
+        for i in range(SNAPSHOT_INTERVAL):
+            producer.send("t", f"old-s-{i}".encode(), partition=0).get()
+        Path(ready).write_text("ready")
+        _wait_go(go_file)
+        for attempt in range(2):
+            outcomes.append(_outcome(lambda a=attempt: producer.send(
+                "t", f"s-after-{a}".encode(), partition=0).get().offset))
+    elif role == "writer":
+        producer = log.producer(linger_ms=3_600_000)
+        producer.send("t", b"old-w-0", partition=0).get()
+        pending = producer.send("t", b"w-pending", partition=0)
+        Path(ready).write_text("ready")
+        _wait_go(go_file)
+        outcomes.append(_outcome(lambda: pending.get().offset))
+        outcomes.append(_outcome(lambda: producer.send("t", b"w-after", partition=0).get().offset))
+    elif role == "reader":
+        before = log.read("t", 0).column("value").to_pylist()
+        Path(ready).write_text(json.dumps([v.decode() for v in before]))
+        _wait_go(go_file)
+        for _ in range(2):
+            outcomes.append(_outcome(lambda: [v.decode() for v in
+                                              log.read("t", 0).column("value").to_pylist()]))
+    else:
+        raise SystemExit(f"unknown role {role!r}")
+    _write_result(result, {"outcomes": outcomes})
+
+
 def _write_result(path: str, obj: object) -> None:
     tmp = path + ".part"
     with open(tmp, "w") as f:
@@ -337,6 +387,7 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "alloc-ids": _alloc_ids,
     "crash-loop": _crash_loop,
     "crash-at": _crash_at,
+    "stale-holder": _stale_holder,
 }
 
 if __name__ == "__main__":

@@ -68,15 +68,20 @@ def test_shared_member_cannot_commit_alone(log: Log) -> None:
     assert log.read("t", 0).column("value").to_pylist() == [b"r0", b"next"]
 
 
-def test_idempotent_producer_stops_after_ambiguous_storage_failure(log: Log,
-                                                                   monkeypatch) -> None:
-    """A batch whose publish outcome is unknown must not have its sequence reused."""
+def test_idempotent_producer_moves_to_a_new_id_after_ambiguous_storage_failure(
+        log: Log, monkeypatch) -> None:
+    """A batch whose publish outcome is unknown must not have its sequence reused.
+
+    The producer stays usable under a fresh producer id (Kafka's epoch bump),
+    so nothing it sends later can be mistaken for a duplicate of that batch.
+    """
     from txlog import StorageError
     from txlog.storage import LocalStorage
 
     log.create_topic("t", 1)
     producer = log.producer(linger_ms=0)
     producer.send("t", b"ok", partition=0).get()
+    first_id = producer.producer_id
 
     def broken(self, path, data):
         raise OSError("simulated: connection reset after sending the object")
@@ -85,6 +90,7 @@ def test_idempotent_producer_stops_after_ambiguous_storage_failure(log: Log,
     with pytest.raises(StorageError):
         producer.send("t", b"unknown-outcome", partition=0)
     monkeypatch.undo()
-    with pytest.raises(StorageError):
-        producer.send("t", b"must-not-reuse-the-sequence", partition=0)
-    assert log.read("t", 0).column("value").to_pylist() == [b"ok"]
+    md = producer.send("t", b"must-not-reuse-the-sequence", partition=0).get()
+    assert producer.producer_id != first_id
+    assert md.offset == 1
+    assert log.read("t", 0).column("value").to_pylist() == [b"ok", b"must-not-reuse-the-sequence"]

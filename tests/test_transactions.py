@@ -21,7 +21,8 @@ from collections.abc import Callable
 import pytest
 from helpers_core import wait_for
 
-from txlog import (READ_UNCOMMITTED, ConcurrentTransactionsError, IllegalStateError,
+from txlog import (READ_UNCOMMITTED, ConcurrentTransactionsError, DecisionConflictError,
+                   IllegalStateError,
                    InvalidTransactionTimeoutError, InvalidTxnStateError, Log,
                    OutOfOrderSequenceError, Producer, ProducerFencedError,
                    TransactionAbortedError)
@@ -840,8 +841,9 @@ def test_fencing_one_member_aborts_the_shared_transaction(log: Log) -> None:
     log.create_topic(TOPIC, 3)
     _, members, _ = _shared(log, "job-4", 3)
     txn_producer(log, members[1].transactional_id)  # the retry of task 1
-    decision = log.coordinator.end_shared_transaction("job-4", members, commit=True)
-    assert not decision.commit
+    with pytest.raises(DecisionConflictError, match="already stands as an ABORT") as info:
+        log.coordinator.end_shared_transaction("job-4", members, commit=True)
+    assert info.value.not_committed == [m.transactional_id for m in members]
     assert _visible(log) == set()
     assert log.abort_expired_transactions() == []
     for i in range(3):
@@ -867,8 +869,10 @@ def test_end_shared_transaction_is_idempotent_and_order_insensitive(log: Log) ->
 
     _, members6, _ = _shared(log, "job-6", 2)
     aborted = log.coordinator.end_shared_transaction("job-6", members6[::-1], commit=False)
-    later = log.coordinator.end_shared_transaction("job-6", members6, commit=True)
-    assert not aborted.commit and not later.commit
+    assert not aborted.commit
+    with pytest.raises(DecisionConflictError):  # a commit after the abort is told so
+        log.coordinator.end_shared_transaction("job-6", members6, commit=True)
+    assert log.coordinator.end_shared_transaction("job-6", members6, commit=False) == aborted
     assert _visible(log) == set(values)
 
     with pytest.raises(InvalidTxnStateError):  # a member of another decision

@@ -1,9 +1,10 @@
 """txlog: a Kafka-style transactional log on plain storage."""
 
 from .consumer import Consumer, ConsumerRecord, OffsetAndTimestamp
-from .errors import (ConcurrentTransactionsError, CorruptBatchError, IllegalStateError,
-                     InvalidConfigError, InvalidNameError, InvalidProducerEpochError,
-                     InvalidTransactionTimeoutError, InvalidTxnStateError, LogFormatError,
+from .errors import (ConcurrentTransactionsError, CorruptBatchError, DecisionConflictError,
+                     IllegalStateError, InconsistentTopicIdError, InvalidConfigError,
+                     InvalidNameError, InvalidProducerEpochError, InvalidTransactionTimeoutError,
+                     InvalidTxnStateError, LogFormatError,
                      OffsetOutOfRangeError, OutOfOrderSequenceError, ProducerFencedError,
                      StorageError, TopicExistsError, TransactionAbortedError, TxlogError,
                      UnknownPartitionError, UnknownTopicError, UnsupportedStorageError)
@@ -21,5 +22,5 @@ __all__ = [
     "CorruptBatchError", "StorageError", "UnsupportedStorageError", "OutOfOrderSequenceError",
     "InvalidProducerEpochError", "ProducerFencedError", "InvalidTxnStateError",
     "InvalidTransactionTimeoutError", "TransactionAbortedError", "ConcurrentTransactionsError",
-    "IllegalStateError",
+    "IllegalStateError", "DecisionConflictError", "InconsistentTopicIdError",
 ]

@@ -14,7 +14,11 @@ ends with the epoch bumped (KIP-890), and its markers carry the bumped epoch.
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -22,14 +26,16 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from .chain import VersionChain
-from .errors import (ConcurrentTransactionsError, InvalidTransactionTimeoutError,
-                     InvalidTxnStateError, ProducerFencedError, TransactionAbortedError)
+from .errors import (ConcurrentTransactionsError, DecisionConflictError,
+                     InvalidTransactionTimeoutError, InvalidTxnStateError, ProducerFencedError, TransactionAbortedError)
 from .groups import apply_transactional_offsets
 from .names import validate_name
 from .producer_state import OpenTransaction
 
 if TYPE_CHECKING:
     from .log import Log
+
+logger = logging.getLogger(__name__)
 
 TXN_DIR = "coordinator/transactions"
 DECISION_DIR = "coordinator/decisions"
@@ -150,6 +156,24 @@ class TransactionCoordinator:
         self.storage = log.storage
         self._chains: dict[str, VersionChain] = {}
         self._decisions: dict[str, Decision] = {}
+        self._local = threading.local()  # transactional ids this thread is ending itself
+
+    def _ending(self) -> set[str]:
+        ending = getattr(self._local, "ending", None)
+        if ending is None:
+            ending = self._local.ending = set()
+        return ending
+
+    @contextmanager
+    def _owning(self, transactional_ids: list[str]) -> Iterator[None]:
+        """Mark transactions this thread ends, so that finishing them is not logged."""
+        ending = self._ending()
+        added = [t for t in transactional_ids if t not in ending]
+        ending.update(added)
+        try:
+            yield
+        finally:
+            ending.difference_update(added)
 
     # --- storage ----------------------------------------------------------------
 
@@ -348,7 +372,8 @@ class TransactionCoordinator:
                 f"{'commit' if commit else 'abort'} (state {meta.state.value})")
         decision = self._decide(meta.decision_id, commit, [(member.producer_id, member.epoch)],
                                 "EndTxn")
-        final = self.complete(member.transactional_id, only_decision=meta.decision_id)
+        with self._owning([member.transactional_id]):
+            final = self.complete(member.transactional_id, only_decision=meta.decision_id)
         committed = decision.commits(member.producer_id, member.epoch)
         if commit and not committed:
             raise TransactionAbortedError(
@@ -367,8 +392,14 @@ class TransactionCoordinator:
                                commit: bool) -> Decision:
         """Decide a multi-producer transaction once, then complete each member.
 
-        Safe to call again and in any order with the opposite outcome: the
-        first decision stands and the result says which it is.
+        Safe to call again and in any order: the first decision stands.  An
+        ABORT request returns the standing decision, whatever it is (Spark
+        aborts after a failed commit).  A COMMIT request that meets a decision
+        not committing every member given (an ABORT, a COMMIT with fewer
+        members, or an earlier job's decision under a re-used id) completes
+        those members, whose records are then aborted, and raises
+        ``DecisionConflictError``: the caller is never told "committed" for
+        records that are not.
         """
         for m in members:
             if m.decision_id != decision_id:
@@ -377,8 +408,19 @@ class TransactionCoordinator:
                     f"not {decision_id!r}")
         decision = self._decide(decision_id, commit,
                                 [(m.producer_id, m.epoch) for m in members], "EndTxn (shared)")
-        for m in members:
-            self.complete(m.transactional_id, only_decision=decision_id)
+        with self._owning([m.transactional_id for m in members]):
+            for m in members:
+                self.complete(m.transactional_id, only_decision=decision_id)
+        if commit:
+            left_out = [m.transactional_id for m in members
+                        if not decision.commits(m.producer_id, m.epoch)]
+            if left_out:
+                standing = "an ABORT" if not decision.commit else "a COMMIT of other members"
+                raise DecisionConflictError(
+                    f"decision {decision_id!r} already stands as {standing} "
+                    f"({decision.reason or 'no reason recorded'}); the records of "
+                    f"{', '.join(map(repr, left_out))} are aborted, not committed",
+                    decision_id, left_out)
         return decision
 
     # --- completion, fencing, timeouts ---------------------------------------------------------------
@@ -389,7 +431,9 @@ class TransactionCoordinator:
 
         Does nothing for an undecided transaction (or one of another decision
         than ``only_decision``).  Every step is idempotent, so any number of
-        processes may run this at once.
+        processes may run this at once.  Finishing a transaction that this
+        thread is not ending itself is logged: it means its ender stopped
+        half-way, or a fence or timeout aborted it.
         """
         while True:
             version, meta = self._latest(transactional_id)
@@ -434,6 +478,11 @@ class TransactionCoordinator:
             S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, producer_id=pid, epoch=epoch,
             partitions=(), pending_offsets={})
         if self._publish(version + 1, done):
+            if meta.transactional_id not in self._ending():
+                logger.info("rolled forward transaction %r of %r (producer %d epoch %d): %s in "
+                            "%d partition(s)", meta.decision_id, meta.transactional_id,
+                            meta.txn_producer_id, meta.txn_epoch,
+                            "COMMIT" if commit else "ABORT", len(meta.partitions))
             return done
         _, latest = self._latest(meta.transactional_id)
         assert latest is not None

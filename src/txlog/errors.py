@@ -88,6 +88,30 @@ class TransactionAbortedError(TxlogError):
     """The transaction was aborted (for instance by a timeout) before it committed."""
 
 
+class DecisionConflictError(InvalidTxnStateError, TransactionAbortedError):
+    """A shared transaction's standing decision does not commit every member handed in.
+
+    Raised by a COMMIT request that met an earlier decision (an ABORT, or a
+    COMMIT with other members): those members' records are aborted, and the
+    caller must not believe otherwise.  ``not_committed`` names their
+    transactional ids.
+    """
+
+    def __init__(self, message: str, decision_id: str, not_committed: list[str]) -> None:
+        super().__init__(message)
+        self.decision_id = decision_id
+        self.not_committed = not_committed
+
+
+class InconsistentTopicIdError(TxlogError):
+    """Something derived from one incarnation of a topic met another (Kafka's KIP-516).
+
+    The topic was deleted and re-created since this process (or a planned
+    read) learnt about it; nothing cached from the old incarnation is applied
+    to the new one.
+    """
+
+
 class ConcurrentTransactionsError(TxlogError):
     """Another process changed the transaction at the same moment; retry."""
 

@@ -9,6 +9,7 @@ published behind the caller's back, which keeps transaction boundaries exact.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +19,8 @@ import pyarrow as pa
 
 from .batch import (HEADER_TYPE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, RECORD_SCHEMA,
                     TRANSACTIONAL_BIT, BatchHeader, compression_attribute, encode_records)
-from .errors import (IllegalStateError, InvalidConfigError, ProducerFencedError, StorageError,
+from .errors import (IllegalStateError, InvalidConfigError, InvalidProducerEpochError,
+                     InvalidTxnStateError, OutOfOrderSequenceError, ProducerFencedError,
                      TransactionAbortedError, TxlogError)
 from .names import validate_name
 from .partitioner import StickyPartitioner, partition_for_key
@@ -26,6 +28,9 @@ from .partitioner import StickyPartitioner, partition_for_key
 if TYPE_CHECKING:
     from .coordinator import TransactionMember
     from .log import Log
+    from .partition import AppendResult
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 1 << 20  # bytes; each batch is one object, so larger than Kafka's 16 KiB
 DEFAULT_LINGER_MS = 5
@@ -34,6 +39,10 @@ RECORD_OVERHEAD = 24  # rough per-record Arrow overhead, for batch sizing only
 # How often a producer looks for expired or decided-but-unfinished transactions
 # holding back a partition it writes to (there is no coordinator timer).
 EXPIRY_CHECK_INTERVAL_S = 1.0
+# Append failures that are raised before anything is published: the batch is
+# certainly not in the log, so its sequence may be used again.
+DEFINITIVE_REJECTIONS = (OutOfOrderSequenceError, InvalidProducerEpochError, InvalidTxnStateError,
+                         InvalidConfigError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +174,7 @@ class Producer:
         self._epoch = NO_PRODUCER_EPOCH
         self._closed = False
         self._fatal: BaseException | None = None
+        self._needs_new_id = False  # set when a batch's outcome is unknown
         # transactions
         self._initialized = False
         self._in_transaction = False
@@ -282,47 +292,95 @@ class Producer:
                 pa.array(pending.timestamps, pa.int64()),
                 pa.array(pending.headers, HEADER_TYPE),
             ], schema=RECORD_SCHEMA)
-            payload = encode_records(table, self._compression)
-            count = len(pending.futures)
-            sequence = self._sequences.get(tp, 0) if self.enable_idempotence else NO_SEQUENCE
-            attributes = self._compression_bits
-            if self.transactional_id is not None:
-                attributes |= TRANSACTIONAL_BIT
-            header = BatchHeader(
-                base_offset=0, record_count=count, attributes=attributes,
-                base_timestamp=min(pending.timestamps), max_timestamp=max(pending.timestamps),
-                producer_id=self._producer_id, producer_epoch=self._epoch,
-                base_sequence=sequence, decision_id=self._decision_id,
-                transactional_id=self.transactional_id or "")
-            desc = self.log.describe_topic(topic)
-            max_bytes = desc.config.get("max.message.bytes")
-            if max_bytes is not None and len(payload) > max_bytes:
-                raise InvalidConfigError(
-                    f"batch of {len(payload)} bytes for {topic}-{partition} exceeds the topic's "
-                    f"max.message.bytes={max_bytes}")
-            log_append = desc.config.get("message.timestamp.type") == "LogAppendTime"
-            result = self.log.partition(topic, partition).append(header, payload, log_append)
-        except TxlogError as exc:
-            # After a storage failure the batch may or may not exist: reusing its
-            # sequence for other records could make them look like a duplicate.
-            if isinstance(exc, (ProducerFencedError, StorageError)) or \
-                    self.transactional_id is not None:
-                self._fatal = exc
-            for f in pending.futures:
-                f._fail(exc)
-            raise
+            result = self._publish_batch(tp, table, min(pending.timestamps),
+                                         max(pending.timestamps))
         except BaseException as exc:
             for f in pending.futures:
                 f._fail(exc)
+            raise
+        for i, f in enumerate(pending.futures):
+            timestamp = result.log_append_time if result.log_append_time >= 0 \
+                else pending.timestamps[i]
+            f._resolve(RecordMetadata(topic, partition, result.base_offset + i, timestamp))
+
+    def _publish_batch(self, tp: tuple[str, int], records: pa.Table, base_timestamp: int,
+                       max_timestamp: int) -> AppendResult:
+        """Publish one batch of ``records`` (RECORD_SCHEMA) to ``tp``: the one write path.
+
+        Every way of sending ends here, so sequences, idempotence, transactions,
+        max.message.bytes, LogAppendTime and the outcome-unknown rule hold alike.
+        """
+        topic, partition = tp
+        if self._needs_new_id:
+            # A batch of the old id may have landed: its sequences are never reused.
+            self._producer_id = self.log.producer_ids.next_id()
+            self._epoch = 0
+            self._sequences.clear()
+            self._needs_new_id = False
+        payload = encode_records(records, self._compression)
+        desc = self.log.describe_topic(topic)
+        max_bytes = desc.config.get("max.message.bytes")
+        if max_bytes is not None and len(payload) > max_bytes:
+            raise InvalidConfigError(
+                f"batch of {len(payload)} bytes for {topic}-{partition} exceeds the topic's "
+                f"max.message.bytes={max_bytes}")
+        log_append = desc.config.get("message.timestamp.type") == "LogAppendTime"
+        part = self.log.partition(topic, partition)
+        count = records.num_rows
+        sequence = self._sequences.get(tp, 0) if self.enable_idempotence else NO_SEQUENCE
+        attributes = self._compression_bits
+        if self.transactional_id is not None:
+            attributes |= TRANSACTIONAL_BIT
+        header = BatchHeader(
+            base_offset=0, record_count=count, attributes=attributes,
+            base_timestamp=base_timestamp, max_timestamp=max_timestamp,
+            producer_id=self._producer_id, producer_epoch=self._epoch,
+            base_sequence=sequence, decision_id=self._decision_id,
+            transactional_id=self.transactional_id or "")
+        try:
+            result = part.append(header, payload, log_append)
+        except BaseException as exc:
+            self._append_failed(tp, exc)
             raise
         if self.enable_idempotence:
             self._sequences[tp] = (sequence + count) & 0x7FFFFFFF
         self._partitioner.batch_sent(topic, partition, desc.partitions)
         self._maybe_abort_expired(tp)
-        for i, f in enumerate(pending.futures):
-            timestamp = result.log_append_time if result.log_append_time >= 0 \
-                else pending.timestamps[i]
-            f._resolve(RecordMetadata(topic, partition, result.base_offset + i, timestamp))
+        return result
+
+    def _append_failed(self, tp: tuple[str, int], exc: BaseException) -> None:
+        """Decide what a failed append means for the batches that follow it.
+
+        A validation error is raised before anything is published, so the
+        producer may go on as it was.  Any other failure, whatever its type,
+        may come after the object was created: reusing the batch's sequence
+        for other records would make them look like a duplicate of it and
+        drop them (Kafka bumps the epoch or fails the producer for the same
+        reason).  An idempotent producer therefore takes a new producer id
+        before its next batch; a transactional one cannot commit this
+        transaction and must abort it (which bumps its epoch) or re-initialise.
+        """
+        if isinstance(exc, ProducerFencedError):
+            self._fatal = exc
+            return
+        if self.transactional_id is not None:
+            if isinstance(exc, TxlogError):
+                self._fatal = exc
+            else:
+                fatal = TransactionAbortedError(
+                    f"transaction of {self.transactional_id!r}: a batch for {tp[0]}-{tp[1]} "
+                    f"failed with {type(exc).__name__} ({exc}) and may or may not have been "
+                    "written; call abort_transaction()")
+                fatal.__cause__ = exc
+                self._fatal = fatal
+            return
+        if isinstance(exc, DEFINITIVE_REJECTIONS) or not self.enable_idempotence:
+            return
+        self._needs_new_id = True
+        self._sequences.clear()
+        logger.warning("producer %d: a batch for %s-%d ended with %s (%s); its outcome is "
+                       "unknown, so the next batch uses a new producer id", self._producer_id,
+                       tp[0], tp[1], type(exc).__name__, exc)
 
     def _maybe_abort_expired(self, tp: tuple[str, int]) -> None:
         """Abort other producers' expired transactions in ``tp``, at most once a second.
