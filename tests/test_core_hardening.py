@@ -15,6 +15,9 @@ import json
 import subprocess
 from pathlib import Path
 
+import logging
+
+import msgpack
 import pytest
 
 from txlog import DecisionConflictError, InconsistentTopicIdError, Log, TxlogError
@@ -261,9 +264,14 @@ def test_processes_holding_a_topic_across_delete_and_recreate(tmp_path: Path) ->
     assert set(values[3:]) <= committed_new
 
     for role, outs in outcomes.items():
-        for out in outs:
-            if "error" in out:
-                assert "re-created" in out["message"] or "deleted" in out["message"], (role, out)
+        # The first act of each stale process met the new incarnation: a clear refusal.
+        assert outs[0].get("error") == "InconsistentTopicIdError", (role, outs[0])
+        assert "re-created" in outs[0]["message"], outs[0]
+    # No snapshot of the old incarnation (or past the new log's end) in the new topic.
+    topic_id = Log(root).describe_topic("t").topic_id
+    for snap in (root / "topics" / "t" / "0" / "snapshots").glob("*.snapshot"):
+        body = msgpack.unpackb(snap.read_bytes()[4:])
+        assert body["topic_id"] == topic_id and body["end"] <= chain[-1].header.next_offset
     for out in outcomes["reader"]:
         if "ok" in out:
             assert out["ok"] == ["new-0"], out  # LSO held at the open transaction
@@ -276,3 +284,85 @@ def test_processes_holding_a_topic_across_delete_and_recreate(tmp_path: Path) ->
     assert fresh.end_offset("t", 0) == chain[-1].header.next_offset + 1  # + the ABORT marker
     visible = [v.decode() for v in fresh.read("t", 0).column("value").to_pylist()]
     assert visible == [v for v in values if v != "open-1"]
+
+
+def _snapshot_files(root: Path) -> list[Path]:
+    return sorted((root / "topics" / "t" / "0" / "snapshots").glob("*.snapshot"))
+
+
+@pytest.mark.parametrize("damage", ["flipped byte", "zero length", "valid checksum over garbage",
+                                    "another incarnation's snapshot"])
+def test_bad_snapshot_is_skipped_with_a_warning_and_the_state_rebuilt(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str) -> None:
+    import crc32c
+
+    from txlog.partition import SNAPSHOT_INTERVAL
+
+    root = tmp_path / "log"
+    log = Log(root)
+    log.create_topic("t", 1)
+    producer = log.producer(linger_ms=0)
+    for i in range(SNAPSHOT_INTERVAL + 3):
+        producer.send("t", b"v%d" % i, partition=0).get()
+    expected = log.read("t", 0).column("value").to_pylist()
+    [snap] = _snapshot_files(root)
+    data = snap.read_bytes()
+    if damage == "flipped byte":
+        data = data[:20] + bytes([data[20] ^ 0x01]) + data[21:]
+    elif damage == "zero length":
+        data = b""
+    elif damage == "valid checksum over garbage":
+        body = msgpack.packb({"v": 2, "end": "x", "producers": 7})
+        data = crc32c.crc32c(body).to_bytes(4, "big") + body
+    else:
+        body = msgpack.unpackb(data[4:])
+        body["topic_id"] = "0" * 32
+        body = msgpack.packb(body)
+        data = crc32c.crc32c(body).to_bytes(4, "big") + body
+    snap.write_bytes(data)
+
+    with caplog.at_level(logging.WARNING, logger="txlog.partition"):
+        fresh = Log(root)
+        assert fresh.end_offset("t", 0) == SNAPSHOT_INTERVAL + 3
+        assert fresh.read("t", 0).column("value").to_pylist() == expected
+    assert any("skipping producer-state snapshot" in r.getMessage() for r in caplog.records)
+    # The rebuilt state is the real one: the producer's next batch is in sequence.
+    assert Log(root).producer(linger_ms=0).send("t", b"next", partition=0).get().offset == \
+        SNAPSHOT_INTERVAL + 3
+
+
+def test_topic_ids_distinguish_incarnations(tmp_path: Path) -> None:
+    root = tmp_path / "log"
+    log = Log(root)
+    first = log.create_topic("t", 1)
+    assert len(first.topic_id) == 32 and Log(root).describe_topic("t").topic_id == first.topic_id
+    log.producer(linger_ms=0).send("t", b"old", partition=0).get()
+    log.delete_topic("t")
+    second = log.create_topic("t", 1)
+    assert second.topic_id != first.topic_id
+    log.producer(linger_ms=0).send("t", b"new", partition=0).get()
+    # A range planned against the old incarnation is never read from the new one.
+    with pytest.raises(InconsistentTopicIdError, match=first.topic_id):
+        Log(root).read("t", 0, topic_id=first.topic_id)
+    assert Log(root).read("t", 0, topic_id=second.topic_id).column(
+        "value").to_pylist() == [b"new"]
+
+
+def test_topics_created_without_an_id_get_a_stable_derived_one(tmp_path: Path) -> None:
+    """topic.json written by older code has no topic_id: every process derives the same."""
+    root = tmp_path / "log"
+    Log(root).create_topic("t", 1)
+    meta_path = root / "topics" / "t" / "topic.json"
+    meta = msgpack.unpackb(meta_path.read_bytes())
+    del meta["topic_id"]
+    meta_path.write_bytes(msgpack.packb(meta))
+    ids = {Log(root).describe_topic("t").topic_id for _ in range(2)}
+    assert len(ids) == 1
+    [derived] = ids
+    assert len(derived) == 32
+    meta["created_ms"] += 1  # a re-created topic: another creation time, another id
+    meta_path.write_bytes(msgpack.packb(meta))
+    assert Log(root).describe_topic("t").topic_id != derived
+    log = Log(root)
+    log.producer(linger_ms=0).send("t", b"x", partition=0).get()
+    assert log.read("t", 0).column("value").to_pylist() == [b"x"]

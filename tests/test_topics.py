@@ -180,18 +180,22 @@ def test_stale_writer_after_delete_and_recreate_elsewhere(tmp_path) -> None:
     admin.create_topic("t", 1)
     admin.producer(linger_ms=0).send("t", b"new0-longer-batch", partition=0).get()
 
-    # The stale producer's sequence 3 means nothing to the new partition: refused
-    # clearly (as Kafka refuses an unknown producer's non-zero sequence), not written.
-    from txlog import OutOfOrderSequenceError
+    # The stale process learns that its topic is another incarnation now (KIP-516):
+    # a clear error, nothing written.
+    from txlog import InconsistentTopicIdError
 
-    with pytest.raises(OutOfOrderSequenceError, match="unknown to this partition"):
+    with pytest.raises(InconsistentTopicIdError, match="deleted and re-created"):
         stale.send("t", b"from-stale-producer", partition=0)
-    # A new producer in the same (stale) process appends right after the new batch.
+    assert [batch.header.base_offset for batch in read_chain(root, "t", 0)] == [0]
+    # Its sequences of the old topic are dropped; it goes on in the new one.
+    assert stale.send("t", b"stale-goes-on", partition=0).get().offset == 1
+    # A new producer in the same (stale) process appends right after.
     meta = writer_log.producer(linger_ms=0).send("t", b"fresh", partition=0).get()
-    assert meta.offset == 1
+    assert meta.offset == 2
     chain = read_chain(root, "t", 0)
-    assert [batch.header.base_offset for batch in chain] == [0, 1]
-    assert Log(root).read("t", 0).column("value").to_pylist() == [b"new0-longer-batch", b"fresh"]
+    assert [batch.header.base_offset for batch in chain] == [0, 1, 2]
+    assert Log(root).read("t", 0).column("value").to_pylist() == [
+        b"new0-longer-batch", b"stale-goes-on", b"fresh"]
 
 
 def test_stale_writer_after_delete_gets_a_clear_error(tmp_path) -> None:

@@ -248,6 +248,7 @@ def _topics(args: argparse.Namespace) -> None:
         desc = log.describe_topic(args.name)
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(desc.created_ms / 1000))
         print(f"topic: {desc.name}")
+        print(f"topic id: {desc.topic_id}")
         print(f"partitions: {desc.partitions}")
         print(f"created: {created}")
         settings = ", ".join(f"{k}={v}" for k, v in sorted(desc.config.items()))

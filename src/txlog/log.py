@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import pyarrow as pa
 
-from .errors import (InvalidConfigError, LogFormatError, TopicExistsError,
-                     UnknownPartitionError, UnknownTopicError)
+from .errors import (InconsistentTopicIdError, InvalidConfigError, LogFormatError,
+                     TopicExistsError, UnknownPartitionError, UnknownTopicError)
 from .names import validate_name
 from .partition import READ_COMMITTED, PartitionLog
 from .producer_ids import ProducerIdAllocator
 from .storage import Storage, open_storage
+from .topic_ids import new_topic_id, read_topic_meta, topic_id_of, topic_meta_path
 
 if TYPE_CHECKING:
     from .consumer import Consumer
@@ -57,6 +58,7 @@ class TopicDescription:
     partitions: int
     config: dict[str, Any] = field(default_factory=dict)
     created_ms: int = 0
+    topic_id: str = ""  # this incarnation of the topic (KIP-516); see topic_ids.py
 
 
 class Log:
@@ -121,10 +123,11 @@ class Log:
             raise TopicExistsError(
                 f"topic {name!r} in {self.root} still holds data of an unfinished delete; "
                 f"call delete_topic({name!r}) to finish it")
-        desc = TopicDescription(name, partitions, checked, int(time.time() * 1000))
+        desc = TopicDescription(name, partitions, checked, int(time.time() * 1000),
+                                new_topic_id())
         meta = msgpack.packb({"name": name, "partitions": partitions, "config": checked,
-                              "created_ms": desc.created_ms})
-        if not self.storage.publish_if_absent(f"topics/{name}/topic.json", meta):
+                              "created_ms": desc.created_ms, "topic_id": desc.topic_id})
+        if not self.storage.publish_if_absent(topic_meta_path(name), meta):
             raise TopicExistsError(f"topic {name!r} already exists in {self.root}")
         return desc
 
@@ -138,12 +141,11 @@ class Log:
             cached = self._topics.get(name)
         if cached is not None:
             return cached
-        try:
-            meta = msgpack.unpackb(self.storage.read(f"topics/{name}/topic.json"))
-        except FileNotFoundError:
-            raise UnknownTopicError(f"topic {name!r} does not exist in {self.root}") from None
+        meta = read_topic_meta(self.storage, name)
+        if meta is None:
+            raise UnknownTopicError(f"topic {name!r} does not exist in {self.root}")
         desc = TopicDescription(meta["name"], meta["partitions"], meta["config"],
-                                meta["created_ms"])
+                                meta["created_ms"], topic_id_of(meta))
         with self._lock:
             self._topics[name] = desc
         return desc
@@ -154,31 +156,58 @@ class Log:
         Also finishes a delete that stopped half-way (description gone, data left).
         """
         validate_name(name, "topic")
-        if not self.storage.exists(f"topics/{name}/topic.json") and \
+        if not self.storage.exists(topic_meta_path(name)) and \
                 not self.storage.list(f"topics/{name}"):
             raise UnknownTopicError(f"topic {name!r} does not exist in {self.root}")
-        self.storage.delete(f"topics/{name}/topic.json")
+        self.storage.delete(topic_meta_path(name))
         self.storage.delete_tree(f"topics/{name}")
         with self._lock:
             self._topics.pop(name, None)
             for key in [k for k in self._partitions if k[0] == name]:
                 del self._partitions[key]
 
-    def partition(self, topic: str, partition: int) -> PartitionLog:
-        """The partition's log object (one per Log, caching its producer state)."""
+    def partition(self, topic: str, partition: int,
+                  topic_id: str | None = None) -> PartitionLog:
+        """The partition's log object (one per Log, caching its producer state).
+
+        With ``topic_id`` (from a description or a planned offset range), the
+        partition must belong to that incarnation of the topic, else
+        ``InconsistentTopicIdError``: a range planned against a deleted topic is
+        never read from its successor.
+        """
         key = (topic, partition)
         with self._lock:
             found = self._partitions.get(key)
-        if found is not None:
+        if found is not None and (topic_id is None or found.topic_id == topic_id):
             return found
+        if found is not None:  # perhaps this process has not noticed a re-create yet
+            self._forget_topic(topic, found.topic_id)
         desc = self.describe_topic(topic)
+        if topic_id is not None and desc.topic_id != topic_id:
+            raise InconsistentTopicIdError(
+                f"topic {topic!r} is now topic id {desc.topic_id}, not {topic_id}: it was "
+                "deleted and re-created since the caller learnt about it")
         if not isinstance(partition, int) or not 0 <= partition < desc.partitions:
             raise UnknownPartitionError(
                 f"topic {topic!r} has partitions 0 to {desc.partitions - 1}; "
                 f"partition {partition!r} does not exist")
         with self._lock:
+            found = self._partitions.get(key)
+            if found is not None and found.topic_id != desc.topic_id:
+                del self._partitions[key]
             return self._partitions.setdefault(
-                key, PartitionLog(self.storage, topic, partition, self.coordinator.resolve))
+                key, PartitionLog(self.storage, topic, partition, desc.topic_id,
+                                  self.coordinator.resolve, on_stale=self._forget_topic))
+
+    def _forget_topic(self, topic: str, topic_id: str) -> None:
+        """Drop what this Log cached of one incarnation of ``topic`` (it is gone)."""
+        with self._lock:
+            desc = self._topics.get(topic)
+            if desc is not None and desc.topic_id == topic_id:
+                del self._topics[topic]
+            for key in [k for k, part in self._partitions.items()
+                        if k[0] == topic and part.topic_id == topic_id]:
+                del self._partitions[key]
 
     # --- offsets and reads -----------------------------------------------------------
 
@@ -191,15 +220,18 @@ class Log:
         return self.partition(topic, partition).last_stable_offset()
 
     def read(self, topic: str, partition: int, start: int = 0, end: int | None = None,
-             isolation_level: str = READ_COMMITTED, include_headers: bool = False) -> pa.Table:
+             isolation_level: str = READ_COMMITTED, include_headers: bool = False,
+             topic_id: str | None = None) -> pa.Table:
         """Records in ``[start, end)`` as an Arrow table with Spark's Kafka columns.
 
         Vectorised: batches are memory-mapped and sliced, never looped over per
         record.  ``end`` defaults to, and is capped at, the last stable offset
-        (read_committed) or the log end (read_uncommitted).
+        (read_committed) or the log end (read_uncommitted).  With ``topic_id``,
+        only that incarnation of the topic is read (``InconsistentTopicIdError``
+        otherwise).
         """
-        table, _ = self.partition(topic, partition).read(start, end, isolation_level,
-                                                          include_headers)
+        table, _ = self.partition(topic, partition, topic_id).read(start, end, isolation_level,
+                                                                    include_headers)
         return table
 
     def offsets_for_times(self, topic: str, partition: int, timestamp_ms: int,

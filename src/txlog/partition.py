@@ -11,6 +11,7 @@ contiguous no matter how many processes append at once.
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import threading
 import time
@@ -19,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import crc32c
+import msgpack
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,10 +29,13 @@ from .batch import (ABORT, COMMIT, CONTROL_BIT, HEADER_READ_SIZE, LOG_APPEND_TIM
                     TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader,
                     ControlRecord, decode_control, decode_header, decode_records, encode_control,
                     encode_header, payload_of)
-from .errors import (CorruptBatchError, InvalidConfigError, OffsetOutOfRangeError, StorageError,
-                     UnknownTopicError)
+from .errors import (CorruptBatchError, InconsistentTopicIdError, InvalidConfigError,
+                     OffsetOutOfRangeError, StorageError, UnknownTopicError)
 from .producer_state import AbortedTransaction, OpenTransaction, ProducerState
 from .storage import Storage
+from .topic_ids import current_topic_id
+
+logger = logging.getLogger(__name__)
 
 OFFSET_DIGITS = 20
 BATCH_SUFFIX = ".batch"
@@ -39,7 +44,9 @@ SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_INTERVAL = 64  # batches between producer-state snapshots
 SNAPSHOTS_KEPT = 2
 PARALLEL_MIN_BATCH_BYTES = 1 << 20  # batches at least this large are read on threads
-ANCHOR_BYTES = 8  # magic + header checksum of a batch; checksum + start of a snapshot
+ANCHOR_BYTES = 8  # magic + header checksum of a batch
+SNAPSHOT_FORMAT = 2  # 2: the topic id and the last batch's anchor (format.md, section 3)
+RELOADS = 5  # cache reloads in one refresh before giving up (storage keeps changing under us)
 PUBLISH_ATTEMPTS = 5  # tries of one slot when the storage fails ambiguously
 
 READ_COMMITTED = "read_committed"
@@ -109,15 +116,24 @@ class _Slot:
 
 
 class PartitionLog:
-    """Appends to and reads from one partition; caches its producer state."""
+    """Appends to and reads from one partition of one topic incarnation; caches its state.
 
-    def __init__(self, storage: Storage, topic: str, partition: int,
-                 resolver: OutcomeResolver | None = None) -> None:
+    Bound to ``topic_id``: if the topic is deleted (and perhaps re-created)
+    under it, every refresh raises (``UnknownTopicError`` /
+    ``InconsistentTopicIdError``) and calls ``on_stale(topic, topic_id)`` so
+    the owner can forget it; nothing of one incarnation reaches another.
+    """
+
+    def __init__(self, storage: Storage, topic: str, partition: int, topic_id: str,
+                 resolver: OutcomeResolver | None = None,
+                 on_stale: Callable[[str, str], None] | None = None) -> None:
         self.storage = storage
         self.topic = topic
         self.partition = partition
+        self.topic_id = topic_id
         self.dir = f"topics/{topic}/{partition}"
         self._resolver = resolver or (lambda txn: None)
+        self._on_stale = on_stale
         self._lock = threading.RLock()
         self._drop_cache()
 
@@ -129,9 +145,10 @@ class PartitionLog:
         self._bases: list[int] = []
         self._bases_complete = False
         self._headers: dict[int, BatchHeader] = {}
-        # The object that proves the cached state's end (last batch or the
-        # snapshot it came from) and its first bytes (magic and checksum).
-        self._anchor: tuple[str, bytes] | None = None
+        # Base offset and first bytes (magic and header checksum) of the last
+        # batch of the cached state: as long as that object is unchanged, the
+        # cache describes this incarnation.  None while the state is empty.
+        self._anchor: tuple[int, bytes] | None = None
         self._aborted = AbortedIndex()  # built from the state's ABORT markers as they come
 
     # --- paths and headers ----------------------------------------------------
@@ -171,26 +188,80 @@ class PartitionLog:
     # --- producer state -------------------------------------------------------
 
     def state(self) -> ProducerState:
-        """The producer state at the current log end (refreshed from storage)."""
+        """The producer state at the current log end (refreshed from storage).
+
+        The headers past the cached end are read first and applied only once
+        the cache is known to still describe this incarnation (its anchor is
+        unchanged, or for an empty state, ``topic.json`` has our id).  A new
+        incarnation can only be created after every object of the old one
+        was deleted, so an anchor that still exists after the reads proves
+        that the headers read came from the same incarnation.
+        """
         with self._lock:
-            if self._state is None:
-                self._state = self._load_snapshot()
-            state = self._state
-            while True:
-                found = self._read_header(state.end_offset)
-                if found is None:
-                    break
-                header, control, head = found
-                self._applied(header, control, head)
-            if self._since_snapshot >= SNAPSHOT_INTERVAL:
-                self._write_snapshot(state)
-            return state
+            for _ in range(RELOADS):
+                if self._state is None:
+                    self._state = self._load_snapshot()
+                state = self._state
+                found = []
+                offset = state.end_offset
+                while (item := self._read_header(offset)) is not None:
+                    found.append(item)
+                    offset = item[0].next_offset
+                if not self._still_current():
+                    continue
+                for header, control, head in found:
+                    self._applied(header, control, head)
+                if self._since_snapshot >= SNAPSHOT_INTERVAL:
+                    self._write_snapshot(state)
+                return state
+            raise StorageError(f"{self.topic}-{self.partition}: the log kept changing under "
+                               f"this process ({RELOADS} reloads in one refresh)")
+
+    def _still_current(self) -> bool:
+        """Whether the cached state still describes this incarnation (one small read).
+
+        On a mismatch, ``topic.json`` decides: another topic id, or none,
+        raises (the topic was deleted, perhaps re-created); the same id means
+        the anchor went away for another reason (damage): the cache is
+        dropped and False returned, so the caller reloads.
+        """
+        if self._anchor is not None:
+            base, expected = self._anchor
+            try:
+                if self.storage.read_prefix(self.batch_path(base), ANCHOR_BYTES) == expected:
+                    return True
+            except FileNotFoundError:
+                pass
+        current = current_topic_id(self.storage, self.topic)
+        if current != self.topic_id:
+            self._stale(current)
+        if self._anchor is None:
+            return True
+        logger.warning("%s-%d: batch %d of the cached state changed or vanished although the "
+                       "topic is unchanged; reloading", self.topic, self.partition,
+                       self._anchor[0])
+        self._drop_cache()
+        return False
+
+    def _stale(self, current: str | None) -> None:
+        """This incarnation is gone: forget it and tell the caller clearly."""
+        self._drop_cache()
+        if self._on_stale is not None:
+            self._on_stale(self.topic, self.topic_id)
+        if current is None:
+            raise UnknownTopicError(
+                f"topic {self.topic!r} (topic id {self.topic_id}) was deleted by another "
+                f"process since this one opened it (partition {self.partition})")
+        raise InconsistentTopicIdError(
+            f"topic {self.topic!r} was deleted and re-created since this process opened it "
+            f"(topic id {self.topic_id}, now {current}); nothing of the old topic is applied "
+            "to the new one: open the partition again to use it")
 
     def _applied(self, header: BatchHeader, control: ControlRecord | None,
                  data: bytes) -> None:
         """Advance the cached state past a batch; ``data`` holds at least its first bytes."""
         assert self._state is not None
-        self._anchor = (self.batch_path(header.base_offset), data[:ANCHOR_BYTES])
+        self._anchor = (header.base_offset, bytes(data[:ANCHOR_BYTES]))
         self._note_base(header.base_offset)
         self._state.apply(header, control)
         self._since_snapshot += 1
@@ -204,34 +275,73 @@ class PartitionLog:
         return sorted(int(n[:-len(SNAPSHOT_SUFFIX)]) for n in names
                       if n.endswith(SNAPSHOT_SUFFIX) and n[:-len(SNAPSHOT_SUFFIX)].isdigit())
 
+    def _snapshot_path(self, offset: int) -> str:
+        return f"{self.dir}/{SNAPSHOT_DIR}/{offset_name(offset, SNAPSHOT_SUFFIX)}"
+
     def _load_snapshot(self) -> ProducerState:
+        """The newest usable snapshot's state, else the empty state.
+
+        A snapshot is only a cache: one that is damaged, of an older format,
+        of another incarnation of the topic, or that does not end with the
+        batch it claims to, is skipped with a warning, never trusted and never
+        fatal.
+        """
+        self._anchor = None
         for offset in reversed(self._snapshot_offsets()):
-            path = f"{self.dir}/{SNAPSHOT_DIR}/{offset_name(offset, SNAPSHOT_SUFFIX)}"
+            path = self._snapshot_path(offset)
             try:
                 data = self.storage.read(path)
-                if crc32c.crc32c(data[4:]) != int.from_bytes(data[:4], "big"):
-                    continue  # a damaged snapshot is only a cache: fall back to an older one
-                state = ProducerState.from_bytes(data[4:])
-                if state.end_offset == offset:
-                    self._anchor = (path, data[:ANCHOR_BYTES])
-                    return state
             except FileNotFoundError:
                 continue  # pruned by another process meanwhile
-            except ValueError:
+            try:
+                state, anchor = self._parse_snapshot(offset, data)
+            except Exception as exc:  # whatever garbage holds, it only costs a rebuild
+                logger.warning("skipping producer-state snapshot %s: %s", self._url(path), exc)
                 continue
+            self._anchor = anchor
+            return state
         return ProducerState()
+
+    def _parse_snapshot(self, offset: int, data: bytes) -> tuple[ProducerState, tuple[int, bytes]]:
+        if len(data) < 5 or crc32c.crc32c(data[4:]) != int.from_bytes(data[:4], "big"):
+            raise ValueError("checksum mismatch (or truncated)")
+        obj = msgpack.unpackb(data[4:])
+        if not isinstance(obj, dict) or obj.get("v") != SNAPSHOT_FORMAT:
+            raise ValueError(f"not a version {SNAPSHOT_FORMAT} snapshot")
+        if obj.get("topic_id") != self.topic_id:
+            raise ValueError(f"it belongs to topic id {obj.get('topic_id')!r}, not "
+                             f"{self.topic_id!r} (the topic was re-created)")
+        state = ProducerState.from_dict(obj)
+        if state.end_offset != offset:
+            raise ValueError(f"it ends at {state.end_offset}, not at its name's offset")
+        last = obj.get("last")
+        if not (isinstance(last, list) and len(last) == 2 and type(last[0]) is int
+                and isinstance(last[1], bytes) and len(last[1]) == ANCHOR_BYTES):
+            raise ValueError("no valid last-batch anchor")
+        base, anchor = last
+        found = self._read_header(base) if 0 <= base < offset else None
+        if found is None or found[0].next_offset != offset or found[2][:ANCHOR_BYTES] != anchor:
+            raise ValueError(f"the log has no batch at {base} ending at {offset} with the "
+                             "recorded checksum")
+        return state, (base, anchor)
 
     def _write_snapshot(self, state: ProducerState) -> None:
         """Publish a snapshot; it is only a cache, so failing to write one is harmless."""
-        body = state.to_bytes()
-        data = crc32c.crc32c(body).to_bytes(4, "big") + body
-        path = f"{self.dir}/{SNAPSHOT_DIR}/{offset_name(state.end_offset, SNAPSHOT_SUFFIX)}"
         self._since_snapshot = 0
+        if self._anchor is None:
+            return
+        base, anchor = self._anchor
+        body = msgpack.packb({"v": SNAPSHOT_FORMAT, "topic_id": self.topic_id,
+                              "last": [base, anchor], **state.to_dict()})
+        data = crc32c.crc32c(body).to_bytes(4, "big") + body
         try:
-            self.storage.publish_if_absent(path, data)  # same bytes from anyone: losing is fine
+            # Right before publishing: a topic re-created since the refresh is
+            # not ours to write into (the loader's id check covers the rest).
+            if current_topic_id(self.storage, self.topic) != self.topic_id:
+                return
+            self.storage.publish_if_absent(self._snapshot_path(state.end_offset), data)
             for old in self._snapshot_offsets()[:-SNAPSHOTS_KEPT]:
-                self.storage.delete(
-                    f"{self.dir}/{SNAPSHOT_DIR}/{offset_name(old, SNAPSHOT_SUFFIX)}")
+                self.storage.delete(self._snapshot_path(old))
         except OSError:
             pass  # e.g. a read-only reader: it just rebuilds from the older snapshot next time
 
@@ -253,8 +363,6 @@ class PartitionLog:
         with self._lock:
             while True:
                 state = self.state()
-                if not self._anchor_holds(state):
-                    continue
                 step = prepare(state)
                 if not isinstance(step, _Slot):
                     return step
@@ -274,29 +382,6 @@ class PartitionLog:
                         if step.header.timestamp_type == LOG_APPEND_TIME else -1
                     return AppendResult(slot, step.header.last_offset,
                                         log_append_time=appended_at)
-
-    def _anchor_holds(self, state: ProducerState) -> bool:
-        """Check, before writing past it, that the cached state still describes storage.
-
-        A topic deleted and re-created by another process would otherwise let
-        this process append at its old end offset, leaving a gap (or overlap)
-        at the start of the new topic.  On a mismatch the cache is dropped and
-        False returned (the caller reloads); a deleted topic raises.
-        """
-        if state.end_offset == 0 or self._anchor is None:
-            return True
-        path, expected = self._anchor
-        try:
-            if self.storage.read_prefix(path, ANCHOR_BYTES) == expected:
-                return True
-        except FileNotFoundError:
-            pass
-        if not self.storage.exists(f"topics/{self.topic}/topic.json"):
-            raise UnknownTopicError(
-                f"topic {self.topic!r} was deleted by another process while this one "
-                f"was writing to partition {self.partition}")
-        self._drop_cache()  # re-created (or a snapshot pruned): reload
-        return False
 
     def append(self, header: BatchHeader, payload: bytes,
                log_append_time: bool = False) -> AppendResult:
@@ -403,6 +488,7 @@ class PartitionLog:
         if isolation_level not in ISOLATION_LEVELS:
             raise InvalidConfigError(f"isolation_level must be one of {ISOLATION_LEVELS}, "
                                      f"not {isolation_level!r}")
+        requested_end = end
         state = self.state()
         limit = self.last_stable_offset(state) if isolation_level == READ_COMMITTED \
             else state.end_offset
@@ -422,11 +508,23 @@ class PartitionLog:
         def load(base: int) -> tuple[_Piece | None, int]:
             return self._load_piece(base, start, end, aborted)
 
-        loaded = [load(base) for base in wanted[:1]]
-        # Threads pay off for large batches only: for small ones the per-batch
-        # Python work dominates and contends for the GIL.
-        parallel = len(wanted) > 2 and loaded[0][1] >= PARALLEL_MIN_BATCH_BYTES
-        loaded += _reader_pool().map(load, wanted[1:]) if parallel else map(load, wanted[1:])
+        try:
+            loaded = [load(base) for base in wanted[:1]]
+            # Threads pay off for large batches only: for small ones the per-batch
+            # Python work dominates and contends for the GIL.
+            parallel = len(wanted) > 2 and loaded[0][1] >= PARALLEL_MIN_BATCH_BYTES
+            loaded += _reader_pool().map(load, wanted[1:]) if parallel else map(load, wanted[1:])
+        except CorruptBatchError:
+            with self._lock:
+                self._still_current()  # a topic deleted under the read says so, clearly
+            raise
+        # The batches were read by name: had the topic been re-created meanwhile,
+        # they could belong to the new incarnation.  The anchor still being there
+        # proves they do not (one small read per read call).
+        with self._lock:
+            current = self._still_current()
+        if not current:
+            return self.read(start, requested_end, isolation_level, include_headers)
         pieces = [piece for piece, _ in loaded if piece is not None]
         if not pieces:
             return empty_table(include_headers), end

@@ -13,6 +13,7 @@ so a late append of the closed transaction's epoch is rejected as fenced.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgpack
 
@@ -22,7 +23,7 @@ from .errors import (InvalidProducerEpochError, InvalidTxnStateError, OutOfOrder
 
 NUM_BATCHES_TO_RETAIN = 5  # Kafka's ProducerStateEntry.NumBatchesToRetain
 INT32_MAX = 0x7FFFFFFF
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 1  # of to_bytes; snapshot files have their own envelope (partition.py)
 
 
 @dataclass(slots=True)
@@ -204,25 +205,75 @@ class ProducerState:
 
     # --- snapshots ------------------------------------------------------------
 
-    def to_bytes(self) -> bytes:
+    def to_dict(self) -> dict[str, Any]:
+        """The state as msgpack-ready fields (the body of a snapshot, format.md section 3)."""
         producers = [
             [e.producer_id, e.epoch, e.txn_first_offset, e.decision_id, e.transactional_id,
              e.last_timestamp, [[b.first_seq, b.last_seq, b.base_offset, b.record_count]
                                 for b in e.batches]]
             for _, e in sorted(self.producers.items())]
         aborted = [[a.producer_id, a.first_offset, a.last_offset] for a in self.aborted]
-        return msgpack.packb({"v": SNAPSHOT_VERSION, "end": self.end_offset,
-                              "producers": producers, "aborted": aborted})
+        return {"end": self.end_offset, "producers": producers, "aborted": aborted}
+
+    @classmethod
+    def from_dict(cls, obj: Any) -> ProducerState:
+        """Rebuild a state, refusing (ValueError) anything that is not one.
+
+        Snapshots are only a cache and may be damaged in ways a checksum
+        does not catch (a valid checksum over garbage): every field is
+        checked for type and range, so garbage is rejected, not trusted.
+        """
+        if not isinstance(obj, dict):
+            raise ValueError("producer state is not a map")
+        end = _int(obj.get("end"), "end")
+        if end < 0:
+            raise ValueError("negative end offset")
+        state = cls(end)
+        producers, aborted = obj.get("producers"), obj.get("aborted")
+        if not isinstance(producers, list) or not isinstance(aborted, list):
+            raise ValueError("producers and aborted must be arrays")
+        for item in producers:
+            if not isinstance(item, list) or len(item) != 7:
+                raise ValueError("a producer entry must have 7 fields")
+            pid, epoch, txn_first, decision, txn_id, last_ts, batches = item
+            pid, epoch, txn_first, last_ts = (_int(v, "producer field")
+                                              for v in (pid, epoch, txn_first, last_ts))
+            if not isinstance(decision, str) or not isinstance(txn_id, str) or \
+                    not isinstance(batches, list) or len(batches) > NUM_BATCHES_TO_RETAIN:
+                raise ValueError(f"malformed entry of producer {pid}")
+            if pid in state.producers or pid < 0 or txn_first >= end:
+                raise ValueError(f"inconsistent entry of producer {pid}")
+            metas = []
+            for b in batches:
+                if not isinstance(b, list) or len(b) != 4:
+                    raise ValueError(f"malformed batch of producer {pid}")
+                meta = BatchMetadata(*(_int(v, "batch field") for v in b))
+                if not 0 <= meta.base_offset < end or meta.record_count < 1:
+                    raise ValueError(f"batch of producer {pid} outside the prefix")
+                metas.append(meta)
+            state.producers[pid] = ProducerEntry(pid, epoch, metas, txn_first, decision, txn_id,
+                                                 last_ts)
+        for item in aborted:
+            if not isinstance(item, list) or len(item) != 3:
+                raise ValueError("malformed aborted transaction")
+            txn = AbortedTransaction(*(_int(v, "aborted field") for v in item))
+            if not 0 <= txn.first_offset <= txn.last_offset < end:
+                raise ValueError("aborted transaction outside the prefix")
+            state.aborted.append(txn)
+        return state
+
+    def to_bytes(self) -> bytes:
+        return msgpack.packb({"v": SNAPSHOT_VERSION, **self.to_dict()})
 
     @classmethod
     def from_bytes(cls, data: bytes) -> ProducerState:
         obj = msgpack.unpackb(data)
         if not isinstance(obj, dict) or obj.get("v") != SNAPSHOT_VERSION:
             raise ValueError("unknown producer-state snapshot version")
-        state = cls(obj["end"])
-        for pid, epoch, txn_first, decision, txn_id, last_ts, batches in obj["producers"]:
-            state.producers[pid] = ProducerEntry(
-                pid, epoch, [BatchMetadata(*b) for b in batches], txn_first, decision, txn_id,
-                last_ts)
-        state.aborted = [AbortedTransaction(*a) for a in obj["aborted"]]
-        return state
+        return cls.from_dict(obj)
+
+
+def _int(value: Any, what: str) -> int:
+    if type(value) is not int:
+        raise ValueError(f"{what} must be an integer, not {type(value).__name__}")
+    return value
