@@ -10,13 +10,13 @@ from .errors import (ConcurrentTransactionsError, CorruptBatchError, DecisionCon
                      UnknownPartitionError, UnknownTopicError, UnsupportedStorageError)
 from .log import Log, TopicDescription
 from .partition import READ_COMMITTED, READ_UNCOMMITTED
-from .producer import FutureRecordMetadata, Producer, RecordMetadata
+from .producer import FutureRecordMetadata, Producer, RecordMetadata, SentBatch
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Log", "TopicDescription", "Producer", "Consumer", "ConsumerRecord", "RecordMetadata",
-    "FutureRecordMetadata", "OffsetAndTimestamp", "READ_COMMITTED", "READ_UNCOMMITTED",
+    "FutureRecordMetadata", "SentBatch", "OffsetAndTimestamp", "READ_COMMITTED", "READ_UNCOMMITTED",
     "TxlogError", "InvalidNameError", "InvalidConfigError", "TopicExistsError",
     "UnknownTopicError", "UnknownPartitionError", "OffsetOutOfRangeError", "LogFormatError",
     "CorruptBatchError", "StorageError", "UnsupportedStorageError", "OutOfOrderSequenceError",

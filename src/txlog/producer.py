@@ -13,9 +13,11 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .batch import (HEADER_TYPE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, RECORD_SCHEMA,
                     TRANSACTIONAL_BIT, BatchHeader, compression_attribute, encode_records)
@@ -23,7 +25,7 @@ from .errors import (IllegalStateError, InvalidConfigError, InvalidProducerEpoch
                      InvalidTxnStateError, OutOfOrderSequenceError, ProducerFencedError,
                      TransactionAbortedError, TxlogError)
 from .names import validate_name
-from .partitioner import StickyPartitioner, partition_for_key
+from .partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 
 if TYPE_CHECKING:
     from .coordinator import TransactionMember
@@ -108,6 +110,104 @@ class FutureRecordMetadata:
         self._error = error
         for fn in self._errbacks:
             fn(error)
+
+
+class SentBatch(NamedTuple):
+    """One batch written by ``send_table``."""
+
+    partition: int
+    base_offset: int
+    last_offset: int
+
+
+def _binary_column(table: pa.Table, name: str) -> pa.ChunkedArray:
+    column = table.column(name)
+    kind = column.type
+    if pa.types.is_binary(kind):
+        return column
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or \
+            pa.types.is_large_binary(kind) or pa.types.is_null(kind):
+        return column.cast(pa.binary())
+    raise InvalidConfigError(f"send_table: column {name!r} must be binary or string, not {kind}")
+
+
+def _normalise_table(table: pa.Table | pa.RecordBatch, now_ms: int
+                     ) -> tuple[pa.Table, np.ndarray | None, np.ndarray]:
+    """The rows as RECORD_SCHEMA, the requested partitions (-1 for none) and each row's
+    size estimate (as ``send`` counts it, for cutting batches)."""
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    if not isinstance(table, pa.Table):
+        raise InvalidConfigError(f"send_table needs a pyarrow Table, not {type(table).__name__}")
+    names = set(table.column_names)
+    unknown = names - {"key", "value", "headers", "timestamp", "partition"}
+    if "value" not in names:
+        raise InvalidConfigError(f"send_table: the table has no 'value' column "
+                                 f"(columns: {table.column_names})")
+    if unknown:
+        raise InvalidConfigError(f"send_table: unknown column(s) {sorted(unknown)} (known: "
+                                 "key, value, headers, timestamp, partition)")
+    n = table.num_rows
+    value = _binary_column(table, "value")
+    key = _binary_column(table, "key") if "key" in names else pa.nulls(n, pa.binary())
+    if "timestamp" in names:
+        ts = table.column("timestamp")
+        if pa.types.is_timestamp(ts.type):
+            ts = ts.cast(pa.timestamp("ms", tz=ts.type.tz), safe=False).cast(pa.int64())
+        elif pa.types.is_integer(ts.type):
+            ts = ts.cast(pa.int64())
+        else:
+            raise InvalidConfigError(f"send_table: column 'timestamp' must be int64 ms or a "
+                                     f"timestamp, not {ts.type}")
+        ts = pc.fill_null(ts, now_ms)
+        if n and pc.min(ts).as_py() < 0:
+            raise InvalidConfigError("send_table: timestamps must not be negative")
+    else:
+        ts = pa.chunked_array([_repeat_int64(now_ms, n)])
+    if "headers" in names:
+        try:
+            headers = table.column("headers").cast(HEADER_TYPE)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise InvalidConfigError(
+                f"send_table: column 'headers' must be {HEADER_TYPE}, not "
+                f"{table.column('headers').type} ({exc})") from None
+        headers = pc.fill_null(headers, pa.scalar([], HEADER_TYPE)) \
+            if headers.null_count else headers
+    else:
+        headers = pa.chunked_array([_empty_lists(n)], HEADER_TYPE)
+    chosen = None
+    if "partition" in names:
+        column = table.column("partition")
+        if not pa.types.is_integer(column.type):
+            raise InvalidConfigError(f"send_table: column 'partition' must be int32 or int64, "
+                                     f"not {column.type}")
+        lowest = pc.min(column).as_py()
+        if lowest is not None and lowest < 0:
+            raise InvalidConfigError(f"send_table: partition {lowest} does not exist")
+        chosen = pc.fill_null(column.cast(pa.int64()), -1).to_numpy()
+    records = pa.Table.from_arrays([key, value, ts, headers], schema=RECORD_SCHEMA)
+    sizes = RECORD_OVERHEAD + _lengths(key) + _lengths(value)
+    if "headers" in names and n:
+        flat = pc.list_flatten(headers)
+        header_bytes = _lengths(pc.struct_field(flat, [0])) + _lengths(pc.struct_field(flat, [1]))
+        offsets = np.concatenate([[0], np.cumsum(
+            pc.fill_null(pc.list_value_length(headers), 0).to_numpy())])
+        summed = np.concatenate([[0], np.cumsum(header_bytes)])
+        sizes = sizes + summed[offsets[1:]] - summed[offsets[:-1]]
+    return records, chosen, sizes
+
+
+def _lengths(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return pc.fill_null(pc.binary_length(column), 0).to_numpy().astype(np.int64)
+
+
+def _repeat_int64(value: int, n: int) -> pa.Array:
+    return pa.array(np.full(n, value, dtype=np.int64))
+
+
+def _empty_lists(n: int) -> pa.Array:
+    return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)),
+                                    pa.array([], HEADER_TYPE.value_type), type=HEADER_TYPE)
 
 
 @dataclass
@@ -213,17 +313,28 @@ class Producer:
                     f"transactional producer {self.transactional_id!r}: call init_transactions() "
                     "first")
 
-    def send(self, topic: str, value: Any = None, key: Any = None,
-             partition: int | None = None, headers: list[tuple[str, bytes]] | None = None,
-             timestamp_ms: int | None = None) -> FutureRecordMetadata:
+    def _check_can_send(self, what: str) -> None:
         self._check_usable()
         if self.transactional_id is not None and not self._in_transaction:
             raise IllegalStateError(
-                f"transactional producer {self.transactional_id!r}: send() outside a "
+                f"transactional producer {self.transactional_id!r}: {what} outside a "
                 "transaction; call begin_transaction() first")
         if self._prepared:
             raise IllegalStateError("the transaction was handed to its coordinator; "
                                     "no more records may join it")
+
+    def _join_partitions(self, tps: list[tuple[str, int]]) -> None:
+        """AddPartitionsToTxn before any byte reaches a partition, so that whoever
+        ends or fences this transaction knows to mark it."""
+        new = [tp for tp in tps if tp not in self._txn_partitions]
+        if self.transactional_id is not None and new:
+            self.log.coordinator.add_partitions(self._member(), new)
+            self._txn_partitions.update(new)
+
+    def send(self, topic: str, value: Any = None, key: Any = None,
+             partition: int | None = None, headers: list[tuple[str, bytes]] | None = None,
+             timestamp_ms: int | None = None) -> FutureRecordMetadata:
+        self._check_can_send("send()")
         if self._key_serializer is not None and key is not None:
             key = self._key_serializer(key)
         if self._value_serializer is not None and value is not None:
@@ -250,11 +361,7 @@ class Producer:
                 raise TypeError(f"header keys must be str, got {type(hkey).__name__}")
             header_list.append({"key": hkey, "value": _as_bytes(hvalue, "header value")})
         tp = (topic, partition)
-        if self.transactional_id is not None and tp not in self._txn_partitions:
-            # AddPartitionsToTxn before any byte reaches the partition, so that
-            # whoever ends or fences this transaction knows to mark it.
-            self.log.coordinator.add_partitions(self._member(), [tp])
-            self._txn_partitions.add(tp)
+        self._join_partitions([tp])
         pending = self._pending.get(tp)
         if pending is None:
             pending = self._pending[tp] = _Pending(created=time.monotonic())
@@ -273,6 +380,86 @@ class Producer:
         else:
             self._drain_lingering()
         return future
+
+    def send_table(self, topic: str, table: pa.Table | pa.RecordBatch,
+                   partition: int | None = None) -> list[SentBatch]:
+        """Send a whole Arrow table: the bulk path of the Spark writer.
+
+        Columns: ``value`` (binary or string, required, may be null), and
+        optionally ``key`` (binary or string), ``headers``
+        (list<struct<key string, value binary>>), ``timestamp`` (int64 ms or
+        any Arrow timestamp; null means now) and ``partition`` (int32/int64;
+        null lets the partitioner choose).  ``partition`` as an argument sends
+        every row there.  Keyed rows go where Kafka's partitioner puts them,
+        null keys stick to one partition per batch's worth of bytes (KIP-480).
+        Rows are grouped per partition keeping their order, cut into batches
+        of ``batch_size`` bytes and published one by one through the same path
+        as ``send`` (records pending from ``send`` for a partition go first).
+        Returns ``(partition, base offset, last offset)`` of each batch
+        written.  If a batch fails, the exception propagates and later batches
+        are not sent; batches before it stay written unless the producer is
+        transactional and the transaction is aborted.
+        """
+        self._check_can_send("send_table()")
+        num_partitions = self.log.describe_topic(topic).partitions
+        records, chosen, sizes = _normalise_table(table, int(time.time() * 1000))
+        n = records.num_rows
+        if n == 0:
+            return []
+        if partition is not None:
+            if not isinstance(partition, int) or isinstance(partition, bool) or \
+                    not 0 <= partition < num_partitions:
+                raise InvalidConfigError(
+                    f"topic {topic!r} has partitions 0 to {num_partitions - 1}; "
+                    f"cannot send to partition {partition!r}")
+            parts = np.full(n, partition, dtype=np.int32)
+        else:
+            parts = partitions_for_keys(records.column("key"), num_partitions)
+            if chosen is not None:
+                given = chosen >= 0
+                bad = given & (chosen >= num_partitions)
+                if bad.any():
+                    raise InvalidConfigError(
+                        f"topic {topic!r} has partitions 0 to {num_partitions - 1}; row "
+                        f"{int(np.argmax(bad))} asks for partition {int(chosen[bad][0])}")
+                parts = np.where(given, chosen, parts).astype(np.int32)
+            unkeyed = np.flatnonzero(parts < 0)
+            if len(unkeyed):
+                parts[unkeyed] = self._sticky_partitions(topic, num_partitions, sizes[unkeyed])
+        order = np.argsort(parts, kind="stable")  # per partition, rows keep their input order
+        sorted_parts = parts[order]
+        bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
+        groups = [(int(sorted_parts[lo]), order[lo:hi])
+                  for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, n], strict=True)]
+        self._join_partitions([(topic, p) for p, _ in groups])
+        sent: list[SentBatch] = []
+        for p, rows in groups:
+            tp = (topic, p)
+            self._drain(tp)  # records sent before, to this partition, go first
+            part_records = records.take(pa.array(rows))
+            row_sizes = sizes[rows]
+            starts = np.cumsum(row_sizes) - row_sizes
+            batch_ids = starts // self.batch_size
+            cuts = np.flatnonzero(np.diff(batch_ids)) + 1
+            for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(rows)], strict=True):
+                batch = part_records.slice(int(lo), int(hi - lo))
+                low, high = pc.min_max(batch.column("timestamp")).values()
+                result = self._publish_batch(tp, batch, low.as_py(), high.as_py())
+                sent.append(SentBatch(p, result.base_offset, result.last_offset))
+        return sent
+
+    def _sticky_partitions(self, topic: str, num_partitions: int,
+                           sizes: np.ndarray) -> np.ndarray:
+        """KIP-480 for a bulk send: unkeyed rows fill one partition per batch's worth of
+        bytes, then move on, as ``send`` would with one record at a time."""
+        chunk = (np.cumsum(sizes) - sizes) // self.batch_size
+        out = np.empty(len(sizes), dtype=np.int32)
+        bounds = np.flatnonzero(np.diff(chunk)) + 1
+        for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(sizes)], strict=True):
+            p = self._partitioner.partition(topic, num_partitions)
+            out[lo:hi] = p
+            self._partitioner.batch_sent(topic, p, num_partitions)
+        return out
 
     def _drain_lingering(self) -> None:
         now = time.monotonic()
