@@ -79,6 +79,7 @@ def run_python(args: list[str], *, env: dict[str, str] | None = None, timeout: f
 
 def spark_submit(script: str | os.PathLike[str], *args: str, **kwargs) -> subprocess.CompletedProcess[str]:
     """``spark-submit script args`` through run_python (the venv's pyspark launcher)."""
+    pytest.importorskip("pyspark", reason="needs the spark extra: pip install -e '.[test]'")
     launcher = ("import sys; from pyspark.find_spark_home import _find_spark_home; "
                 "import os; home = _find_spark_home(); "
                 "os.execv(os.path.join(home, 'bin', 'spark-submit'), "
