@@ -1,0 +1,576 @@
+"""Options of ``format("txlog")``, parsed and checked before any data moves.
+
+Spark hands a data source its options as a case-insensitive map of strings.
+They are turned here into frozen dataclasses that pickle to executors, and
+every mistake is reported at ``load()``/``save()`` time with the option's name
+and what it accepts, instead of as a failure inside a task.
+
+Read options follow Spark's Kafka source (``KafkaSourceProvider`` and
+``KafkaOffsetRangeLimit`` in Spark 4.3) so a Kafka pipeline can switch to
+txlog by changing the format: the same names, the same precedence between
+``*Timestamp``, ``*OffsetsByTimestamp`` and ``*Offsets``, the same defaults
+and the same batch/streaming restrictions.  Where Spark accepts something that
+can only fail later (a negative offset below -2, a non-numeric
+``maxOffsetsPerTrigger`` in a batch query), it is rejected here instead.
+
+One rule stays with the planner, because it needs the log: like Spark, a JSON
+offsets or timestamps map must name exactly the partitions the subscription
+covers when the read is planned (``PositionSpec.default`` only applies to
+partitions that appear later in a stream).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from ..errors import InvalidConfigError, InvalidNameError
+from ..names import validate_name
+from ..scan import EARLIEST, LATEST, PositionSpec, Subscription
+
+log = logging.getLogger(__name__)
+
+IsolationLevel = Literal["read_committed", "read_uncommitted"]
+DeliveryGuarantee = Literal["exactly_once", "at_least_once"]
+
+# Kafka's transaction.max.timeout.ms default, txlog's upper bound too.
+MAX_TRANSACTION_TIMEOUT_MS = 900_000
+# Spark's Kafka source: maxTriggerDelay defaults to 15 minutes.
+DEFAULT_MAX_TRIGGER_DELAY = "15m"
+
+# Spark's JavaUtils time and byte suffixes (timeStringAsMs, byteStringAsBytes).
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000,
+                  "h": 3_600_000, "d": 86_400_000}
+_BYTE_UNITS = {"b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+               "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40,
+               "p": 1 << 50, "pb": 1 << 50}
+_TIME_RE = re.compile(r"(-?[0-9]+)([a-z]+)?")
+_BYTES_RE = re.compile(r"([0-9]+)([a-z]+)?")
+# Java's Long.parseLong: optional sign, decimal digits.
+_LONG_RE = re.compile(r"[+-]?[0-9]+")
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
+
+# Option names, lower-cased as Spark's CaseInsensitiveMap compares them.
+_STRATEGIES = {"subscribe": "subscribe", "subscribepattern": "subscribePattern",
+               "assign": "assign"}
+_READ_NAMES = (
+    "path", "subscribe", "subscribePattern", "assign",
+    "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
+    "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy", "failOnDataLoss", "minPartitions",
+    "maxRecordsPerPartition", "includeHeaders", "isolation.level",
+    "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "maxBytesPerTrigger",
+)
+_WRITE_NAMES = (
+    "path", "topic", "deliveryGuarantee", "transactional.id.prefix", "transaction.timeout.ms",
+    "createTopics", "numPartitions", "compression", "batch.size", "groupId",
+)
+# Spark Kafka source options that mean nothing without a Kafka cluster; a
+# pipeline moved from format("kafka") may still carry them.
+_KAFKA_ONLY = ("groupIdPrefix", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
+               "kafkaConsumer.pollTimeoutMs")
+# Keys Spark itself may put in the map (load(path) / save(path)).
+_SPARK_PASSED = ("path", "paths")
+_ALL_KNOWN = {n.lower() for n in (*_READ_NAMES, *_WRITE_NAMES, *_KAFKA_ONLY, *_SPARK_PASSED)}
+
+
+class _Opts:
+    """Case-insensitive view of Spark's options that names options in errors as the user wrote them."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self._values: dict[str, str] = {}
+        self._spelling: dict[str, str] = {}
+        for key, value in options.items():
+            lower = str(key).lower()
+            self._values[lower] = "" if value is None else str(value)
+            self._spelling[lower] = str(key)
+
+    def __contains__(self, name: str) -> bool:
+        return name.lower() in self._values
+
+    def get(self, name: str) -> str | None:
+        return self._values.get(name.lower())
+
+    def keys(self) -> list[str]:
+        return list(self._values)
+
+    def spelled(self, lower: str) -> str:
+        return self._spelling.get(lower, lower)
+
+
+def _fail(option: str, message: str) -> InvalidConfigError:
+    return InvalidConfigError(f"option '{option}': {message}")
+
+
+def _parse_long(option: str, raw: str, *, what: str = "an integer") -> int:
+    text = raw.strip()
+    if not _LONG_RE.fullmatch(text):
+        raise _fail(option, f"expected {what}, got {raw!r}")
+    value = int(text)
+    if not _LONG_MIN <= value <= _LONG_MAX:
+        raise _fail(option, f"{raw!r} does not fit a 64-bit integer")
+    return value
+
+
+def _positive(opts: _Opts, name: str, *, bits: int = 64) -> int | None:
+    raw = opts.get(name)
+    if raw is None:
+        return None
+    value = _parse_long(name, raw, what="a positive integer")
+    if bits == 32 and value > _INT_MAX:
+        raise _fail(name, f"{raw!r} is larger than {_INT_MAX}")
+    if value <= 0:
+        raise _fail(name, f"must be positive, got {raw!r}")
+    return value
+
+
+def _bool(opts: _Opts, name: str, default: bool) -> bool:
+    # Scala's String.toBoolean: "true"/"false" in any case, nothing else.
+    raw = opts.get(name)
+    if raw is None:
+        return default
+    lowered = raw.strip().lower()
+    if lowered not in ("true", "false"):
+        raise _fail(name, f"expected true or false, got {raw!r}")
+    return lowered == "true"
+
+
+def parse_duration_ms(option: str, raw: str) -> int:
+    """A Spark duration ("100ms", "30s", "15m", "1h", "2d"; bare numbers are ms) in ms."""
+    text = raw.strip().lower()
+    match = _TIME_RE.fullmatch(text)
+    if not match or (match.group(2) is not None and match.group(2) not in _TIME_UNITS_MS):
+        raise _fail(option, f"expected a duration such as '100ms', '30s', '15m', '1h' or '2d' "
+                            f"(units us, ms, s, m/min, h, d), got {raw!r}")
+    value = int(match.group(1)) * _TIME_UNITS_MS[match.group(2) or "ms"]
+    if value < 0:
+        raise _fail(option, f"must not be negative, got {raw!r}")
+    return int(value)
+
+
+def parse_bytes(option: str, raw: str) -> int:
+    """A Spark byte size ("1048576", "512k", "64m", "1g"; bare numbers are bytes)."""
+    text = raw.strip().lower()
+    match = _BYTES_RE.fullmatch(text)
+    if not match or (match.group(2) is not None and match.group(2) not in _BYTE_UNITS):
+        raise _fail(option, f"expected a size in bytes such as '1048576', '512k', '64m' or "
+                            f"'1g' (units b, k/kb, m/mb, g/gb, t/tb, p/pb), got {raw!r}")
+    return int(match.group(1)) * _BYTE_UNITS[match.group(2) or "b"]
+
+
+def _json_object(option: str, raw: str, example: str) -> dict:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise _fail(option, f"expected a JSON object such as {example}, got {raw!r}")
+    return value
+
+
+def _partition_map(option: str, raw: str, example: str) -> dict[tuple[str, int], int]:
+    """``{"topic": {"0": n, ...}}`` as Spark's JsonUtils reads it: partition keys are ints."""
+    parsed = _json_object(option, raw.strip(), example)
+    result: dict[tuple[str, int], int] = {}
+    for topic, partitions in parsed.items():
+        _topic_name(option, topic)
+        if isinstance(partitions, str) and partitions.lower() in ("earliest", "latest"):
+            raise _fail(option, f"topic {topic!r}: a topic-wide {partitions!r} is not accepted "
+                                f"(Spark 4.3's Kafka source does not take it either); name each "
+                                f"partition, e.g. {example}")
+        if not isinstance(partitions, dict):
+            raise _fail(option, f"topic {topic!r} must map partition numbers to values, "
+                                f"e.g. {example}; got {json.dumps(partitions)}")
+        for key, value in partitions.items():
+            if not re.fullmatch(r"[+-]?[0-9]+", key) or int(key) < 0 or int(key) > _INT_MAX:
+                raise _fail(option, f"topic {topic!r}: partition {key!r} is not a "
+                                    f"non-negative integer; expected e.g. {example}")
+            if isinstance(value, bool) or not isinstance(value, int) \
+                    or not _LONG_MIN <= value <= _LONG_MAX:
+                raise _fail(option, f"topic {topic!r} partition {key}: expected an integer, "
+                                    f"got {json.dumps(value)}")
+            result[(topic, int(key))] = value
+    return result
+
+
+def _topic_name(option: str, topic: object) -> str:
+    try:
+        return validate_name(topic, "topic")
+    except InvalidNameError as exc:
+        raise _fail(option, str(exc)) from None
+
+
+# --- starting and ending positions ---------------------------------------
+
+
+def _position(opts: _Opts, side: Literal["starting", "ending"],
+              default: Literal["earliest", "latest"], strategy: Literal["error", "latest"]
+              ) -> PositionSpec:
+    """Spark's getKafkaOffsetRangeLimit: a global timestamp wins over per-partition
+    timestamps, which win over offsets; with none of them, ``default``."""
+    ts_key = f"{side}Timestamp"
+    by_ts_key = f"{side}OffsetsByTimestamp"
+    offsets_key = f"{side}Offsets"
+    # Spark applies the strategy to starting positions only; an ending timestamp
+    # with no record at or after it always resolves to the latest offset.
+    if_none: Literal["error", "latest"] = strategy if side == "starting" else "latest"
+    unnamed: Literal["earliest", "latest"] = "earliest" if side == "starting" else "latest"
+    if ts_key in opts:
+        raw = opts.get(ts_key) or ""
+        ts = _parse_long(ts_key, raw, what="one timestamp in milliseconds since the epoch")
+        if ts < 0:
+            raise _fail(ts_key, f"a timestamp must not be negative, got {raw!r}")
+        return PositionSpec("timestamp", timestamp=ts, if_none=if_none, default=unnamed)
+    if by_ts_key in opts:
+        example = '{"topicA":{"0":1700000000000,"1":1700000000000}}'
+        stamps = _partition_map(by_ts_key, opts.get(by_ts_key) or "", example)
+        for (topic, partition), ts in stamps.items():
+            if ts < 0:
+                raise _fail(by_ts_key, f"topic {topic!r} partition {partition}: a timestamp "
+                                       f"must not be negative, got {ts}")
+        return PositionSpec("timestamps", timestamps=stamps, if_none=if_none, default=unnamed)
+    raw = opts.get(offsets_key)
+    if raw is None:
+        return PositionSpec(default, if_none=if_none, default=unnamed)
+    text = raw.strip()
+    if text.lower() in ("earliest", "latest"):
+        return PositionSpec(text.lower(), if_none=if_none, default=unnamed)  # type: ignore[arg-type]
+    example = '{"topicA":{"0":23,"1":-2},"topicB":{"0":-1}}'
+    if not text.startswith("{"):
+        raise _fail(offsets_key, f"expected 'earliest', 'latest' or a JSON object such as "
+                                 f"{example} (-2 = earliest, -1 = latest), got {raw!r}")
+    offsets = _partition_map(offsets_key, text, example)
+    for (topic, partition), off in offsets.items():
+        if off < EARLIEST:
+            raise _fail(offsets_key, f"topic {topic!r} partition {partition}: offset {off} is "
+                                     f"invalid; use an offset >= 0, -2 (earliest) or -1 (latest)")
+    return PositionSpec("offsets", offsets=offsets, if_none=if_none, default=unnamed)
+
+
+def _check_batch_positions(start: PositionSpec, end: PositionSpec) -> None:
+    """Spark's validateBatchOptions and checkOffsetLimitValidity."""
+    if start.kind == "latest":
+        raise _fail("startingOffsets", "can't be 'latest' for a batch query (it would read "
+                                       "nothing); use 'earliest', a JSON map or a timestamp")
+    for (topic, partition), off in sorted(start.offsets.items()):
+        if off == LATEST:
+            raise _fail("startingOffsets", f"{topic}-{partition} can't start at -1 (latest) in "
+                                           f"a batch query; use an offset >= 0 or -2 (earliest)")
+    if end.kind == "earliest":
+        raise _fail("endingOffsets", "can't be 'earliest' for a batch query (it would read "
+                                     "nothing); use 'latest', a JSON map or a timestamp")
+    for (topic, partition), off in sorted(end.offsets.items()):
+        if off == EARLIEST:
+            raise _fail("endingOffsets", f"{topic}-{partition} can't end at -2 (earliest) in a "
+                                         f"batch query; use an offset >= 0 or -1 (latest)")
+    if start.kind == "offsets" and end.kind == "offsets":
+        _same_partitions("startingOffsets", "endingOffsets", start.offsets, end.offsets)
+        for tp, first in sorted(start.offsets.items()):
+            last = end.offsets[tp]
+            if first >= 0 and last >= 0 and first > last:
+                raise _fail("startingOffsets", f"{tp[0]}-{tp[1]} starts at {first}, after its "
+                                               f"endingOffsets {last}")
+    if start.kind == "timestamps" and end.kind == "timestamps":
+        _same_partitions("startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
+                         start.timestamps, end.timestamps)
+        for tp, first in sorted(start.timestamps.items()):
+            last = end.timestamps[tp]
+            if first > last:
+                raise _fail("startingOffsetsByTimestamp",
+                            f"{tp[0]}-{tp[1]} starts at timestamp {first}, after its "
+                            f"endingOffsetsByTimestamp {last}")
+
+
+def _same_partitions(a_name: str, b_name: str, a: Mapping, b: Mapping) -> None:
+    if set(a) != set(b):
+        def show(keys: set) -> str:
+            return ", ".join(f"{t}-{p}" for t, p in sorted(keys)) or "none"
+        raise _fail(a_name, f"{a_name} and {b_name} must name the same partitions; only in "
+                            f"{a_name}: {show(set(a) - set(b))}; only in {b_name}: "
+                            f"{show(set(b) - set(a))}")
+
+
+# --- unknown options ------------------------------------------------------
+
+
+def _check_spelling(opts: _Opts) -> None:
+    """Reject a key that is one slip away from an option name, ignore anything else.
+
+    Options other sources or Spark understand (``kafka.*``, ``path``) pass
+    through, as in Spark's Kafka source; a key close to one of ours is almost
+    certainly a typo that would otherwise be silently ignored.
+    """
+    for lower in opts.keys():
+        if lower in _ALL_KNOWN or lower.startswith("kafka."):
+            continue
+        close = difflib.get_close_matches(lower, _ALL_KNOWN, n=1, cutoff=0.85)
+        if close:
+            proper = next(n for n in (*_READ_NAMES, *_WRITE_NAMES, *_KAFKA_ONLY, *_SPARK_PASSED)
+                          if n.lower() == close[0])
+            raise _fail(opts.spelled(lower), f"unknown option; did you mean '{proper}'?")
+
+
+def _path(opts: _Opts) -> str:
+    raw = opts.get("path")
+    if raw is None:
+        raise InvalidConfigError("missing option 'path' (the txlog root: a directory or URL)")
+    if not raw.strip():
+        raise _fail("path", "is empty; give the txlog root (a directory or URL)")
+    return raw.strip()
+
+
+# --- read -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """A validated read: what to read, from where to where, and how fast (streaming).
+
+    ``ending`` is None for streaming reads; the trigger limits are None for
+    batch reads (Spark's Kafka source ignores them there too).
+    """
+
+    path: str
+    subscription: Subscription
+    starting: PositionSpec
+    ending: PositionSpec | None
+    fail_on_data_loss: bool = True
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    include_headers: bool = False
+    isolation_level: IsolationLevel = "read_committed"
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int | None = None
+    max_bytes_per_trigger: int | None = None
+
+    @staticmethod
+    def parse(options: Mapping[str, str], streaming: bool) -> ReadOptions:
+        """Check ``options`` for a batch (``streaming=False``) or streaming read."""
+        opts = _Opts(options)
+        _check_spelling(opts)
+        path = _path(opts)
+        if streaming:
+            # Spark rejects these two by name; endingTimestamp is rejected here as
+            # well, where Spark would silently ignore it and never end.
+            for name in ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp"):
+                if name in opts:
+                    raise _fail(name, "not valid in streaming queries (a stream has no end); "
+                                      "use a batch read to stop at an offset or time")
+        subscription = _subscription(opts)
+        strategy = _strategy(opts)
+        starting = _position(opts, "starting", "latest" if streaming else "earliest", strategy)
+        ending = None if streaming else _position(opts, "ending", "latest", strategy)
+        if ending is not None:
+            _check_batch_positions(starting, ending)
+        min_partitions = _positive(opts, "minPartitions", bits=32)
+        max_records = _positive(opts, "maxRecordsPerPartition")
+        kafka_reset = opts.get("kafka.auto.offset.reset")
+        if kafka_reset is not None:
+            raise _fail("kafka.auto.offset.reset", "is not supported; set 'startingOffsets' "
+                                                   "to 'earliest' or 'latest' instead")
+        max_offsets = _positive(opts, "maxOffsetsPerTrigger")
+        min_offsets = _positive(opts, "minOffsetsPerTrigger")
+        if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
+            raise _fail("minOffsetsPerTrigger", f"{min_offsets} is higher than "
+                                                f"maxOffsetsPerTrigger ({max_offsets})")
+        delay_raw = opts.get("maxTriggerDelay")
+        delay = parse_duration_ms("maxTriggerDelay", delay_raw if delay_raw is not None
+                                  else DEFAULT_MAX_TRIGGER_DELAY)
+        max_bytes = None
+        if opts.get("maxBytesPerTrigger") is not None:
+            max_bytes = parse_bytes("maxBytesPerTrigger", opts.get("maxBytesPerTrigger") or "")
+            if max_bytes <= 0:
+                raise _fail("maxBytesPerTrigger", "must be positive")
+        if not streaming:
+            for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
+                         "maxBytesPerTrigger"):
+                if name in opts:
+                    log.warning("option %s is ignored in batch queries", name)
+            max_offsets = min_offsets = delay = max_bytes = None  # type: ignore[assignment]
+        return ReadOptions(
+            path=path,
+            subscription=subscription,
+            starting=starting,
+            ending=ending,
+            fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+            min_partitions=min_partitions,
+            max_records_per_partition=max_records,
+            include_headers=_bool(opts, "includeHeaders", False),
+            isolation_level=_isolation(opts),
+            max_offsets_per_trigger=max_offsets,
+            min_offsets_per_trigger=min_offsets,
+            max_trigger_delay_ms=delay,
+            max_bytes_per_trigger=max_bytes,
+        )
+
+
+def _subscription(opts: _Opts) -> Subscription:
+    given = [k for k in opts.keys() if k in _STRATEGIES]
+    names = ", ".join(_STRATEGIES.values())
+    if not given:
+        raise _fail("subscribe", f"one of the options {names} must be given to say which "
+                                 f"topics to read")
+    if len(given) > 1:
+        shown = ", ".join(opts.spelled(k) for k in given)
+        raise _fail(opts.spelled(given[0]), f"only one of {names} may be given, got {shown}")
+    key = given[0]
+    option = _STRATEGIES[key]
+    raw = opts.get(key) or ""
+    if key == "subscribe":
+        topics = [t.strip() for t in raw.split(",") if t.strip()]
+        if not topics:
+            raise _fail(option, f"no topics to subscribe to in {raw!r}; give a comma-separated "
+                                f"list of topic names")
+        for topic in topics:
+            _topic_name(option, topic)
+        return Subscription.subscribe(topics)
+    if key == "subscribepattern":
+        pattern = raw.strip()
+        if not pattern:
+            raise _fail(option, f"the pattern is empty ({raw!r}); give a regular expression "
+                                f"that topic names must match entirely")
+        try:
+            return Subscription.subscribe_pattern(pattern)
+        except InvalidConfigError as exc:
+            raise _fail(option, str(exc)) from None
+    example = '{"topicA":[0,1],"topicB":[2,4]}'
+    if not raw.strip().startswith("{"):
+        raise _fail(option, f"expected topic partitions as JSON such as {example}, got {raw!r}")
+    parsed = _json_object(option, raw.strip(), example)
+    assignment: list[tuple[str, int]] = []
+    for topic, partitions in parsed.items():
+        _topic_name(option, topic)
+        if not isinstance(partitions, list) or not all(
+                isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= _INT_MAX
+                for p in partitions):
+            raise _fail(option, f"topic {topic!r} must map to a list of partition numbers "
+                                f">= 0, as in {example}; got {json.dumps(partitions)}")
+        assignment.extend((topic, p) for p in partitions)
+    if not assignment:
+        raise _fail(option, f"no topic partitions to assign in {raw!r}; expected e.g. {example}")
+    return Subscription.assign(assignment)
+
+
+def _strategy(opts: _Opts) -> Literal["error", "latest"]:
+    # Spark parses the strategy whenever positions are computed, so a bad value
+    # fails even when no timestamp option is set; so does it here.
+    raw = opts.get("startingOffsetsByTimestampStrategy")
+    if raw is None:
+        return "error"
+    value = raw.strip().lower()
+    if value not in ("error", "latest"):
+        raise _fail("startingOffsetsByTimestampStrategy",
+                    f"expected 'error' or 'latest', got {raw!r}")
+    return value  # type: ignore[return-value]
+
+
+def _isolation(opts: _Opts) -> IsolationLevel:
+    plain = opts.get("isolation.level")
+    kafka = opts.get("kafka.isolation.level")
+    for name, raw in (("isolation.level", plain), ("kafka.isolation.level", kafka)):
+        if raw is not None and raw.strip().lower() not in ("read_committed", "read_uncommitted"):
+            raise _fail(name, f"expected 'read_committed' or 'read_uncommitted', got {raw!r}")
+    if plain is not None and kafka is not None and plain.strip().lower() != kafka.strip().lower():
+        raise _fail("isolation.level", f"{plain!r} contradicts kafka.isolation.level "
+                                       f"{kafka!r}; give one of them")
+    chosen = plain if plain is not None else kafka
+    return "read_committed" if chosen is None else chosen.strip().lower()  # type: ignore[return-value]
+
+
+# --- write ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """A validated write: where, with which guarantee, and how records are batched."""
+
+    path: str
+    topic: str | None = None
+    delivery_guarantee: DeliveryGuarantee = "exactly_once"
+    transactional_id_prefix: str | None = None
+    transaction_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS
+    create_topics: bool = False
+    num_partitions: int = 1
+    compression: Literal["none", "lz4", "zstd"] = "none"
+    batch_size: int | None = None
+    group_id: str | None = None
+
+    @staticmethod
+    def parse(options: Mapping[str, str], streaming: bool) -> WriteOptions:
+        """Check ``options`` for a batch (``streaming=False``) or streaming write."""
+        opts = _Opts(options)
+        _check_spelling(opts)
+        path = _path(opts)
+        topic = None
+        if opts.get("topic") is not None:
+            topic = _topic_name("topic", (opts.get("topic") or "").strip())
+        guarantee = _guarantee(opts)
+        prefix = None
+        if opts.get("transactional.id.prefix") is not None:
+            try:
+                prefix = validate_name((opts.get("transactional.id.prefix") or "").strip(),
+                                       "transactional id prefix")
+            except InvalidNameError as exc:
+                raise _fail("transactional.id.prefix", str(exc)) from None
+        if streaming and guarantee == "exactly_once" and prefix is None:
+            raise _fail("transactional.id.prefix",
+                        "a streaming write with deliveryGuarantee exactly_once needs it: "
+                        "transactional ids derived from a stable prefix are what lets a "
+                        "restarted query fence and finish its predecessor's transactions. "
+                        "Set it to a name unique to this query, or use "
+                        "deliveryGuarantee at_least_once")
+        timeout = MAX_TRANSACTION_TIMEOUT_MS
+        raw_timeout = opts.get("transaction.timeout.ms")
+        if raw_timeout is not None:
+            timeout = _parse_long("transaction.timeout.ms", raw_timeout,
+                                  what="milliseconds between 1 and 900000")
+            if not 1 <= timeout <= MAX_TRANSACTION_TIMEOUT_MS:
+                raise _fail("transaction.timeout.ms",
+                            f"must be between 1 and {MAX_TRANSACTION_TIMEOUT_MS} ms, "
+                            f"got {raw_timeout!r}")
+        num_partitions = _positive(opts, "numPartitions", bits=32)
+        compression = (opts.get("compression") or "none").strip().lower()
+        if compression not in ("none", "lz4", "zstd"):
+            raise _fail("compression", f"expected none, lz4 or zstd, got {opts.get('compression')!r}")
+        batch_size = None
+        if opts.get("batch.size") is not None:
+            batch_size = parse_bytes("batch.size", opts.get("batch.size") or "")
+            if not 1 <= batch_size <= _INT_MAX:
+                raise _fail("batch.size", f"must be between 1 byte and {_INT_MAX}, "
+                                          f"got {opts.get('batch.size')!r}")
+        group_id = None
+        if opts.get("groupId") is not None:
+            try:
+                group_id = validate_name((opts.get("groupId") or "").strip(), "group id")
+            except InvalidNameError as exc:
+                raise _fail("groupId", str(exc)) from None
+        return WriteOptions(
+            path=path,
+            topic=topic,
+            delivery_guarantee=guarantee,
+            transactional_id_prefix=prefix,
+            transaction_timeout_ms=timeout,
+            create_topics=_bool(opts, "createTopics", False),
+            num_partitions=1 if num_partitions is None else num_partitions,
+            compression=compression,  # type: ignore[arg-type]
+            batch_size=batch_size,
+            group_id=group_id,
+        )
+
+
+def _guarantee(opts: _Opts) -> DeliveryGuarantee:
+    raw = opts.get("deliveryGuarantee")
+    if raw is None:
+        return "exactly_once"
+    # Flink spells these exactly-once / at-least-once; accept both spellings.
+    value = raw.strip().lower().replace("-", "_")
+    if value not in ("exactly_once", "at_least_once"):
+        raise _fail("deliveryGuarantee", f"expected exactly_once or at_least_once, got {raw!r}")
+    return value  # type: ignore[return-value]

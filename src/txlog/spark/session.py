@@ -1,0 +1,83 @@
+"""One way to start a SparkSession for txlog: Java chosen, project defaults applied.
+
+Tests, notebooks and examples all start Spark through ``spark_session`` so that
+they run with the same settings (``spark_conf/spark-defaults.conf``) and never
+fail for want of a suitable Java.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .java import ensure_java
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# src/txlog/spark/session.py -> repository root.  An installed (non-editable)
+# copy has no repository around it: TXLOG_SPARK_DEFAULTS names the file then.
+_REPO_DEFAULTS = Path(__file__).resolve().parents[3] / "spark_conf" / "spark-defaults.conf"
+
+
+def defaults_path() -> Path | None:
+    """The spark-defaults.conf to apply, if there is one."""
+    env = os.environ.get("TXLOG_SPARK_DEFAULTS")
+    if env:
+        return Path(env)
+    return _REPO_DEFAULTS if _REPO_DEFAULTS.is_file() else None
+
+
+def read_spark_defaults(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Parse a spark-defaults.conf: ``key value`` per line, ``#`` comments.
+
+    Like Spark's own reader, the key ends at the first run of whitespace (or
+    ``=``/``:``, which Java properties files also accept) and the rest of the
+    line, trimmed, is the value.
+    """
+    conf: dict[str, str] = {}
+    for number, raw in enumerate(Path(path).read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        for i, ch in enumerate(line):
+            if ch.isspace() or ch in "=:":
+                key, rest = line[:i], line[i:]
+                break
+        else:
+            raise ValueError(f"{path}:{number}: {raw!r} has a key but no value")
+        value = rest.strip()
+        if value[:1] in ("=", ":"):
+            value = value[1:].strip()
+        conf[key] = value
+    return conf
+
+
+def spark_session(app_name: str, master: str | None = None, **conf: Any) -> SparkSession:
+    """Start (or join) the process's SparkSession with txlog's defaults.
+
+    ``conf`` overrides the file's values; pass Spark keys with dots as
+    ``**{"spark.sql.shuffle.partitions": "2"}``.  Settings that only take
+    effect at JVM start (master, UI, memory) are ignored when a session is
+    already running, as with ``SparkSession.builder.getOrCreate``.
+    """
+    ensure_java()
+    from pyspark.sql import SparkSession  # imported late: txlog core works without pyspark
+
+    path = defaults_path()
+    merged: dict[str, str] = read_spark_defaults(path) if path is not None else {}
+    merged.update({k: _conf_value(v) for k, v in conf.items()})
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    for key, value in merged.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _conf_value(value: Any) -> str:
+    # Spark wants "true"/"false"; str(True) would give "True".
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

