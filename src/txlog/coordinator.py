@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 TXN_DIR = "coordinator/transactions"
 DECISION_DIR = "coordinator/decisions"
+LEASE_DIR = "coordinator/leases"
 MAX_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
 MAX_EPOCH = 32767  # Short.MaxValue: an epoch this high is never handed to a producer
 NO_PRODUCER_ID = -1
@@ -75,6 +76,16 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+
+def plain_decision_id(producer_id: int, epoch: int) -> str:
+    """The decision id of a transaction of one producer alone.
+
+    A producer id and epoch start at most one transaction, so the id is
+    fresh; a transaction under any other decision id is a shared one.
+    """
+    return f"{producer_id}-{epoch}"
+
+
 @dataclass(frozen=True)
 class TransactionMetadata:
     """One version of a transactional id's state (Kafka's TransactionMetadata)."""
@@ -103,8 +114,16 @@ class TransactionMetadata:
                 f"to {state.value}")
         return replace(self, state=state, update_ms=_now_ms(), **changes)
 
-    def expired(self, now_ms: int) -> bool:
-        return self.state == S.ONGOING and now_ms > self.txn_start_ms + self.timeout_ms
+    @property
+    def is_shared(self) -> bool:
+        """Part of a multi-producer transaction (its decision id is not its own)."""
+        return bool(self.decision_id) and \
+            self.decision_id != plain_decision_id(self.txn_producer_id, self.txn_epoch)
+
+    def expired(self, now_ms: int, lease_ms: int = -1) -> bool:
+        """Ongoing for longer than the timeout, counted from the start or the last lease."""
+        return self.state == S.ONGOING and \
+            now_ms > max(self.txn_start_ms, lease_ms) + self.timeout_ms
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -317,7 +336,7 @@ class TransactionCoordinator:
                 if self.decision(meta.decision_id) is not None:
                     decided = True
                     return None
-                if meta.expired(now):
+                if self._expired(meta, now):
                     expired = True
                     return None
             new_parts = tuple(sorted(set(meta.partitions if meta.state == S.ONGOING else ())
@@ -517,7 +536,7 @@ class TransactionCoordinator:
 
     def abort_if_expired(self, transactional_id: str) -> bool:
         meta = self.metadata(transactional_id)
-        if meta is None or not meta.expired(_now_ms()):
+        if meta is None or not self._expired(meta, _now_ms()):
             return False
         self._fence_and_abort(transactional_id, "transaction timed out", only=meta)
         # True only if it ended aborted: a commit decision may have come first.
@@ -568,3 +587,45 @@ class TransactionCoordinator:
             if after != before:
                 dead.append(txn_id)
         return dead
+
+    # --- leases of shared transactions ------------------------------------------------------
+
+    def renew_lease(self, decision_id: str) -> None:
+        """Record that a participant of shared transaction ``decision_id`` is alive now.
+
+        A member of a shared transaction times out only when the lease of
+        its decision is older than its timeout: a member that prepared early
+        must not be aborted while the rest of its job still runs (Kafka's
+        KIP-939 problem), and a job whose every participant and driver died
+        stops renewing and is aborted after the timeout.
+        """
+        validate_name(decision_id, "decision id")
+        now = _now_ms()
+        self._lease(decision_id).update(
+            lambda version, value: None if value is not None and value["time_ms"] >= now
+            else {"time_ms": now})
+
+    def lease_ms(self, decision_id: str) -> int:
+        """When the lease of ``decision_id`` was last renewed (-1: never)."""
+        _, value = self._lease(decision_id).latest()
+        return -1 if value is None else value["time_ms"]
+
+    def _lease(self, decision_id: str) -> VersionChain:
+        key = f"lease:{decision_id}"
+        chain = self._chains.get(key)
+        if chain is None:
+            validate_name(decision_id, "decision id")
+            chain = self._chains.setdefault(key, VersionChain(self.storage,
+                                                              f"{LEASE_DIR}/{decision_id}"))
+        return chain
+
+    def _expired(self, meta: TransactionMetadata, now_ms: int) -> bool:
+        if not meta.expired(now_ms):
+            return False  # the lease can only make it younger
+        lease = self.lease_ms(meta.decision_id) if meta.is_shared else -1
+        return meta.expired(now_ms, lease)
+
+    def abort_open(self, transactional_id: str, reason: str) -> None:
+        """Abort the open transaction of ``transactional_id`` now, whatever its age (an operator's
+        or a new job's call; a member of a shared transaction aborts it whole)."""
+        self._fence_and_abort(transactional_id, reason)

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from .batch import (HEADER_TYPE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, RECORD_SCHEMA,
                     TRANSACTIONAL_BIT, BatchHeader, compression_attribute, encode_records)
+from .coordinator import plain_decision_id
 from .errors import (IllegalStateError, InvalidConfigError, InvalidProducerEpochError,
                      InvalidTxnStateError, OutOfOrderSequenceError, ProducerFencedError,
                      TransactionAbortedError, TxlogError)
@@ -677,8 +678,7 @@ class Producer:
             raise
 
     def _plain_decision_id(self) -> str:
-        """A transaction of this producer alone is decided under ``<producer id>-<epoch>``."""
-        return f"{self._producer_id}-{self._epoch}"
+        return plain_decision_id(self._producer_id, self._epoch)
 
     def _is_shared(self) -> bool:
         return self._decision_id != self._plain_decision_id()
