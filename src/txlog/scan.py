@@ -12,6 +12,7 @@ incarnation of a topic is never read from another (KIP-516).
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ import pyarrow as pa
 
 from .errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicError
 from .names import validate_name
+from .partition import ISOLATION_LEVELS, READ_COMMITTED, PartitionLog
 
 if TYPE_CHECKING:
     from .log import Log
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 # Kafka's ListOffsets sentinels, as Spark's Kafka source takes them in JSON offsets.
 EARLIEST = -2
 LATEST = -1
+CHUNK_ROWS = 1 << 16  # records per chunk a range is read in (rounded to whole batches)
 
 TopicPartition = tuple[str, int]
 PositionKind = Literal["earliest", "latest", "offsets", "timestamp", "timestamps"]
@@ -123,3 +126,205 @@ class OffsetRange:
     def size(self) -> int:
         return self.end - self.start
 
+
+
+@dataclass(frozen=True)
+class PartitionBounds:
+    """What one partition holds now: its log start, last stable offset and log end."""
+
+    topic: str
+    partition: int
+    topic_id: str
+    log_start: int
+    stable: int
+    end: int
+
+    def limit(self, isolation_level: str) -> int:
+        """How far a reader at ``isolation_level`` may read: the LSO or the log end."""
+        check_isolation_level(isolation_level)
+        return self.stable if isolation_level == READ_COMMITTED else self.end
+
+
+def check_isolation_level(isolation_level: str) -> str:
+    if isolation_level not in ISOLATION_LEVELS:
+        raise InvalidConfigError(f"isolation level must be one of {', '.join(ISOLATION_LEVELS)}, "
+                                 f"not {isolation_level!r}")
+    return isolation_level
+
+
+def bounds(log: Log, topic: str, partition: int) -> PartitionBounds:
+    part = log.partition(topic, partition)
+    state = part.state()
+    return PartitionBounds(topic, partition, part.topic_id, 0, part.last_stable_offset(state),
+                           state.end_offset)
+
+
+def read_limit(log: Log, topic: str, partition: int, isolation_level: str) -> int:
+    """The offset a reader at ``isolation_level`` reads up to (exclusive) right now."""
+    return bounds(log, topic, partition).limit(isolation_level)
+
+
+def offset_for_timestamp(log: Log, topic: str, partition: int, timestamp_ms: int,
+                         isolation_level: str = READ_COMMITTED) -> tuple[int, int] | None:
+    """Earliest (offset, timestamp) whose timestamp is >= ``timestamp_ms``, or None."""
+    from .timeindex import offset_for_time
+
+    return offset_for_time(log.partition(topic, partition), timestamp_ms, isolation_level)
+
+
+def _resolve(log: Log, b: PartitionBounds, spec: PositionSpec, isolation_level: str,
+             what: str) -> int:
+    """One partition's position under ``spec``; ``what`` names the option in errors."""
+    tp = (b.topic, b.partition)
+    limit = b.limit(isolation_level)
+    kind = spec.kind
+    if kind == "earliest":
+        return b.log_start
+    if kind == "latest":
+        return limit
+    if kind == "offsets":
+        if tp not in spec.offsets:
+            return _resolve(log, b, PositionSpec(spec.default), isolation_level, what)
+        offset = spec.offsets[tp]
+        if offset == EARLIEST:
+            return b.log_start
+        if offset == LATEST:
+            return limit
+        if offset < 0:
+            raise InvalidConfigError(
+                f"{what}: offset {offset} for {b.topic}-{b.partition} is negative; use an "
+                f"offset, {EARLIEST} (earliest) or {LATEST} (latest)")
+        return offset
+    if kind == "timestamp":
+        assert spec.timestamp is not None
+        ts = spec.timestamp
+    else:
+        if tp not in spec.timestamps:
+            return _resolve(log, b, PositionSpec(spec.default), isolation_level, what)
+        ts = spec.timestamps[tp]
+    found = offset_for_timestamp(log, b.topic, b.partition, ts, isolation_level)
+    if found is not None:
+        return found[0]
+    if spec.if_none == "latest":
+        return limit
+    raise OffsetOutOfRangeError(
+        f"{what}: no record in {b.topic}-{b.partition} has a timestamp at or after {ts} ms "
+        "(set startingOffsetsByTimestampStrategy to 'latest' to start at the end instead)")
+
+
+def plan(log: Log, partitions: list[TopicPartition], start: PositionSpec,
+         end: PositionSpec, isolation_level: str = READ_COMMITTED,
+         fail_on_data_loss: bool = True, exact: bool = True) -> list[OffsetRange]:
+    """Fix ``[start, end)`` for each partition, ``end`` capped at what the reader may see.
+
+    Below the LSO every transaction's outcome is fixed, so a range planned
+    here reads the same records however often and wherever it is read.
+    A start past the visible end (or before the log start) is lost or
+    not-yet-written data: an error with ``fail_on_data_loss``, else the
+    range is clamped, as Spark's Kafka source does.
+
+    With ``exact`` (a batch read), a per-partition map must name exactly the
+    partitions read, as Spark requires: a partition left out would silently
+    be read whole or not at all.  A stream passes False, so that partitions
+    created later take the spec's default.
+    """
+    check_isolation_level(isolation_level)
+    if exact:
+        for spec, what in ((start, "starting"), (end, "ending")):
+            check_named_partitions(spec, partitions, what)
+    ranges = []
+    for topic, partition in partitions:
+        b = bounds(log, topic, partition)
+        limit = b.limit(isolation_level)
+        lo = _resolve(log, b, start, isolation_level, "starting position")
+        hi = min(_resolve(log, b, end, isolation_level, "ending position"), limit)
+        if lo < b.log_start or lo > limit:
+            if fail_on_data_loss:
+                raise OffsetOutOfRangeError(
+                    f"starting offset {lo} of {topic}-{partition} is outside the readable "
+                    f"offsets {b.log_start} to {limit} ({isolation_level}); set "
+                    "failOnDataLoss to false to read what is there instead")
+            lo = min(max(lo, b.log_start), limit)
+        ranges.append(OffsetRange(topic, partition, b.topic_id, lo, max(hi, lo)))
+    return ranges
+
+
+def check_named_partitions(spec: PositionSpec, partitions: list[TopicPartition],
+                           what: str) -> None:
+    """Refuse a per-partition map of ``what`` ("starting"/"ending") that is not exactly ``partitions``."""
+    named = set(spec.offsets) if spec.kind == "offsets" else \
+        set(spec.timestamps) if spec.kind == "timestamps" else None
+    if named is None or named == set(partitions):
+        return
+
+    def show(tps: set[TopicPartition]) -> str:
+        return ", ".join(f"{t}-{p}" for t, p in sorted(tps)) or "none"
+
+    option = f"{what}Offsets" + ("ByTimestamp" if spec.kind == "timestamps" else "")
+    raise InvalidConfigError(
+        f"option '{option}' must name every partition read and no other: read are "
+        f"{show(set(partitions))}; missing from it: {show(set(partitions) - named)}; not read: "
+        f"{show(named - set(partitions))}")
+
+
+def split(ranges: list[OffsetRange], min_partitions: int | None = None,
+          max_records: int | None = None) -> list[OffsetRange]:
+    """Cut ranges so no piece exceeds ``max_records`` and there are ``min_partitions`` pieces.
+
+    Pieces of one partition stay in offset order; large partitions get more
+    pieces in proportion to their size (Spark's KafkaOffsetRangeCalculator
+    does the same), so the work per task evens out.
+    """
+    pieces: list[OffsetRange] = []
+    for r in ranges:
+        parts = 1 if not max_records else max(-(-r.size // max_records), 1)
+        pieces.extend(_cut(r, parts))
+    total = sum(r.size for r in pieces)
+    if min_partitions and len(pieces) < min_partitions and total > 0:
+        out = []
+        for r in pieces:
+            parts = max(-(-r.size * min_partitions // total), 1)
+            out.extend(_cut(r, parts))
+        pieces = out
+    return pieces
+
+
+def _cut(r: OffsetRange, parts: int) -> list[OffsetRange]:
+    parts = max(min(parts, r.size), 1)
+    step, extra = divmod(r.size, parts)
+    out, lo = [], r.start
+    for i in range(parts):
+        hi = lo + step + (1 if i < extra else 0)
+        out.append(OffsetRange(r.topic, r.partition, r.topic_id, lo, hi))
+        lo = hi
+    return out
+
+
+def read_range(log: Log, rng: OffsetRange, isolation_level: str = READ_COMMITTED,
+               include_headers: bool = False, chunk_rows: int = CHUNK_ROWS
+               ) -> Iterator[pa.RecordBatch]:
+    """The records of a planned range as record batches in Spark's Kafka columns.
+
+    Reads batch-aligned chunks of about ``chunk_rows`` records, so memory stays
+    bounded for ranges of any size; aborted and control batches are dropped
+    under read_committed.  A range planned against another incarnation of
+    the topic is refused.
+    """
+    part = log.partition(rng.topic, rng.partition, topic_id=rng.topic_id)
+    pos = rng.start
+    while pos < rng.end:
+        table, nxt = part.read(pos, _chunk_end(part, pos, rng.end, chunk_rows),
+                               isolation_level, include_headers)
+        if nxt <= pos:
+            raise OffsetOutOfRangeError(
+                f"{rng.topic}-{rng.partition}: offsets {pos} to {rng.end} were planned but the "
+                f"partition can be read only up to {nxt} now")
+        yield from table.to_batches()
+        pos = nxt
+
+
+def _chunk_end(part: PartitionLog, start: int, end: int, rows: int) -> int:
+    """The first batch boundary at or after ``start + rows`` (``end`` at the most)."""
+    bases = part._batch_bases(part.state())
+    i = bisect.bisect_left(bases, start + rows)
+    return min(bases[i] if i < len(bases) else end, end)
