@@ -47,14 +47,10 @@ def spark():
     session.stop()
 
 
-def run_python(args: list[str], *, env: dict[str, str] | None = None, timeout: float = 300,
-               check: bool = True, cwd: str | os.PathLike[str] | None = None
-               ) -> subprocess.CompletedProcess[str]:
-    """Run ``args`` with this interpreter (the venv's), this checkout's sources
-    first on PYTHONPATH and a JAVA_HOME Spark accepts.
-
-    Spark programs started this way (``-m``, scripts, or ``spark-submit``
-    through ``spark_submit``) see the same code and Java as the tests.
+def python_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment for a child that must see what the tests see:
+    this checkout's sources first on PYTHONPATH, a JAVA_HOME Spark accepts,
+    and this interpreter (the venv's) for Spark's driver and Python workers.
     """
     from txlog.spark.java import find_java_home
 
@@ -66,23 +62,39 @@ def run_python(args: list[str], *, env: dict[str, str] | None = None, timeout: f
         home = str(find_java_home())
         full_env["JAVA_HOME"] = home
         full_env["PATH"] = os.pathsep.join([os.path.join(home, "bin"), full_env.get("PATH", "")])
-    # Spark's python workers and spark-submit's driver use this interpreter too.
     full_env.setdefault("PYSPARK_PYTHON", sys.executable)
     full_env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    done = subprocess.run([sys.executable, *args], env=full_env, cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return full_env
+
+
+def run_python(args: list[str], *, env: dict[str, str] | None = None, timeout: float = 300,
+               check: bool = True, cwd: str | os.PathLike[str] | None = None
+               ) -> subprocess.CompletedProcess[str]:
+    """Run ``args`` with this interpreter in ``python_env(env)``."""
+    done = subprocess.run([sys.executable, *args], env=python_env(env), cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, check=False)
     if check and done.returncode != 0:
         raise AssertionError(f"{args} exited {done.returncode}\nstdout:\n{done.stdout[-4000:]}"
                              f"\nstderr:\n{done.stderr[-4000:]}")
     return done
 
 
-def spark_submit(script: str | os.PathLike[str], *args: str, **kwargs) -> subprocess.CompletedProcess[str]:
-    """``spark-submit script args`` through run_python (the venv's pyspark launcher)."""
+def spark_submit_args(script: str | os.PathLike[str], *args: str) -> list[str]:
+    """Arguments to this interpreter that run ``spark-submit script args``.
+
+    It goes through the installed pyspark's own launcher, with the
+    project's spark_conf and the tests' master (``local[2,4]``: failed tasks
+    are retried, as on a cluster).
+    """
     pytest.importorskip("pyspark", reason="needs the spark extra: pip install -e '.[test]'")
-    launcher = ("import sys; from pyspark.find_spark_home import _find_spark_home; "
-                "import os; home = _find_spark_home(); "
-                "os.execv(os.path.join(home, 'bin', 'spark-submit'), "
+    launcher = ("import os, sys; from pyspark.find_spark_home import _find_spark_home; "
+                "os.execv(os.path.join(_find_spark_home(), 'bin', 'spark-submit'), "
                 "['spark-submit'] + sys.argv[1:])")
-    return run_python(["-c", launcher, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-                       str(script), *args], **kwargs)
+    return ["-c", launcher, "--master", "local[2,4]", "--properties-file",
+            str(REPO / "spark_conf" / "spark-defaults.conf"), str(script), *args]
+
+
+def spark_submit(script: str | os.PathLike[str], *args: str,
+                 **kwargs) -> subprocess.CompletedProcess[str]:
+    """``spark-submit script args``, run to its end through run_python."""
+    return run_python(spark_submit_args(script, *args), **kwargs)

@@ -1,5 +1,6 @@
 """The PySpark data source for txlog (``format("txlog")``).
 
-Nothing here imports pyspark at import time: ``txlog.spark.java`` and
-``txlog.spark.options`` are usable, and testable, without Spark installed.
+Spark's calls are mapped onto the core here; no protocol rule lives in this
+package. Nothing here imports pyspark at import time, so ``txlog.spark.java``
+and ``txlog.spark.options`` are usable, and testable, without Spark installed.
 """

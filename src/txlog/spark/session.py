@@ -8,6 +8,7 @@ fail for want of a suitable Java.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,10 @@ def spark_session(app_name: str, master: str | None = None, **conf: Any) -> Spar
     already running, as with ``SparkSession.builder.getOrCreate``.
     """
     ensure_java()
+    # Python workers must import txlog (format("txlog") is found by importing
+    # pyspark_txlog in a worker); Spark's default, "python3" on PATH, may be
+    # another interpreter than the one running this driver.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession  # imported late: txlog core works without pyspark
 
     path = defaults_path()

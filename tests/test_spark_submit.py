@@ -1,0 +1,125 @@
+"""What users run: spark-submit applications, a killed driver, Spark Connect, the README."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from conftest import REPO, python_env, run_python, spark_submit_args  # noqa: E402
+from helpers_core import wait_for  # noqa: E402
+
+from txlog import Log  # noqa: E402
+
+JOBS = Path(__file__).resolve().parent / "spark_jobs.py"
+
+
+def committed_count(root: Path, topic: str, partitions: int) -> int:
+    log = Log(root)
+    return sum(log.read(topic, p).num_rows for p in range(partitions))
+
+
+def written_count(root: Path, topic: str, partitions: int) -> int:
+    log = Log(root)
+    return sum(log.read(topic, p, isolation_level="read_uncommitted").num_rows
+               for p in range(partitions))
+
+
+def start_hanging_job(tmp_path: Path, root: Path, prefix: str, timeout_ms: int
+                      ) -> subprocess.Popen:
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, *spark_submit_args(JOBS, "hang", str(root), "events", prefix,
+                                            str(timeout_ms), str(ready))],
+        env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True)
+    try:
+        wait_for(lambda: proc.poll() is not None or written_count(root, "events", 4) >= 3_000,
+                 180, "the job's tasks to write")
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+    return proc
+
+
+def kill_driver(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver JVM and its Python workers
+    proc.wait(60)
+
+
+@pytest.fixture
+def root(tmp_path):
+    Log(tmp_path / "log").create_topic("events", partitions=4)
+    return tmp_path / "log"
+
+
+def test_killed_driver_leaves_nothing_visible_and_next_job_cleans_up(spark, tmp_path, root):
+    proc = start_hanging_job(tmp_path, root, "killed", 900_000)
+    kill_driver(proc)
+    log = Log(root)
+    assert committed_count(root, "events", 4) == 0
+    assert any(log.last_stable_offset("events", p) < log.end_offset("events", p)
+               for p in range(4))  # the dead job's transactions hold the LSO ...
+    df = spark.range(100).selectExpr("CAST(id AS STRING) AS value")
+    df.write.format("txlog").mode("append").option("path", str(root)).option("topic", "events") \
+        .option("transactional.id.prefix", "killed").save()
+    log = Log(root)
+    for p in range(4):  # ... until the next job with the prefix ends them
+        assert log.last_stable_offset("events", p) == log.end_offset("events", p)
+    assert committed_count(root, "events", 4) == 100
+
+
+def test_dead_drivers_job_is_aborted_once_its_timeout_passes(tmp_path, root):
+    proc = start_hanging_job(tmp_path, root, "dead", 5_000)
+    kill_driver(proc)
+    log = Log(root)
+
+    def settled() -> bool:
+        log.abort_expired_transactions()  # what producers and `txlog transactions` do
+        return all(log.last_stable_offset("events", p) == log.end_offset("events", p)
+                   for p in range(4))
+
+    # The hanging task renewed the job's lease until the kill: not expired yet.
+    assert not settled()
+    wait_for(settled, 60, "the dead job's transactions to time out")
+    assert committed_count(root, "events", 4) == 0
+
+
+def test_spark_connect_reads_and_writes(tmp_path):
+    root = tmp_path / "log"
+    out = run_python([str(JOBS), "connect", str(root)])
+    assert "connect: 500" in out.stdout
+    assert committed_count(root, "connected", 2) == 500
+
+
+def readme_command(marker: str) -> str:
+    """The README's fenced command that contains ``marker``."""
+    text = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```(?:bash|sh)\n(.*?)```", text, re.S)
+    found = [b.strip() for b in blocks if marker in b]
+    assert found, f"no README command contains {marker!r}"
+    return found[0]
+
+
+def test_readme_spark_submit_of_the_batch_pipeline(tmp_path):
+    command = readme_command("batch_pipeline")
+    # The README sets up .venv in the clone; here the current interpreter's venv is it.
+    venv = Path(sys.executable).parent.parent
+    command = command.replace(".venv/", f"{venv}/").replace("/tmp/txlog-batch", str(tmp_path / "b"))
+    command = re.sub(r"python3 -m venv \S+ && ", "", command)
+    command = re.sub(r"pip install [^&]*&& ", "", command)
+    assert command.startswith(f". {venv}/bin/activate && JAVA_HOME="), command
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "JAVA_HOME"))}
+    out = subprocess.run(["bash", "-c", command], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "exactly once: OK" in out.stdout
