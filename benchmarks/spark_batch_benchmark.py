@@ -1,0 +1,154 @@
+"""Spark batch benchmark: txlog's source and sink against Parquet's, in one run.
+
+One SparkSession (local[2]) and one cached DataFrame of ``--rows`` rows
+(8-byte keys, 100-byte values).  Each figure is the median of ``--runs``
+timed runs after a warm-up, the two sides of a comparison taking turns, so
+that drift of this shared machine hits both alike:
+
+* write: txlog exactly_once vs ``df.write.parquet``;
+* write: txlog exactly_once vs txlog at_least_once (the cost of the job's
+  transaction);
+* read: txlog vs ``spark.read.parquet``, each into the ``noop`` sink;
+* read: read_committed vs read_uncommitted on a log where 10% of the
+  records belong to aborted transactions.
+
+Goals (issue 6): exactly-once write at least as fast as Parquet's (ratio <= 1),
+at most 3% over at-least-once, read within 1.25x of Parquet's, read_committed
+within 5% of read_uncommitted.  The script prints the figures and ratios; it
+does not judge them.
+
+Run: ``python benchmarks/spark_batch_benchmark.py [--rows N] [--runs K]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+from txlog import Log
+
+PARTITIONS = 4
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def paired(name_a: str, a: Callable[[], object], name_b: str, b: Callable[[], object],
+           runs: int) -> tuple[float, float]:
+    a()
+    b()  # warm-up: JIT, page cache, Python workers
+    ta, tb = [], []
+    for _ in range(runs):
+        ta.append(timed(a))
+        tb.append(timed(b))
+    ma, mb = statistics.median(ta), statistics.median(tb)
+    ratios = sorted(x / y for x, y in zip(ta, tb, strict=True))
+    print(f"{name_a:>34}: median {ma:7.3f} s  (min {min(ta):.3f}, max {max(ta):.3f})")
+    print(f"{name_b:>34}: median {mb:7.3f} s  (min {min(tb):.3f}, max {max(tb):.3f})")
+    print(f"{'ratio':>34}: median {statistics.median(ratios):7.3f}  "
+          f"(min {ratios[0]:.3f}, max {ratios[-1]:.3f})\n")
+    return ma, mb
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--dir", help="scratch directory (default: a temporary one)")
+    args = parser.parse_args()
+
+    from pyspark.sql import functions as F
+
+    from txlog.spark.session import spark_session
+
+    spark = spark_session("txlog-batch-benchmark", master="local[2]")
+    scratch = args.dir or tempfile.mkdtemp(prefix="txlog-bench-")
+    os.makedirs(scratch, exist_ok=True)
+    df = spark.range(args.rows, numPartitions=2).select(
+        F.unhex(F.lpad(F.hex("id"), 16, "0")).alias("key"),
+        F.unhex(F.concat(F.lpad(F.hex("id"), 16, "0"), F.repeat(F.lit("ab"), 92))).alias("value"),
+    ).cache()
+    df.count()
+    print(f"{args.rows} rows, 8-byte keys, 100-byte values, local[2]; scratch {scratch}\n")
+
+    counter = iter(range(1_000_000))
+
+    def fresh(kind: str) -> str:
+        path = os.path.join(scratch, f"{kind}-{next(counter)}")
+        if kind == "txlog":
+            Log(path).create_topic("bench", partitions=PARTITIONS)
+        return path
+
+    def txlog_write(guarantee: str) -> Callable[[], object]:
+        def run() -> None:
+            df.write.format("txlog").mode("append").option("path", fresh("txlog")) \
+                .option("topic", "bench").option("deliveryGuarantee", guarantee).save()
+        return run
+
+    def parquet_write() -> None:
+        df.write.parquet(fresh("parquet"))
+
+    print("== write ==")
+    paired("txlog exactly_once", txlog_write("exactly_once"), "parquet", parquet_write, args.runs)
+    paired("txlog exactly_once", txlog_write("exactly_once"), "txlog at_least_once",
+           txlog_write("at_least_once"), args.runs)
+
+    print("== read (into noop) ==")
+    log_path = fresh("txlog")
+    df.write.format("txlog").mode("append").option("path", log_path).option("topic", "bench") \
+        .save()
+    parquet_path = fresh("parquet")
+    df.write.parquet(parquet_path)
+
+    def txlog_read(path: str, isolation: str) -> Callable[[], object]:
+        def run() -> None:
+            spark.read.format("txlog").option("path", path).option("subscribe", "bench") \
+                .option("isolation.level", isolation).load() \
+                .write.format("noop").mode("overwrite").save()
+        return run
+
+    def parquet_read() -> None:
+        spark.read.parquet(parquet_path).write.format("noop").mode("overwrite").save()
+
+    paired("txlog read_committed", txlog_read(log_path, "read_committed"), "parquet",
+           parquet_read, args.runs)
+
+    print("== read_committed vs read_uncommitted, 10% aborted ==")
+    mixed = fresh("txlog")
+    # Aborted records between committed ones: a committed job, an aborted one
+    # (a ninth of the rows, so 10% of the total), another committed job.
+    half = df.limit(args.rows // 2)
+    half.write.format("txlog").mode("append").option("path", mixed).option("topic", "bench") \
+        .save()
+    _write_aborted(df.limit(args.rows // 9), mixed)
+    half.write.format("txlog").mode("append").option("path", mixed).option("topic", "bench") \
+        .save()
+    paired("read_committed", txlog_read(mixed, "read_committed"), "read_uncommitted",
+           txlog_read(mixed, "read_uncommitted"), args.runs)
+    spark.stop()
+    if not args.dir:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _write_aborted(df: object, path: str) -> None:
+    """Write ``df`` in a job whose transaction is aborted (as a failed job's would be)."""
+    from txlog.shared import SharedTransaction
+
+    log = Log(path)
+    job = SharedTransaction.start(log, "bench-aborted", 900_000)
+    table = df.toArrow()  # type: ignore[attr-defined]
+    producer = job.join(log, "0")
+    producer.send_table("bench", table)
+    job.abort(log, [producer.prepare_transaction()])
+
+
+if __name__ == "__main__":
+    main()
