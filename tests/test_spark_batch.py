@@ -183,7 +183,8 @@ def test_task_failing_after_partial_write_is_retried_exactly_once(spark, root):
     # Small Arrow batches so that each task writes some records before it fails.
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
     try:
-        write(flaky, root, topic="events")
+        # Small log batches too, or the writer would merge the task's input into one send.
+        write(flaky, root, topic="events", **{"batch.size": "4096"})
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     committed = read(spark, root, subscribe="events")
@@ -203,7 +204,7 @@ def test_failed_job_is_invisible_to_read_committed_only(spark, root):
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")
     try:
         with pytest.raises(Exception, match="asks for partition 99"):
-            write(broken, root, topic="events")
+            write(broken, root, topic="events", **{"batch.size": "4096"})
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert read(spark, root, subscribe="events").count() == 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -22,10 +23,14 @@ from pyspark.sql.types import StructType
 from ..coordinator import TransactionMember
 from ..errors import InvalidConfigError, TopicExistsError, UnknownTopicError
 from ..log import Log
+from ..producer import Producer
 from ..shared import SharedTransaction
 from .options import WriteOptions
 
 EXACTLY_ONCE = "exactly_once"
+# Bytes of input merged per send, in producer batch sizes: enough for a
+# full batch per partition of a few-partition topic.
+COALESCE_BATCHES = 4
 _TEXT = (pa.binary(), pa.string(), pa.large_binary(), pa.large_string())
 
 
@@ -103,12 +108,24 @@ class TxlogBatchWriter(DataSourceArrowWriter):
             member = producer.prepare_transaction()
         return TxlogCommitMessage(member, records)
 
-    def _send_all(self, log: Log, producer: object, iterator: Iterator[pa.RecordBatch]) -> int:
-        records = 0
-        for batch in iterator:
+    def _send_all(self, log: Log, producer: Producer, iterator: Iterator[pa.RecordBatch]) -> int:
+        def send(batch: pa.RecordBatch) -> None:
             for topic, table in self._by_topic(log, batch):
-                producer.send_table(topic, table)  # type: ignore[attr-defined]
-            records += batch.num_rows
+                producer.send_table(topic, table)
+
+        # The producer encodes and fsyncs one merged batch in a thread while this
+        # one takes the next from Spark: the two mostly wait on different things
+        # (the disk, the JVM's socket), and at most two batches are held.
+        records = 0
+        with ThreadPoolExecutor(1, thread_name_prefix="txlog-send") as sender:
+            sending: Future[None] | None = None
+            for batch in _coalesced(iterator, COALESCE_BATCHES * producer.batch_size):
+                if sending is not None:
+                    sending.result()  # a failed send stops the task here
+                sending = sender.submit(send, batch)
+                records += batch.num_rows
+            if sending is not None:
+                sending.result()
         return records
 
     def _by_topic(self, log: Log, batch: pa.RecordBatch) -> Iterator[tuple[str, pa.Table]]:
@@ -133,6 +150,28 @@ class TxlogBatchWriter(DataSourceArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.job is not None:
             self.job.abort(_open(self.options), _members(messages))
+
+
+def _coalesced(batches: Iterator[pa.RecordBatch], target_bytes: int
+               ) -> Iterator[pa.RecordBatch]:
+    """Spark's batches merged until they hold about ``target_bytes``.
+
+    Spark hands the writer batches of maxRecordsPerBatch rows (10,000 by
+    default, ~1 MB of 100-byte records); spread over a topic's partitions
+    that makes small log batches, each a file and an fsync.  Merging a few
+    first lets each partition's batch approach ``batch.size``.  Memory stays
+    bounded by the target plus one batch.
+    """
+    held: list[pa.RecordBatch] = []
+    size = 0
+    for batch in batches:
+        held.append(batch)
+        size += batch.nbytes
+        if size >= target_bytes:
+            yield pa.concat_batches(held)
+            held, size = [], 0
+    if held:
+        yield pa.concat_batches(held)
 
 
 def _records(batch: pa.RecordBatch) -> pa.Table:
