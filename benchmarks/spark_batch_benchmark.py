@@ -10,7 +10,12 @@ that drift of this shared machine hits both alike:
   transaction);
 * read: txlog vs ``spark.read.parquet``, each into the ``noop`` sink;
 * read: read_committed vs read_uncommitted on a log where 10% of the
-  records belong to aborted transactions.
+  records belong to aborted transactions;
+* the floor of PySpark's Python data source API itself: txlog's write vs a
+  Python writer that drops its Arrow batches, and txlog's read vs a Python
+  reader that yields the same columns from memory.  What txlog adds is the
+  distance to these; the rest is the cost of moving Arrow batches between
+  the JVM and Python workers, which no Python source avoids.
 
 Goals (issue 6): exactly-once write at least as fast as Parquet's (ratio <= 1),
 at most 3% over at-least-once, read within 1.25x of Parquet's, read_committed
@@ -133,6 +138,16 @@ def main() -> None:
         .save()
     paired("read_committed", txlog_read(mixed, "read_committed"), "read_uncommitted",
            txlog_read(mixed, "read_uncommitted"), args.runs)
+
+    print("== against the Python data source floor ==")
+    spark.dataSource.register(_FloorSource)
+    paired("txlog exactly_once write", txlog_write("exactly_once"), "dropping Python writer",
+           lambda: df.write.format("floor").mode("append").save(), args.runs)
+    rows_per_partition = args.rows // PARTITIONS
+    paired("txlog read_committed", txlog_read(log_path, "read_committed"),
+           "in-memory Python reader",
+           lambda: spark.read.format("floor").option("rows", rows_per_partition).load()
+           .write.format("noop").mode("overwrite").save(), args.runs)
     spark.stop()
     if not args.dir:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -148,6 +163,69 @@ def _write_aborted(df: object, path: str) -> None:
     producer = job.join(log, "0")
     producer.send_table("bench", table)
     job.abort(log, [producer.prepare_transaction()])
+
+
+def _floor_classes() -> type:
+    """A Python data source doing no work of its own (defined here, pickled by value)."""
+    from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,
+                                        InputPartition, WriterCommitMessage)
+
+    from txlog.spark.reader import spark_schema
+
+    class Reader(DataSourceReader):
+        def __init__(self, rows: int) -> None:
+            self.rows = rows
+
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(p) for p in range(PARTITIONS)]
+
+        def read(self, partition: InputPartition):  # the columns of a txlog read
+            import numpy as np
+            import pyarrow as pa
+
+            n = self.rows
+            keys = np.arange(n, dtype=">u8").tobytes()
+            values = np.concatenate([np.frombuffer(keys, np.uint8).reshape(n, 8),
+                                     np.full((n, 92), 97, np.uint8)], axis=1).tobytes()
+
+            def binary(data: bytes, width: int) -> pa.Array:
+                offsets = np.arange(0, width * (n + 1), width, dtype=np.int32)
+                return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
+                                                              pa.py_buffer(data)])
+
+            table = pa.table({
+                "key": binary(keys, 8), "value": binary(values, 100),
+                "topic": pa.array(["bench"] * n),
+                "partition": pa.array(np.full(n, partition.value, np.int32)),
+                "offset": pa.array(np.arange(n, dtype=np.int64)),
+                "timestamp": pa.array(np.zeros(n, np.int64)).cast(pa.timestamp("us", "UTC")),
+                "timestampType": pa.array(np.zeros(n, np.int32))})
+            yield from table.to_batches(max_chunksize=1 << 16)
+
+    class Writer(DataSourceArrowWriter):
+        def write(self, iterator):
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "floor"
+
+        def schema(self):
+            return spark_schema(False)
+
+        def reader(self, schema):
+            return Reader(int(self.options["rows"]))
+
+        def writer(self, schema, overwrite):
+            return Writer()
+
+    return FloorSource
+
+
+_FloorSource = _floor_classes()
 
 
 if __name__ == "__main__":
