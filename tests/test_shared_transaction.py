@@ -1,0 +1,268 @@
+"""Tests of txlog.shared.SharedTransaction and decision leases, without Spark.
+
+A shared transaction is what makes a Spark job exactly once: many producers
+(tasks) join one decision, and whoever ends the job commits exactly the
+members it was handed.  These tests drive that protocol directly, with a
+controllable clock for the timeout rules, so each side of the lease rule is
+checked deterministically.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import txlog.coordinator as coordinator_module
+from txlog import READ_COMMITTED, READ_UNCOMMITTED, Log
+from txlog.coordinator import TxnState
+from txlog.errors import DecisionConflictError, TransactionAbortedError, TxlogError
+from txlog.shared import MAX_PREFIX_LENGTH, SharedTransaction, check_prefix
+
+T = "t"
+TIMEOUT_MS = 10_000
+
+
+class Clock:
+    """The coordinator's clock, moved by the test (milliseconds)."""
+
+    def __init__(self, now_ms: int) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    c = Clock(1_700_000_000_000)
+    monkeypatch.setattr(coordinator_module, "_now_ms", c)
+    return c
+
+
+@pytest.fixture
+def topic_log(memlog: Log) -> Log:
+    memlog.create_topic(T, 3)
+    return memlog
+
+
+def write(job: SharedTransaction, log: Log, key: str, partition: int, values: list[str]):
+    """One participant: join, write ``values`` to ``partition``, prepare; returns its member."""
+    producer = job.join(log, key)
+    for v in values:
+        producer.send(T, v.encode(), partition=partition)
+    member = producer.prepare_transaction()
+    producer.close()
+    return member
+
+
+def join_and_write(job: SharedTransaction, log: Log, key: str, partition: int,
+                   values: list[str]):
+    """A participant that wrote but never prepared (a task killed mid-write): still open."""
+    producer = job.join(log, key)
+    for v in values:
+        producer.send(T, v.encode(), partition=partition)
+    producer.flush()
+    return producer
+
+
+def visible(log: Log, partition: int, isolation: str = READ_COMMITTED) -> list[str]:
+    table, _ = log.partition(T, partition).read(0, None, isolation)
+    return [v.decode() for v in table.column("value").to_pylist()]
+
+
+def stable_everywhere(log: Log) -> bool:
+    """No partition's LSO is held back by an open transaction."""
+    for p in range(3):
+        part = log.partition(T, p)
+        if part.last_stable_offset() != part.end_offset():
+            return False
+    return True
+
+
+def ongoing(log: Log, prefix: str) -> list[str]:
+    return [t for t in log.coordinator.transactional_ids()
+            if t.startswith(prefix) and log.coordinator.metadata(t).state == TxnState.ONGOING]
+
+
+# --- commit, abort, orphans -----------------------------------------------------------------
+
+
+def test_commit_makes_every_member_visible_at_once_and_ends_orphans(topic_log: Log) -> None:
+    log = topic_log
+    job = SharedTransaction.start(log, "job", TIMEOUT_MS)
+    m0 = write(job, log, "0-0", 0, ["a0", "a1"])
+    m1 = write(job, log, "1-0", 1, ["b0"])
+    # A failed first attempt of task 2 (its message never reached the driver) and its
+    # successful retry: only the retry is a member.
+    orphan = join_and_write(job, log, "2-0", 2, ["lost"])
+    m2 = write(job, log, "2-1", 2, ["c0", "c1", "c2"])
+
+    for p in range(3):
+        assert visible(log, p) == []  # nothing before the decision
+    assert visible(log, 2, READ_UNCOMMITTED) == ["lost", "c0", "c1", "c2"]
+
+    decision = job.commit(log, [m0, m1, m2])
+    assert decision.commit
+    assert visible(log, 0) == ["a0", "a1"]
+    assert visible(log, 1) == ["b0"]
+    assert visible(log, 2) == ["c0", "c1", "c2"]
+    assert ongoing(log, "job-") == []
+    assert stable_everywhere(log)
+    orphan.close()
+
+
+def test_commit_abort_and_commit_again_are_safe_in_any_order(topic_log: Log) -> None:
+    log = topic_log
+    job = SharedTransaction.start(log, "job", TIMEOUT_MS)
+    members = [write(job, log, "0-0", 0, ["a"]), write(job, log, "1-0", 1, ["b"])]
+    job.commit(log, members)
+    job.commit(log, members)  # a retried commit is answered by the standing decision
+    assert job.abort(log, members).commit  # Spark may call abort after commit: no-op
+    assert visible(log, 0) == ["a"] and visible(log, 1) == ["b"]
+
+
+def test_commit_after_abort_raises_and_leaves_nothing_visible(topic_log: Log) -> None:
+    log = topic_log
+    job = SharedTransaction.start(log, "job", TIMEOUT_MS)
+    members = [write(job, log, "0-0", 0, ["a"]), write(job, log, "1-0", 1, ["b"])]
+    assert not job.abort(log, members).commit
+    with pytest.raises(DecisionConflictError, match="already stands as an ABORT"):
+        job.commit(log, members)
+    assert visible(log, 0) == [] and visible(log, 1) == []
+    assert visible(log, 0, READ_UNCOMMITTED) == ["a"]
+    assert stable_everywhere(log)
+
+
+def test_commit_of_fewer_members_then_of_more_refuses_the_late_member(topic_log: Log) -> None:
+    log = topic_log
+    job = SharedTransaction.start(log, "job", TIMEOUT_MS)
+    m0 = write(job, log, "0-0", 0, ["a"])
+    m1 = write(job, log, "1-0", 1, ["b"])
+    job.commit(log, [m0])
+    with pytest.raises(DecisionConflictError, match="1-0"):
+        job.commit(log, [m0, m1])
+    assert visible(log, 0) == ["a"] and visible(log, 1) == []
+    assert stable_everywhere(log)
+
+
+def test_next_job_of_a_prefix_ends_what_a_dead_job_left_open(topic_log: Log) -> None:
+    log = topic_log
+    dead = SharedTransaction.start(log, "etl", TIMEOUT_MS)
+    write(dead, log, "0-0", 0, ["old-prepared"])  # prepared, but the driver died
+    join_and_write(dead, log, "1-0", 1, ["old-open"])  # still writing when it died
+    other = SharedTransaction.start(log, "other", TIMEOUT_MS)
+    kept = join_and_write(other, log, "0-0", 2, ["other-open"])
+    assert sorted(ongoing(log, "etl-")) == ["etl-0-0", "etl-1-0"]
+    assert not stable_everywhere(log)
+
+    job = SharedTransaction.start(log, "etl", TIMEOUT_MS)
+    assert ongoing(log, "etl-") == []
+    assert ongoing(log, "other-") == ["other-0-0"]  # another prefix is not touched
+    assert log.partition(T, 0).last_stable_offset() == log.partition(T, 0).end_offset()
+    assert log.partition(T, 1).last_stable_offset() == log.partition(T, 1).end_offset()
+
+    job.commit(log, [write(job, log, "0-0", 0, ["new"])])
+    assert visible(log, 0) == ["new"]
+    assert visible(log, 1) == []
+    kept.close()
+
+
+def test_dead_jobs_decision_is_an_abort_so_its_late_commit_fails(topic_log: Log) -> None:
+    log = topic_log
+    dead = SharedTransaction.start(log, "etl", TIMEOUT_MS)
+    member = write(dead, log, "0-0", 0, ["old"])
+    SharedTransaction.start(log, "etl", TIMEOUT_MS)
+    # The "dead" driver was only slow: its commit must not report success.
+    with pytest.raises(TransactionAbortedError):
+        dead.commit(log, [member])
+    assert visible(log, 0) == []
+
+
+@pytest.mark.parametrize("prefix, problem", [
+    ("", "transactional.id.prefix"),
+    ("has space", "transactional.id.prefix"),
+    ("a/b", "transactional.id.prefix"),
+    ("x" * (MAX_PREFIX_LENGTH + 1), f"at most {MAX_PREFIX_LENGTH}"),
+])
+def test_bad_prefixes_are_refused_naming_the_option(memlog: Log, prefix: str,
+                                                    problem: str) -> None:
+    with pytest.raises(TxlogError, match=problem):
+        SharedTransaction.start(memlog, prefix, TIMEOUT_MS)
+    assert memlog.coordinator.transactional_ids() == []
+
+
+def test_longest_prefix_fits_in_batch_headers(topic_log: Log) -> None:
+    prefix = check_prefix("p" * MAX_PREFIX_LENGTH)
+    job = SharedTransaction.start(topic_log, prefix, TIMEOUT_MS)
+    job.commit(topic_log, [write(job, topic_log, "123-4", 0, ["v"])])
+    assert visible(topic_log, 0) == ["v"]
+
+
+# --- the lease rule -------------------------------------------------------------------------
+
+
+def test_lease_keeps_an_early_prepared_member_alive_past_its_timeout(topic_log: Log,
+                                                                     clock: Clock) -> None:
+    log = topic_log
+    job = SharedTransaction.start(log, "long", TIMEOUT_MS)
+    early = write(job, log, "0-0", 0, ["early"])
+    for _ in range(5):  # the rest of the job runs for 5 timeouts, renewing the lease
+        clock.now_ms += TIMEOUT_MS - 1
+        log.coordinator.renew_lease(job.decision_id)
+        assert log.coordinator.abort_expired() == []
+        assert log.coordinator.abort_expired_in(T, 0) == []
+    late = write(job, log, "1-0", 1, ["late"])
+    job.commit(log, [early, late])
+    assert visible(log, 0) == ["early"] and visible(log, 1) == ["late"]
+
+
+def test_without_renewal_a_shared_transaction_is_aborted_after_its_timeout(
+        topic_log: Log, clock: Clock) -> None:
+    log = topic_log
+    job = SharedTransaction.start(log, "dead", TIMEOUT_MS)
+    m0 = write(job, log, "0-0", 0, ["a"])
+    m1 = write(job, log, "1-0", 1, ["b"])
+    clock.now_ms += TIMEOUT_MS  # exactly the timeout: not yet
+    assert log.coordinator.abort_expired() == []
+    clock.now_ms += 1
+    assert sorted(log.coordinator.abort_expired()) == ["dead-0-0", "dead-1-0"]
+    assert stable_everywhere(log)
+    with pytest.raises(DecisionConflictError, match="transaction timed out"):
+        job.commit(log, [m0, m1])
+    assert visible(log, 0) == [] and visible(log, 1) == []
+
+
+def test_a_readers_timeout_check_also_respects_the_lease(topic_log: Log,
+                                                         clock: Clock) -> None:
+    log = topic_log
+    job = SharedTransaction.start(log, "job", TIMEOUT_MS)
+    member = write(job, log, "0-0", 0, ["a"])
+    clock.now_ms += 3 * TIMEOUT_MS
+    log.coordinator.renew_lease(job.decision_id)
+    clock.now_ms += TIMEOUT_MS // 2
+    consumer = log.consumer(abort_expired_transactions=True, auto_offset_reset="earliest")
+    consumer.assign([(T, 0)])
+    assert consumer.poll() == []
+    assert ongoing(log, "job-") == ["job-0-0"]  # held back by the LSO, not aborted
+    clock.now_ms += TIMEOUT_MS
+    assert consumer.poll() == []
+    assert ongoing(log, "job-") == []  # the reader aborted it: the LSO moved
+    assert stable_everywhere(log)
+    with pytest.raises(DecisionConflictError):
+        job.commit(log, [member])
+
+
+def test_a_plain_transaction_ignores_leases(topic_log: Log, clock: Clock) -> None:
+    """Only shared transactions have leases: a lease named like a plain
+    transaction's own decision id must not keep it alive."""
+    log = topic_log
+    producer = log.producer(transactional_id="plain", transaction_timeout_ms=TIMEOUT_MS)
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send(T, b"x", partition=0)
+    producer.flush()
+    meta = log.coordinator.metadata("plain")
+    assert not meta.is_shared
+    clock.now_ms += 2 * TIMEOUT_MS
+    log.coordinator.renew_lease(meta.decision_id)
+    assert log.coordinator.abort_expired() == ["plain"]
+    assert stable_everywhere(log)
