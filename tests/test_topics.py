@@ -210,3 +210,49 @@ def test_stale_writer_after_delete_gets_a_clear_error(tmp_path) -> None:
     with pytest.raises(UnknownTopicError, match="deleted by another process"):
         stale.send("t", b"y", partition=0)
     assert not (root / "topics" / "t").exists()
+
+
+def test_partitions_added_are_seen_by_processes_that_look_again(tmp_path: Path) -> None:
+    root = tmp_path / "log"
+    admin, other = Log(root), Log(root)
+    admin.create_topic("t", 2)
+    producer = other.producer()
+    producer.send("t", b"old", partition=1).get()
+    assert other.describe_topic("t").partitions == 2
+
+    assert admin.create_partitions("t", 5).partitions == 5
+    # A cached description does not change by itself (as a Kafka client's metadata)...
+    assert other.describe_topic("t").partitions == 2
+    # ...but asking for a new partition, or refreshing, finds the added ones.
+    producer.send("t", b"new", partition=4).get()
+    assert other.describe_topic("t", refresh=True).partitions == 5
+    assert Log(root).describe_topic("t").partitions == 5
+    assert Log(root).read("t", 1).column("value").to_pylist() == [b"old"]
+    assert Log(root).end_offset("t", 4) == 1
+
+
+def test_partitions_can_only_be_added(memlog: Log) -> None:
+    memlog.create_topic("t", 3)
+    for bad in (3, 2, 0, MAX_PARTITIONS + 1, "4", True):
+        with pytest.raises(InvalidConfigError, match="topic 't' has 3 partitions"):
+            memlog.create_partitions("t", bad)
+    with pytest.raises(UnknownTopicError, match="'nope'"):
+        memlog.create_partitions("nope", 4)
+    stale = Log(memlog.storage)
+    stale.describe_topic("t")
+    memlog.create_partitions("t", 4)
+    with pytest.raises(InvalidConfigError, match="has 4 partitions"):
+        stale.create_partitions("t", 4)  # decided against the latest count, not its cache
+
+
+def test_a_recreated_topic_does_not_inherit_added_partitions(tmp_path: Path) -> None:
+    root = tmp_path / "log"
+    log = Log(root)
+    log.create_topic("t", 1)
+    log.create_partitions("t", 3)
+    log.delete_topic("t")
+    log.create_topic("t", 2)
+    assert log.describe_topic("t").partitions == 2
+    assert Log(root).describe_topic("t", refresh=True).partitions == 2
+    with pytest.raises(UnknownPartitionError):
+        log.partition("t", 2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -17,7 +17,9 @@ from .names import validate_name
 from .partition import READ_COMMITTED, PartitionLog
 from .producer_ids import ProducerIdAllocator
 from .storage import Storage, open_storage
-from .topic_ids import new_topic_id, read_topic_meta, topic_id_of, topic_meta_path
+from .chain import VersionChain
+from .topic_ids import (current_topic_id, new_topic_id, partition_count_path, read_topic_meta,
+                        topic_id_of, topic_meta_path)
 
 if TYPE_CHECKING:
     from .consumer import Consumer
@@ -77,6 +79,7 @@ class Log:
         self._check_root(create)
         self._lock = threading.Lock()
         self._topics: dict[str, TopicDescription] = {}
+        self._counts: dict[str, VersionChain] = {}  # per topic: partitions added since creation
         self._partitions: dict[tuple[str, int], PartitionLog] = {}
         self.producer_ids = ProducerIdAllocator(self.storage)
         from .coordinator import TransactionCoordinator
@@ -135,20 +138,75 @@ class Log:
         return sorted(n for n in self.storage.list("topics")
                       if self.storage.exists(f"topics/{n}/topic.json"))
 
-    def describe_topic(self, name: str) -> TopicDescription:
+    def describe_topic(self, name: str, refresh: bool = False) -> TopicDescription:
+        """The topic's description, cached; ``refresh`` re-reads its partition count.
+
+        A description is immutable except for partitions added since, which
+        a cached one does not show: like a Kafka client's metadata, it is
+        refreshed where growth matters (subscriptions, an unknown partition).
+        """
         validate_name(name, "topic")
         with self._lock:
             cached = self._topics.get(name)
-        if cached is not None:
+        if cached is None:
+            meta = read_topic_meta(self.storage, name)
+            if meta is None:
+                raise UnknownTopicError(f"topic {name!r} does not exist in {self.root}")
+            cached = TopicDescription(meta["name"], meta["partitions"], meta["config"],
+                                      meta["created_ms"], topic_id_of(meta))
+        elif not refresh:
             return cached
-        meta = read_topic_meta(self.storage, name)
-        if meta is None:
-            raise UnknownTopicError(f"topic {name!r} does not exist in {self.root}")
-        desc = TopicDescription(meta["name"], meta["partitions"], meta["config"],
-                                meta["created_ms"], topic_id_of(meta))
+        count = self._partition_count(cached)
+        desc = cached if count <= cached.partitions else replace(cached, partitions=count)
         with self._lock:
             self._topics[name] = desc
         return desc
+
+    def _count_chain(self, name: str) -> VersionChain:
+        with self._lock:
+            chain = self._counts.get(name)
+            if chain is None:
+                chain = self._counts[name] = VersionChain(self.storage,
+                                                          partition_count_path(name))
+            return chain
+
+    def _partition_count(self, desc: TopicDescription) -> int:
+        """Partitions of this incarnation: the created ones, or more if some were added."""
+        _, value = self._count_chain(desc.name).latest()
+        if value is None or value.get("topic_id") != desc.topic_id:
+            return desc.partitions
+        return max(desc.partitions, value["count"])
+
+    def create_partitions(self, name: str, total: int) -> TopicDescription:
+        """Grow topic ``name`` to ``total`` partitions (Kafka's CreatePartitions).
+
+        Partitions are only ever added: existing ones keep their records,
+        and as in Kafka, keyed records sent from now on may hash to a new
+        partition.  Readers that subscribe to the topic pick the new
+        partitions up when they next look (a stream at its next trigger).
+        """
+        desc = self.describe_topic(name, refresh=True)
+        if not isinstance(total, int) or isinstance(total, bool) or \
+                not desc.partitions < total <= MAX_PARTITIONS:
+            raise InvalidConfigError(
+                f"topic {name!r} has {desc.partitions} partitions; the new total must be an "
+                f"integer from {desc.partitions + 1} to {MAX_PARTITIONS}, not {total!r} "
+                "(partitions can only be added)")
+
+        def step(version: int, value: dict | None) -> dict | None:
+            if current_topic_id(self.storage, name) != desc.topic_id:
+                raise UnknownTopicError(f"topic {name!r} was deleted while partitions were "
+                                        "being added to it")
+            count = desc.partitions if value is None or value.get("topic_id") != \
+                desc.topic_id else value["count"]
+            if count >= total:
+                raise InvalidConfigError(
+                    f"topic {name!r} already has {count} partitions (another process added "
+                    f"some); the new total must be more than that, not {total}")
+            return {"count": total, "topic_id": desc.topic_id}
+
+        self._count_chain(name).update(step)
+        return self.describe_topic(name, refresh=True)
 
     def delete_topic(self, name: str) -> None:
         """Remove a topic: its description first, so no new writer starts, then its data.
@@ -163,6 +221,7 @@ class Log:
         self.storage.delete_tree(f"topics/{name}")
         with self._lock:
             self._topics.pop(name, None)
+            self._counts.pop(name, None)
             for key in [k for k in self._partitions if k[0] == name]:
                 del self._partitions[key]
 
@@ -187,6 +246,8 @@ class Log:
             raise InconsistentTopicIdError(
                 f"topic {topic!r} is now topic id {desc.topic_id}, not {topic_id}: it was "
                 "deleted and re-created since the caller learnt about it")
+        if isinstance(partition, int) and partition >= desc.partitions:
+            desc = self.describe_topic(topic, refresh=True)  # perhaps added since
         if not isinstance(partition, int) or not 0 <= partition < desc.partitions:
             raise UnknownPartitionError(
                 f"topic {topic!r} has partitions 0 to {desc.partitions - 1}; "
@@ -205,6 +266,7 @@ class Log:
             desc = self._topics.get(topic)
             if desc is not None and desc.topic_id == topic_id:
                 del self._topics[topic]
+                self._counts.pop(topic, None)
             for key in [k for k, part in self._partitions.items()
                         if k[0] == topic and part.topic_id == topic_id]:
                 del self._partitions[key]

@@ -342,7 +342,7 @@ class Producer:
             value = self._value_serializer(value)
         key = _as_bytes(key, "key")
         value = _as_bytes(value, "value")
-        num_partitions = self.log.describe_topic(topic).partitions
+        num_partitions = self._partition_count(topic, partition)
         if partition is None:
             partition = partition_for_key(key, num_partitions) if key is not None \
                 else self._partitioner.partition(topic, num_partitions)
@@ -402,8 +402,10 @@ class Producer:
         transactional and the transaction is aborted.
         """
         self._check_can_send("send_table()")
-        num_partitions = self.log.describe_topic(topic).partitions
         records, chosen, sizes = _normalise_table(table, int(time.time() * 1000))
+        highest = partition if partition is not None else \
+            int(chosen.max()) if chosen is not None and len(chosen) else None
+        num_partitions = self._partition_count(topic, highest)
         n = records.num_rows
         if n == 0:
             return []
@@ -448,6 +450,14 @@ class Producer:
                 result = self._publish_batch(tp, batch, low.as_py(), high.as_py())
                 sent.append(SentBatch(p, result.base_offset, result.last_offset))
         return sent
+
+    def _partition_count(self, topic: str, wanted: object = None) -> int:
+        """The topic's partition count, looked up again when ``wanted`` is past the cached
+        one (a partition added since, as a Kafka producer refreshes its metadata)."""
+        count = self.log.describe_topic(topic).partitions
+        if isinstance(wanted, int) and wanted >= count:
+            count = self.log.describe_topic(topic, refresh=True).partitions
+        return count
 
     def _sticky_partitions(self, topic: str, num_partitions: int,
                            sizes: np.ndarray) -> np.ndarray:

@@ -89,7 +89,8 @@ class Subscription:
                 raise UnknownTopicError(
                     f"subscribe: topic(s) {', '.join(map(repr, missing))} do not exist in "
                     f"{log.root}")
-        return sorted((t, p) for t in topics for p in range(log.describe_topic(t).partitions))
+        return sorted((t, p) for t in topics
+                      for p in range(log.describe_topic(t, refresh=True).partitions))
 
 
 @dataclass(frozen=True)

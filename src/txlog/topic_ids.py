@@ -22,6 +22,11 @@ def topic_meta_path(topic: str) -> str:
     return f"topics/{topic}/topic.json"
 
 
+def partition_count_path(topic: str) -> str:
+    """The version chain of partitions added to a topic after its creation."""
+    return f"topics/{topic}/partition_count"
+
+
 def new_topic_id() -> str:
     return uuid.uuid4().hex
 
