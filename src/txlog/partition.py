@@ -477,6 +477,10 @@ class PartitionLog:
                 self._bases_complete = True
             return self._bases  # callers only read; appends only ever extend it
 
+    def base_offsets(self) -> list[int]:
+        """Base offsets of every batch up to the log end, ascending (do not modify)."""
+        return self._batch_bases(self.state())
+
     def read(self, start: int, end: int | None = None, isolation_level: str = READ_COMMITTED,
              include_headers: bool = False) -> tuple[pa.Table, int]:
         """Records with offsets in ``[start, end)`` as an Arrow table in Spark's Kafka schema.

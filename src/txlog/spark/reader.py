@@ -35,6 +35,16 @@ def spark_schema(include_headers: bool) -> StructType:
     return StructType(fields)
 
 
+def arrow_schema(options: ReadOptions, schema: StructType) -> pa.Schema:
+    """The Arrow schema read batches must have; refuses a user-specified schema."""
+    expected = spark_schema(options.include_headers)
+    if schema != expected:
+        raise InvalidConfigError(
+            f"the txlog source has a fixed schema ({expected.simpleString()}); a "
+            f"user-specified schema ({schema.simpleString()}) cannot be used")
+    return to_arrow_schema(schema, timezone="UTC")
+
+
 @dataclass(frozen=True)
 class TxlogInputPartition(InputPartition):
     """One task's offset ranges, fixed on the driver so a re-run task reads the same records."""
@@ -89,12 +99,7 @@ class TxlogBatchReader(DataSourceReader):
 
     @classmethod
     def create(cls, options: ReadOptions, schema: StructType) -> TxlogBatchReader:
-        expected = spark_schema(options.include_headers)
-        if schema != expected:
-            raise InvalidConfigError(
-                f"the txlog source has a fixed schema ({expected.simpleString()}); a "
-                f"user-specified schema ({schema.simpleString()}) cannot be used")
-        return cls(options, to_arrow_schema(schema, timezone="UTC"))
+        return cls(options, arrow_schema(options, schema))
 
     # Spark refuses every read of a reader that overrides pushFilters while
     # spark.sql.python.filterPushdown.enabled is off (its default), telling one
@@ -180,16 +185,20 @@ class TxlogBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, TxlogInputPartition)
-        if not partition.ranges:
-            return
-        log = Log(self.options.path, create=False)
-        schema = self.arrow_schema
-        for r in partition.ranges:
-            for batch in scan.read_range(log, r, self.options.isolation_level,
-                                         self.options.include_headers):
-                # Only the headers' list and struct field names and nullability differ
-                # from the stored type; the cast touches no data buffers.
-                yield batch if batch.schema.equals(schema) else batch.cast(schema)
+        return read_ranges(self.options, self.arrow_schema, partition.ranges)
+
+
+def read_ranges(options: ReadOptions, schema: pa.Schema, ranges: Sequence[scan.OffsetRange]
+                ) -> Iterator[pa.RecordBatch]:
+    """A task's planned ranges as record batches of exactly Spark's ``schema``."""
+    if not ranges:
+        return
+    log = Log(options.path, create=False)
+    for r in ranges:
+        for batch in scan.read_range(log, r, options.isolation_level, options.include_headers):
+            # Only the headers' list and struct field names and nullability differ
+            # from the stored type; the cast touches no data buffers.
+            yield batch if batch.schema.equals(schema) else batch.cast(schema)
 
 
 class _PushFilters:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
+from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
+                                    DataSourceStreamWriter, DataSourceWriter)
 from pyspark.sql.types import StructType
 
 from .options import ReadOptions, WriteOptions
-from .reader import TxlogBatchReader, spark_schema
-from .writer import TxlogBatchWriter
+from .reader import TxlogBatchReader, arrow_schema, spark_schema
+from .stream_reader import TxlogStreamReader
+from .writer import TxlogBatchWriter, TxlogStreamWriter
 
 
 class TxlogDataSource(DataSource):
@@ -28,3 +30,11 @@ class TxlogDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return TxlogBatchWriter.create(WriteOptions.parse(self.options, streaming=False), schema,
                                        overwrite)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        options = ReadOptions.parse(self.options, streaming=True)
+        return TxlogStreamReader(options, arrow_schema(options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return TxlogStreamWriter.create(WriteOptions.parse(self.options, streaming=True), schema,
+                                        overwrite)

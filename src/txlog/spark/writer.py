@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
+                                    WriterCommitMessage)
 from pyspark.sql.types import StructType
 
 from ..coordinator import TransactionMember
@@ -25,6 +26,7 @@ from ..errors import InvalidConfigError, TopicExistsError, UnknownTopicError
 from ..log import Log
 from ..producer import Producer
 from ..shared import SharedTransaction
+from ..sink import StreamSink
 from .options import WriteOptions
 
 EXACTLY_ONCE = "exactly_once"
@@ -62,45 +64,30 @@ def check_input_schema(schema: StructType, options: WriteOptions) -> None:
             "no topic to write to: set option 'topic' or give the DataFrame a 'topic' column")
 
 
-class TxlogBatchWriter(DataSourceArrowWriter):
-    def __init__(self, options: WriteOptions, job: SharedTransaction | None) -> None:
-        self.options = options
-        self.job = job
+class _Sending:
+    """Turning Spark's Arrow batches into bulk sends: shared by the batch and stream writers."""
 
-    @classmethod
-    def create(cls, options: WriteOptions, schema: StructType,
-               overwrite: bool) -> TxlogBatchWriter:
-        if overwrite:
-            raise InvalidConfigError(
-                "txlog does not support save mode 'overwrite': a log is append-only; use "
-                "mode('append')")
-        check_input_schema(schema, options)
-        log = _open(options)
-        if options.topic is not None:
-            _ensure_topic(log, options, options.topic)
-        job = None
-        if options.delivery_guarantee == EXACTLY_ONCE:
-            prefix = options.transactional_id_prefix or f"spark-{uuid.uuid4().hex[:12]}"
-            job = SharedTransaction.start(log, prefix, options.transaction_timeout_ms)
-        return cls(options, job)
+    options: WriteOptions
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
-        from pyspark import TaskContext
-
-        log = _open(self.options)
-        config = {"compression": self.options.compression}
+    def _producer_config(self) -> dict[str, object]:
+        config: dict[str, object] = {"compression": self.options.compression}
         if self.options.batch_size is not None:
             config["batch_size"] = self.options.batch_size
-        if self.job is None:
-            with log.producer(**config) as producer:
-                records = self._send_all(log, producer, iterator)
-            return TxlogCommitMessage(None, records)
-        ctx = TaskContext.get()
-        # One transactional id per attempt (taskAttemptId is unique in the
-        # application): fencing or aborting one attempt never touches another.
-        key = f"{ctx.partitionId()}-{ctx.taskAttemptId()}" if ctx else uuid.uuid4().hex
-        with self.job.keep_alive(log):
-            producer = self.job.join(log, key, **config)
+        return config
+
+    def _write_idempotent(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
+        """at_least_once: an idempotent producer, no transaction."""
+        log = _open(self.options)
+        with log.producer(**self._producer_config()) as producer:
+            records = self._send_all(log, producer, iterator)
+        return TxlogCommitMessage(None, records)
+
+    def _write_in(self, job: SharedTransaction, key: str,
+                  iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
+        """Join ``job`` as participant ``key``, send everything, prepare."""
+        log = _open(self.options)
+        with job.keep_alive(log):
+            producer = job.join(log, key, **self._producer_config())
             # A failure leaves this attempt's transaction open on purpose: aborting it
             # here would decide the whole job's shared transaction.  It is not a member,
             # so whoever ends the job aborts it (SharedTransaction.end_orphans).
@@ -143,6 +130,36 @@ class TxlogBatchWriter(DataSourceArrowWriter):
             _ensure_topic(log, self.options, name)
             yield name, table.filter(pc.equal(topics, name))
 
+
+
+class TxlogBatchWriter(_Sending, DataSourceArrowWriter):
+    """One shared transaction per job: every task attempt joins it, the driver decides."""
+
+    def __init__(self, options: WriteOptions, job: SharedTransaction | None) -> None:
+        self.options = options
+        self.job = job
+
+    @classmethod
+    def create(cls, options: WriteOptions, schema: StructType,
+               overwrite: bool) -> TxlogBatchWriter:
+        _check_write(options, schema, overwrite)
+        job = None
+        if options.delivery_guarantee == EXACTLY_ONCE:
+            prefix = options.transactional_id_prefix or f"spark-{uuid.uuid4().hex[:12]}"
+            job = SharedTransaction.start(_open(options), prefix, options.transaction_timeout_ms)
+        return cls(options, job)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
+        from pyspark import TaskContext
+
+        if self.job is None:
+            return self._write_idempotent(iterator)
+        ctx = TaskContext.get()
+        # One transactional id per attempt (taskAttemptId is unique in the
+        # application): fencing or aborting one attempt never touches another.
+        key = f"{ctx.partitionId()}-{ctx.taskAttemptId()}" if ctx else uuid.uuid4().hex
+        return self._write_in(self.job, key, iterator)
+
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.job is not None:
             self.job.commit(_open(self.options), _members(messages))
@@ -150,6 +167,95 @@ class TxlogBatchWriter(DataSourceArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.job is not None:
             self.job.abort(_open(self.options), _members(messages))
+
+
+class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
+    """One shared transaction per micro-batch, recorded with its batch id (txlog.sink).
+
+    Spark builds this object anew on the driver for every micro-batch (the
+    copy its tasks get) and again for the batch's commit, so the constructor
+    only fences earlier runs of the sink and picks a fresh decision id; the
+    commit learns the decision its tasks joined from their messages.
+    """
+
+    def __init__(self, options: WriteOptions, sink: StreamSink | None,
+                 job: SharedTransaction | None) -> None:
+        self.options = options
+        self.sink = sink
+        self.job = job
+
+    @classmethod
+    def create(cls, options: WriteOptions, schema: StructType,
+               overwrite: bool) -> TxlogStreamWriter:
+        if overwrite:
+            raise InvalidConfigError(
+                "the txlog sink takes outputMode 'append' (or 'update' where it only appends); "
+                "'complete' would rewrite the whole result each trigger and a log is "
+                "append-only")
+        _check_write(options, schema, overwrite)
+        if options.delivery_guarantee != EXACTLY_ONCE:
+            return cls(options, None, None)
+        assert options.transactional_id_prefix is not None  # required by WriteOptions.parse
+        log = _open(options)
+        sink = StreamSink(options.transactional_id_prefix, options.transaction_timeout_ms)
+        sink.fence(log)
+        return cls(options, sink, sink.begin_batch(log))
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
+        from pyspark import TaskContext
+
+        if self.sink is None or self.job is None:
+            return self._write_idempotent(iterator)
+        ctx = TaskContext.get()
+        batch_id = _batch_id(ctx)
+        if self.sink.is_committed(_open(self.options), batch_id):
+            # A replay of a batch whose commit stands: its records are in the log.
+            for _ in iterator:  # Spark's batches still have to be taken off its socket
+                pass
+            return TxlogCommitMessage(None, 0)
+        # Ids are re-used from batch to batch (a new batch's init_transactions
+        # finishes the last one's), so their number stays bounded in a long query.
+        # Should two live attempts ever share one (a stage re-attempt restarting
+        # attempt numbers), the second fences the first, which aborts the batch:
+        # the query fails and its replay writes the batch once.
+        key = f"{ctx.partitionId()}-{ctx.attemptNumber()}"
+        return self._write_in(self.job, key, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self.sink is None:
+            return
+        log = _open(self.options)
+        members = _members(messages)
+        job = self.job if not members or self.job is None else \
+            SharedTransaction(self.sink.prefix, members[0].decision_id, self.sink.timeout_ms)
+        assert job is not None
+        self.sink.commit_batch(log, job, batchId, members)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        members = _members(messages)
+        if self.sink is None or not members:
+            return  # open attempts are ended by the next commit or their timeout
+        job = SharedTransaction(self.sink.prefix, members[0].decision_id, self.sink.timeout_ms)
+        self.sink.abort_batch(_open(self.options), job, members)
+
+
+def _batch_id(ctx: object) -> int:
+    raw = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None  # type: ignore[attr-defined]
+    if raw is None:
+        raise InvalidConfigError("a txlog stream write ran outside a streaming micro-batch "
+                                 "(no streaming.sql.batchId in its task)")
+    return int(raw)
+
+
+def _check_write(options: WriteOptions, schema: StructType, overwrite: bool) -> None:
+    """Everything a write can be refused for, checked on the driver before any task runs."""
+    if overwrite:
+        raise InvalidConfigError(
+            "txlog does not support save mode 'overwrite': a log is append-only; use "
+            "mode('append')")
+    check_input_schema(schema, options)
+    if options.topic is not None:
+        _ensure_topic(_open(options), options, options.topic)
 
 
 def _coalesced(batches: Iterator[pa.RecordBatch], target_bytes: int

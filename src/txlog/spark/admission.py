@@ -1,0 +1,81 @@
+"""Admission control of the stream reader: how far one micro-batch may read.
+
+Spark asks a source for the end of the next micro-batch under a read limit.
+The limits and their rules follow Spark's Kafka source: a row budget is
+shared among partitions in proportion to their backlog (so a partition far
+behind catches up faster, and none is starved: a partition with any backlog
+gets at least one record), a minimum backlog delays a trigger until it is
+reached or ``maxTriggerDelay`` has passed.  A byte budget is shared the same
+way and converted to offsets with the batch sizes in the batch headers, so
+it is exact to a batch.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+from ..log import Log
+
+TopicPartition = tuple[str, int]
+Positions = dict[TopicPartition, int]
+
+
+def backlog(start: Positions, end: Positions) -> dict[TopicPartition, int]:
+    """Records between ``start`` and ``end`` per partition (only those with some)."""
+    return {tp: e - start[tp] for tp, e in end.items() if e > start[tp]}
+
+
+def _shares(budget: int, sizes: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """``budget`` split in proportion to ``sizes``; a share under one is rounded up."""
+    total = sum(sizes.values())
+    out = {}
+    for tp, size in sizes.items():
+        share = budget * size / total
+        out[tp] = math.ceil(share) if share < 1 else math.floor(share)
+    return out
+
+
+def limit_rows(start: Positions, end: Positions, max_rows: int) -> Positions:
+    """``end`` moved back so that at most about ``max_rows`` records are read in all."""
+    sizes = backlog(start, end)
+    if sum(sizes.values()) <= max_rows:
+        return dict(end)
+    shares = _shares(max_rows, sizes)
+    return {tp: min(e, start[tp] + shares[tp]) if tp in shares else e for tp, e in end.items()}
+
+
+def limit_bytes(log: Log, start: Positions, end: Positions, max_bytes: int) -> Positions:
+    """``end`` moved back so that the batches read hold about ``max_bytes`` in all."""
+    sizes = backlog(start, end)
+    if not sizes:
+        return dict(end)
+    shares = _shares(max_bytes, sizes)
+    out = dict(end)
+    for tp, share in shares.items():
+        out[tp] = _offset_after_bytes(log, tp, start[tp], end[tp], share)
+    return out
+
+
+def _offset_after_bytes(log: Log, tp: TopicPartition, start: int, end: int, budget: int) -> int:
+    """The end of the whole batches from ``start`` that fit ``budget`` bytes (at least one
+    record: a first batch larger than the budget is read in proportion)."""
+    part = log.partition(*tp)
+    bases = part.base_offsets()
+    i = max(bisect.bisect_right(bases, start) - 1, 0)
+    used, pos = 0, start
+    while pos < end and i < len(bases):
+        header = part.header(bases[i])
+        first = max(header.base_offset, pos)
+        last = min(header.next_offset, end)
+        # Only the part of the batch from ``pos`` counts (a range may start mid-batch).
+        size = header.payload_length * (last - first) // max(header.record_count, 1)
+        if used + size > budget:
+            if pos == start:
+                fit = budget * (last - first) // max(size, 1)
+                return min(start + max(fit, 1), end)
+            return pos
+        used += size
+        pos = last
+        i += 1
+    return max(pos, start) if pos < end else end

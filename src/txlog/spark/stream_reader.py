@@ -1,0 +1,189 @@
+"""Streaming reads: micro-batch ends chosen on the driver under Spark's read limits.
+
+Offsets travel through Spark's checkpoint as ``{"topic": {"partition": offset}}``,
+the JSON Spark's Kafka source uses, so a checkpoint can be read by a person.
+Every end is at most the LSO under read_committed: below it every
+transaction's outcome is fixed, so a micro-batch that Spark replays after a
+crash reads exactly the records it read the first time.
+
+The driver-side object lives as long as the query runs in one process
+(Spark's Python streaming source runner), so it may remember the initial
+offsets, the AvailableNow target and the last trigger time; ``read`` runs on
+pickled copies on executors and uses nothing but its partition and options.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes,
+                                              ReadMaxRows, ReadMinRows,
+                                              SupportsTriggerAvailableNow)
+
+from .. import scan
+from ..errors import OffsetOutOfRangeError, UnknownTopicError
+from ..log import Log
+from . import admission
+from .options import ReadOptions
+from .reader import TxlogInputPartition, read_ranges
+
+Positions = dict[scan.TopicPartition, int]
+
+
+def to_json(positions: Positions) -> dict:
+    out: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(positions.items()):
+        out.setdefault(topic, {})[str(partition)] = offset
+    return out
+
+
+def from_json(offsets: dict) -> Positions:
+    return {(topic, int(p)): int(o) for topic, parts in offsets.items() for p, o in parts.items()}
+
+
+class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: ReadOptions, arrow_schema: pa.Schema) -> None:
+        self.options = options
+        self.arrow_schema = arrow_schema
+        self._initial: dict | None = None
+        self._target: Positions | None = None  # Trigger.AvailableNow: never read past it
+        self._last_trigger_ms = _now_ms()
+
+    def _log(self) -> Log:
+        log = getattr(self, "_cached_log", None)
+        if log is None:
+            log = self._cached_log = Log(self.options.path, create=False)
+        return log
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_cached_log", None)
+        return state
+
+    # --- the driver -------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        """Where a new query starts (``startingOffsets``, default latest).
+
+        Spark asks twice on a fresh query and both answers must agree, even
+        if records arrive in between: the first answer is kept.
+        """
+        if self._initial is None:
+            o = self.options
+            log = self._log()
+            tps = o.subscription.partitions(log)
+            ranges = scan.plan(log, tps, o.starting, scan.PositionSpec("latest"),
+                               o.isolation_level, o.fail_on_data_loss, exact=False)
+            self._initial = to_json({(r.topic, r.partition): r.start for r in ranges})
+        return self._initial
+
+    def _available(self) -> Positions:
+        """How far each subscribed partition can be read now (LSO or log end)."""
+        log = self._log()
+        return {tp: scan.read_limit(log, *tp, self.options.isolation_level)
+                for tp in self.options.subscription.partitions(log)}
+
+    def _checked_start(self, start: Positions, available: Positions) -> Positions:
+        """``start`` for every partition read now; new partitions start at their beginning.
+
+        A start the log cannot serve any more (its topic or partition was
+        deleted, or it is past what the log holds now) is data loss: an error
+        with failOnDataLoss, else the partition is skipped or clamped.
+        """
+        out: Positions = {}
+        for tp, end in available.items():
+            offset = start.get(tp, 0)
+            if offset > end and tp in start and self._lost(
+                    f"{tp[0]}-{tp[1]}: the query has read up to offset {offset} but the "
+                    f"partition now ends at {end} (was the topic deleted and re-created?)"):
+                offset = end
+            out[tp] = offset
+        for tp in start.keys() - available.keys():
+            self._lost(f"{tp[0]}-{tp[1]}: the partition the query was reading is gone "
+                       "(its topic was deleted)")
+        return out
+
+    def _lost(self, message: str) -> bool:
+        if self.options.fail_on_data_loss:
+            raise OffsetOutOfRangeError(
+                f"{message}; set failOnDataLoss to false to skip what is lost and go on")
+        return True
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        available = self._available()
+        begin = self._checked_start(from_json(start), available)
+        end = dict(available)
+        if self._target is not None:
+            end = {tp: max(min(e, self._target.get(tp, begin[tp])), begin[tp])
+                   for tp, e in end.items()}
+        if not isinstance(limit, ReadAllAvailable):
+            end = self._admit(begin, end)
+        return to_json(end)
+
+    def _admit(self, begin: Positions, end: Positions) -> Positions:
+        o = self.options
+        if o.min_offsets_per_trigger is not None and self._target is None:
+            waiting = sum(admission.backlog(begin, end).values())
+            delay = o.max_trigger_delay_ms or 0
+            if waiting < o.min_offsets_per_trigger and _now_ms() - self._last_trigger_ms < delay:
+                return begin
+        if o.max_offsets_per_trigger is not None:
+            end = admission.limit_rows(begin, end, o.max_offsets_per_trigger)
+        if o.max_bytes_per_trigger is not None:
+            end = admission.limit_bytes(self._log(), begin, end, o.max_bytes_per_trigger)
+        if end != begin:
+            self._last_trigger_ms = _now_ms()
+        return end
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        o = self.options
+        if o.max_offsets_per_trigger is not None:
+            return ReadMaxRows(o.max_offsets_per_trigger)
+        if o.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(o.max_bytes_per_trigger)
+        if o.min_offsets_per_trigger is not None:
+            return ReadMinRows(o.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def reportLatestOffset(self) -> dict | None:
+        return to_json(self._available())
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._available()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        ends = from_json(end)
+        starts = from_json(start)
+        log = self._log()
+        ranges = []
+        for tp, hi in sorted(ends.items()):
+            lo = starts.get(tp, 0)
+            if hi <= lo:
+                continue
+            try:
+                topic_id = scan.bounds(log, *tp).topic_id
+            except UnknownTopicError:
+                if self._lost(f"{tp[0]}-{tp[1]}: offsets {lo} to {hi} were planned but the "
+                              "topic is gone"):
+                    continue
+            ranges.append(scan.OffsetRange(tp[0], tp[1], topic_id, lo, hi))
+        pieces = scan.split(ranges, self.options.min_partitions,
+                            self.options.max_records_per_partition)
+        return [TxlogInputPartition((r,)) for r in pieces]
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: progress lives in Spark's checkpoint (and, with a txlog sink and
+        groupId, in the sink's transactions)."""
+
+    # --- executors ----------------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, TxlogInputPartition)
+        return read_ranges(self.options, self.arrow_schema, partition.ranges)
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)

@@ -1,0 +1,186 @@
+"""Tests of txlog.sink.StreamSink, the exactly-once rule of a streaming sink, without Spark.
+
+Each test plays what Spark does around a crash: a run writes micro-batch n
+with some task attempts and commits it (or dies somewhere on the way), and
+a new run replays batch n.  Whatever the crash point, batch n must end up
+in the log exactly once and nothing of a dead run may stay visible or hold
+an LSO.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from txlog import READ_COMMITTED, READ_UNCOMMITTED, Log, TxlogError
+from txlog.coordinator import TransactionCoordinator
+from txlog.sink import StreamSink
+
+T = "out"
+TIMEOUT_MS = 60_000
+
+
+class Crash(BaseException):
+    """A driver dying at a chosen point (BaseException: nothing may swallow it)."""
+
+
+@pytest.fixture
+def root(tmp_path) -> str:
+    log = Log(tmp_path / "log")
+    log.create_topic(T, 2)
+    return str(tmp_path / "log")
+
+
+def run_tasks(sink: StreamSink, log: Log, job, batch_id: int, rows: int = 3, attempt: int = 0):
+    """Both tasks of a micro-batch, as the stream writer runs them: skip a committed batch."""
+    if sink.is_committed(log, batch_id):
+        return []
+    members = []
+    for task in range(2):
+        producer = job.join(log, f"{task}-{attempt}")
+        for i in range(rows):
+            producer.send(T, f"b{batch_id}-t{task}-{i}".encode(), partition=task)
+        members.append(producer.prepare_transaction())
+    return members
+
+
+def new_run(root: str) -> tuple[Log, StreamSink]:
+    """A fresh driver process: its own Log, the same prefix; it fences the last run."""
+    log = Log(root)
+    sink = StreamSink("q", TIMEOUT_MS)
+    sink.fence(log)
+    return log, sink
+
+
+def values(root: str, isolation: str = READ_COMMITTED) -> list[str]:
+    log = Log(root)
+    out = []
+    for p in range(2):
+        out += [v.decode() for v in log.read(T, p, isolation_level=isolation)
+                .column("value").to_pylist()]
+    return sorted(out)
+
+
+def expected(*batches: int, rows: int = 3) -> list[str]:
+    return sorted(f"b{b}-t{t}-{i}" for b in batches for t in range(2) for i in range(rows))
+
+
+def assert_nothing_hangs(root: str) -> None:
+    log = Log(root)
+    for p in range(2):
+        part = log.partition(T, p)
+        assert part.last_stable_offset() == part.end_offset(), f"LSO of {T}-{p} is held"
+
+
+def test_batches_commit_with_their_ids(root: str) -> None:
+    log, sink = new_run(root)
+    for batch in range(3):
+        job = sink.begin_batch(log)
+        assert sink.commit_batch(log, job, batch, run_tasks(sink, log, job, batch))
+    assert sink.next_batch(log) == 3
+    assert values(root) == expected(0, 1, 2)
+    assert_nothing_hangs(root)
+
+
+def test_replay_of_a_committed_batch_writes_nothing(root: str) -> None:
+    log, sink = new_run(root)
+    job = sink.begin_batch(log)
+    sink.commit_batch(log, job, 0, run_tasks(sink, log, job, 0))
+    # Crash after the commit, before Spark recorded it: the next run replays batch 0.
+    log, sink = new_run(root)
+    job = sink.begin_batch(log)
+    assert run_tasks(sink, log, job, 0) == []
+    assert not sink.commit_batch(log, job, 0, [])
+    assert values(root) == expected(0)
+    assert values(root, READ_UNCOMMITTED) == expected(0)
+
+
+def test_a_replay_whose_tasks_wrote_anyway_is_aborted(root: str) -> None:
+    log, sink = new_run(root)
+    job = sink.begin_batch(log)
+    sink.commit_batch(log, job, 0, run_tasks(sink, log, job, 0))
+    job = sink.begin_batch(log)
+    members = [job.join(log, "9-0")]
+    members[0].send(T, b"late", partition=0)
+    member = members[0].prepare_transaction()
+    assert not sink.commit_batch(log, job, 0, [member])
+    assert values(root) == expected(0)
+    assert_nothing_hangs(root)
+
+
+def test_crash_after_the_decision_before_its_completion(root: str, monkeypatch) -> None:
+    log, sink = new_run(root)
+    job = sink.begin_batch(log)
+    members = run_tasks(sink, log, job, 0)
+    original = TransactionCoordinator.complete
+
+    def dies_after_the_decision(self, transactional_id, only_decision=None):
+        if self.decision(job.decision_id) is not None:
+            raise Crash()
+        return original(self, transactional_id, only_decision)
+
+    monkeypatch.setattr(TransactionCoordinator, "complete", dies_after_the_decision)
+    with pytest.raises(Crash):
+        sink.commit_batch(log, job, 0, members)
+    monkeypatch.setattr(TransactionCoordinator, "complete", original)
+
+    log, sink = new_run(root)
+    assert sink.next_batch(log) == 1  # rolled forward: batch 0 counts as committed
+    job = sink.begin_batch(log)
+    assert run_tasks(sink, log, job, 0) == []
+    job = sink.begin_batch(log)
+    sink.commit_batch(log, job, 1, run_tasks(sink, log, job, 1))
+    assert values(root) == expected(0, 1)
+    assert_nothing_hangs(root)
+
+
+@pytest.mark.parametrize("crash_point", ["tasks wrote", "sink member prepared"])
+def test_crash_before_the_decision(root: str, crash_point: str) -> None:
+    log, sink = new_run(root)
+    job = sink.begin_batch(log)
+    # Second attempts wrote (so the next run's first attempts do not re-use their ids).
+    run_tasks(sink, log, job, 0, attempt=1)
+    if crash_point == "sink member prepared":
+        producer = log.producer(transactional_id=sink.sink_id)
+        producer.init_transactions()
+        producer.begin_transaction(job.decision_id)
+        producer.send_offsets_to_transaction({("_batch", 0): 1}, sink.sink_id)
+        producer.prepare_transaction()
+    assert values(root, READ_UNCOMMITTED) == expected(0)
+
+    log, sink = new_run(root)
+    assert sink.next_batch(log) == 0
+    job = sink.begin_batch(log)
+    assert sink.commit_batch(log, job, 0, run_tasks(sink, log, job, 0))
+    assert values(root) == expected(0)  # once, though written twice
+    assert len(values(root, READ_UNCOMMITTED)) == 2 * len(expected(0))
+    assert_nothing_hangs(root)
+
+
+def test_a_slow_driver_is_fenced_by_the_next_run(root: str) -> None:
+    old_log, old_sink = new_run(root)
+    old_job = old_sink.begin_batch(old_log)
+    old_members = run_tasks(old_sink, old_log, old_job, 0)
+    # The old driver stalls; a new run starts, replays batch 0 and commits it.
+    log, sink = new_run(root)
+    job = sink.begin_batch(log)
+    sink.commit_batch(log, job, 0, run_tasks(sink, log, job, 0))
+    # The old driver wakes up and tries to commit its batch 0.
+    with pytest.raises(TxlogError):
+        if not old_sink.commit_batch(old_log, old_job, 0, old_members):
+            raise TxlogError("refused")
+    assert values(root) == expected(0)
+    assert Log(root).committed(sink.sink_id) == {("_batch", 0): 1}
+    assert_nothing_hangs(root)
+
+
+def test_group_offsets_commit_with_the_batch(root: str) -> None:
+    log, sink = new_run(root)
+    job = sink.begin_batch(log)
+    sink.commit_batch(log, job, 0, run_tasks(sink, log, job, 0),
+                      {"readers": {("in", 0): 10, ("in", 1): 7}})
+    assert log.committed("readers") == {("in", 0): 10, ("in", 1): 7}
+    job = sink.begin_batch(log)
+    members = run_tasks(sink, log, job, 1)
+    sink.abort_batch(log, job, members)
+    assert log.committed("readers") == {("in", 0): 10, ("in", 1): 7}
+    assert values(root) == expected(0)
