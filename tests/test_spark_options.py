@@ -430,11 +430,20 @@ def test_write_all_options():
         "Path": " /p ", "topic": " out ", "deliveryGuarantee": "AT-LEAST-ONCE",
         "transactional.id.prefix": "etl-7", "transaction.timeout.ms": "60000",
         "createTopics": "true", "numPartitions": "6", "compression": "ZSTD",
-        "batch.size": "256k", "groupId": "sink-group"}, streaming=True)
+        "batch.size": "256k", "groupId": "sink-group", "checkpointLocation": "/ck"},
+        streaming=True)
     assert opts == WriteOptions(
         path="/p", topic="out", delivery_guarantee="at_least_once",
         transactional_id_prefix="etl-7", transaction_timeout_ms=60_000, create_topics=True,
-        num_partitions=6, compression="zstd", batch_size=256 << 10, group_id="sink-group")
+        num_partitions=6, compression="zstd", batch_size=256 << 10, group_id="sink-group",
+        checkpoint_location="/ck")
+
+
+def test_group_id_is_for_streaming_queries_with_a_checkpoint():
+    write_fails({"path": "/p", "transactional.id.prefix": "q", "groupId": "g"}, True,
+                "option 'groupId'", "checkpointLocation")
+    write_fails({"path": "/p", "groupId": "g", "checkpointLocation": "/ck"}, False,
+                "option 'groupId'", "batch write")
 
 
 def test_streaming_exactly_once_needs_prefix():
@@ -463,8 +472,8 @@ def test_streaming_exactly_once_needs_prefix():
     ("groupId", "..", "not allowed"),
 ])
 def test_write_option_errors(name, value, fragment):
-    write_fails({"path": "/p", "transactional.id.prefix": "ok", name: value}, True,
-                f"option '{name}'", fragment)
+    write_fails({"path": "/p", "transactional.id.prefix": "ok", "checkpointLocation": "/ck",
+                 name: value}, True, f"option '{name}'", fragment)
 
 
 def test_write_misspelling_and_read_options():

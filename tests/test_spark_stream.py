@@ -121,9 +121,13 @@ def test_restart_from_the_checkpoint_neither_loses_nor_repeats(spark, root, tmp_
     log.create_partitions("src", 3)  # a partition added between the runs is read too
     producer = log.producer()
     producer.send("src", b"c-new", partition=2).get()
-    run_available_now(copy_upper(stream(spark, root), root, tmp_path / "ck"))
+    run_available_now(copy_upper(stream(spark, root), root, tmp_path / "ck",
+                                 groupId="copy-readers"))
     expected = [f"A{i}" for i in range(30)] + [f"B{i}" for i in range(30)] + ["C-NEW"]
     assert sink_values(spark, root) == sorted(expected)
+    # The query's progress in its group, committed with the sink's transaction.
+    assert log.committed("copy-readers") == {("src", p): log.end_offset("src", p)
+                                             for p in range(3)}
 
 
 def test_running_query_picks_up_new_records_and_partitions(spark, root, tmp_path):

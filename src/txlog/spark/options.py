@@ -70,6 +70,7 @@ _READ_NAMES = (
 _WRITE_NAMES = (
     "path", "topic", "deliveryGuarantee", "transactional.id.prefix", "transaction.timeout.ms",
     "createTopics", "numPartitions", "compression", "batch.size", "groupId",
+    "checkpointLocation",
 )
 # Spark Kafka source options that mean nothing without a Kafka cluster; a
 # pipeline moved from format("kafka") may still carry them.
@@ -501,6 +502,7 @@ class WriteOptions:
     compression: Literal["none", "lz4", "zstd"] = "none"
     batch_size: int | None = None
     group_id: str | None = None
+    checkpoint_location: str | None = None
 
     @staticmethod
     def parse(options: Mapping[str, str], streaming: bool) -> WriteOptions:
@@ -551,6 +553,14 @@ class WriteOptions:
                 group_id = validate_name((opts.get("groupId") or "").strip(), "group id")
             except InvalidNameError as exc:
                 raise _fail("groupId", str(exc)) from None
+            if not streaming:
+                raise _fail("groupId", "records a streaming query's source offsets with each "
+                                       "micro-batch; a batch write has none to record")
+        checkpoint = (opts.get("checkpointLocation") or "").strip() or None
+        if group_id is not None and checkpoint is None:
+            raise _fail("groupId", "needs the query's option checkpointLocation (set on "
+                                   "writeStream), where the offsets each micro-batch read "
+                                   "are taken from")
         return WriteOptions(
             path=path,
             topic=topic,
@@ -562,6 +572,7 @@ class WriteOptions:
             compression=compression,  # type: ignore[arg-type]
             batch_size=batch_size,
             group_id=group_id,
+            checkpoint_location=checkpoint,
         )
 
 

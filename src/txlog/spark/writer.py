@@ -27,6 +27,7 @@ from ..log import Log
 from ..producer import Producer
 from ..shared import SharedTransaction
 from ..sink import StreamSink
+from .checkpoint import source_offsets
 from .options import WriteOptions
 
 EXACTLY_ONCE = "exactly_once"
@@ -229,7 +230,12 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
         job = self.job if not members or self.job is None else \
             SharedTransaction(self.sink.prefix, members[0].decision_id, self.sink.timeout_ms)
         assert job is not None
-        self.sink.commit_batch(log, job, batchId, members)
+        groups = None
+        if self.options.group_id is not None:
+            assert self.options.checkpoint_location is not None  # WriteOptions.parse
+            groups = {self.options.group_id:
+                      source_offsets(self.options.checkpoint_location, batchId)}
+        self.sink.commit_batch(log, job, batchId, members, groups)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         members = _members(messages)
