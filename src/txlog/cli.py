@@ -19,7 +19,7 @@ from typing import Any
 
 from .errors import TxlogError, UnknownTopicError
 from .log import Log
-from .partition import READ_COMMITTED, READ_UNCOMMITTED
+from .scan import READ_COMMITTED, READ_UNCOMMITTED
 
 PROG = "txlog"
 ROOT_ENV = "TXLOG_ROOT"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import IllegalStateError, InvalidConfigError
-from .partition import ISOLATION_LEVELS, READ_COMMITTED
+from .scan import READ_COMMITTED, check_isolation_level
 
 if TYPE_CHECKING:
     from .log import Log
@@ -41,9 +41,7 @@ class Consumer:
     def __init__(self, log: Log, *, isolation_level: str = READ_COMMITTED,
                  group_id: str | None = None, auto_offset_reset: str = "latest",
                  max_poll_records: int = 500, abort_expired_transactions: bool = False) -> None:
-        if isolation_level not in ISOLATION_LEVELS:
-            raise InvalidConfigError(
-                f"isolation_level must be one of {ISOLATION_LEVELS}, not {isolation_level!r}")
+        check_isolation_level(isolation_level, "isolation_level")
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise InvalidConfigError(
                 f"auto_offset_reset must be 'earliest', 'latest' or 'none', "

@@ -14,8 +14,9 @@ import pyarrow as pa
 from .errors import (InconsistentTopicIdError, InvalidConfigError, LogFormatError,
                      TopicExistsError, UnknownPartitionError, UnknownTopicError)
 from .names import validate_name
-from .partition import READ_COMMITTED, PartitionLog
+from .partition import PartitionLog
 from .producer_ids import ProducerIdAllocator
+from .scan import READ_COMMITTED
 from .storage import Storage, open_storage
 from .topic_ids import new_topic_id, read_topic_meta, topic_id_of, topic_meta_path
 

@@ -29,9 +29,10 @@ from .batch import (ABORT, COMMIT, CONTROL_BIT, HEADER_READ_SIZE, LOG_APPEND_TIM
                     TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader,
                     ControlRecord, decode_control, decode_header, decode_records, encode_control,
                     encode_header, payload_of)
-from .errors import (CorruptBatchError, InconsistentTopicIdError, InvalidConfigError,
+from .errors import (CorruptBatchError, InconsistentTopicIdError,
                      OffsetOutOfRangeError, StorageError, UnknownTopicError)
 from .producer_state import AbortedTransaction, OpenTransaction, ProducerState
+from .scan import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED, check_isolation_level
 from .storage import Storage
 from .topic_ids import current_topic_id
 
@@ -48,10 +49,6 @@ ANCHOR_BYTES = 8  # magic + header checksum of a batch
 SNAPSHOT_FORMAT = 2  # 2: the topic id and the last batch's anchor (format.md, section 3)
 RELOADS = 5  # cache reloads in one refresh before giving up (storage keeps changing under us)
 PUBLISH_ATTEMPTS = 5  # tries of one slot when the storage fails ambiguously
-
-READ_COMMITTED = "read_committed"
-READ_UNCOMMITTED = "read_uncommitted"
-ISOLATION_LEVELS = (READ_COMMITTED, READ_UNCOMMITTED)
 
 # Resolves an open transaction: True committed, False aborted, None undecided.
 OutcomeResolver = Callable[[OpenTransaction], "bool | None"]
@@ -485,9 +482,7 @@ class PartitionLog:
         the log end otherwise.  Returns the table and the offset up to which
         the partition was read (the position to continue from).
         """
-        if isolation_level not in ISOLATION_LEVELS:
-            raise InvalidConfigError(f"isolation_level must be one of {ISOLATION_LEVELS}, "
-                                     f"not {isolation_level!r}")
+        check_isolation_level(isolation_level, "isolation_level")
         requested_end = end
         state = self.state()
         limit = self.last_stable_offset(state) if isolation_level == READ_COMMITTED \

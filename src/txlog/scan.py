@@ -22,10 +22,14 @@ import pyarrow as pa
 
 from .errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicError
 from .names import validate_name
-from .partition import ISOLATION_LEVELS, READ_COMMITTED, PartitionLog
 
 if TYPE_CHECKING:
     from .log import Log
+    from .partition import PartitionLog
+
+READ_COMMITTED = "read_committed"
+READ_UNCOMMITTED = "read_uncommitted"
+ISOLATION_LEVELS = (READ_COMMITTED, READ_UNCOMMITTED)
 
 # Kafka's ListOffsets sentinels, as Spark's Kafka source takes them in JSON offsets.
 EARLIEST = -2
@@ -145,9 +149,10 @@ class PartitionBounds:
         return self.stable if isolation_level == READ_COMMITTED else self.end
 
 
-def check_isolation_level(isolation_level: str) -> str:
+def check_isolation_level(isolation_level: str, name: str = "isolation level") -> str:
+    """``isolation_level`` if it is one; ``name`` is how the caller's user spells the setting."""
     if isolation_level not in ISOLATION_LEVELS:
-        raise InvalidConfigError(f"isolation level must be one of {', '.join(ISOLATION_LEVELS)}, "
+        raise InvalidConfigError(f"{name} must be one of {', '.join(ISOLATION_LEVELS)}, "
                                  f"not {isolation_level!r}")
     return isolation_level
 
