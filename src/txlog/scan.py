@@ -330,6 +330,6 @@ def read_range(log: Log, rng: OffsetRange, isolation_level: str = READ_COMMITTED
 
 def _chunk_end(part: PartitionLog, start: int, end: int, rows: int) -> int:
     """The first batch boundary at or after ``start + rows`` (``end`` at the most)."""
-    bases = part._batch_bases(part.state())
+    bases = part.base_offsets()
     i = bisect.bisect_left(bases, start + rows)
     return min(bases[i] if i < len(bases) else end, end)

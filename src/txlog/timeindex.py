@@ -18,7 +18,7 @@ def offset_for_time(part: PartitionLog, timestamp_ms: int,
     state = part.state()
     limit = part.last_stable_offset(state) if isolation_level == READ_COMMITTED \
         else state.end_offset
-    for base in part._batch_bases(state):
+    for base in part.base_offsets(state):
         if base >= limit:
             break
         header = part.header(base)
