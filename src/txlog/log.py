@@ -16,6 +16,7 @@ from .errors import (InconsistentTopicIdError, InvalidConfigError, LogFormatErro
 from .names import validate_name
 from .partition import PartitionLog
 from .producer_ids import ProducerIdAllocator
+from . import scan
 from .scan import READ_COMMITTED
 from .storage import Storage, open_storage
 from .topic_ids import new_topic_id, read_topic_meta, topic_id_of, topic_meta_path
@@ -238,9 +239,7 @@ class Log:
     def offsets_for_times(self, topic: str, partition: int, timestamp_ms: int,
                           isolation_level: str = READ_COMMITTED) -> tuple[int, int] | None:
         """Earliest (offset, timestamp) whose timestamp is >= ``timestamp_ms``, or None."""
-        from .timeindex import offset_for_time
-
-        return offset_for_time(self.partition(topic, partition), timestamp_ms, isolation_level)
+        return scan.offset_for_timestamp(self, topic, partition, timestamp_ms, isolation_level)
 
     # --- clients ----------------------------------------------------------------------
 

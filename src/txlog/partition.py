@@ -17,7 +17,7 @@ from .appender import PUBLISH_ATTEMPTS, Appender, AppendResult
 from .batch import BatchHeader
 from .columns import SPARK_TIMESTAMP, empty_table, spark_schema, to_spark_table
 from .producer_state import AbortedIndex, ProducerState
-from .reads import OutcomeResolver, Reader
+from .reads import OutcomeResolver, Piece, Reader
 from .scan import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED
 from .state_manager import (BATCH_SUFFIX, OFFSET_DIGITS, SNAPSHOT_DIR, SNAPSHOT_INTERVAL,
                             SNAPSHOT_SUFFIX, SNAPSHOTS_KEPT, StateManager, offset_name)
@@ -101,3 +101,11 @@ class PartitionLog:
         """
         pieces, end = self._reader.read(start, end, isolation_level)
         return to_spark_table(pieces, self.topic, self.partition, include_headers), end
+
+    def read_pieces(self, start: int, end: int | None = None,
+                    isolation_level: str = READ_COMMITTED) -> list[Piece]:
+        """The same records in the core's own form: per batch, records, offsets, ms timestamps.
+
+        For readers that want neither Spark's columns nor their cost.
+        """
+        return self._reader.read(start, end, isolation_level)[0]

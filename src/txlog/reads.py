@@ -24,7 +24,7 @@ from .arrays import counting, repeat
 from .batch import LOG_APPEND_TIME, decode_header, decode_records, payload_of
 from .errors import CorruptBatchError, OffsetOutOfRangeError
 from .producer_state import AbortedIndex, OpenTransaction, ProducerState
-from .scan import READ_COMMITTED, check_isolation_level
+from .scan import READ_COMMITTED, check_isolation_level, visible_end
 from .state_manager import StateManager
 
 PARALLEL_MIN_BATCH_BYTES = 1 << 20  # batches at least this large are read on threads
@@ -94,8 +94,8 @@ class Reader:
         states = self._states
         requested_end = end
         state = states.state()
-        limit = self.last_stable_offset(state) if isolation_level == READ_COMMITTED \
-            else state.end_offset
+        limit = visible_end(isolation_level, state.end_offset,
+                            lambda: self.last_stable_offset(state))
         if start < 0 or start > state.end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {start} is out of range for {states.topic}-{states.partition} "
