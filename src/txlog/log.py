@@ -83,7 +83,8 @@ class Log:
         self.producer_ids = ProducerIdAllocator(self.storage)
         from .coordinator import TransactionCoordinator
 
-        self.coordinator = TransactionCoordinator(self)
+        self.coordinator = TransactionCoordinator(self.storage, self.producer_ids.next_id,
+                                                  self.partition)
 
     def __repr__(self) -> str:
         return f"Log({self.root!r})"
