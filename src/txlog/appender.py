@@ -10,6 +10,7 @@ contiguous no matter how many processes append at once.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -21,6 +22,8 @@ from .batch import (ABORT, COMMIT, CONTROL_BIT, LOG_APPEND_TIME, TIMESTAMP_TYPE_
 from .errors import StorageError
 from .producer_state import ProducerState
 from .state_manager import StateManager
+
+logger = logging.getLogger(__name__)
 
 PUBLISH_ATTEMPTS = 5  # tries of one slot when the storage fails ambiguously
 
@@ -73,6 +76,8 @@ class Appender:
                         raise StorageError(
                             f"publishing a batch at offset {slot} of {states.topic}-"
                             f"{states.partition} failed {failures} times: {exc}") from exc
+                    logger.info("%s-%d: publishing a batch at offset %d failed (%s); reloading "
+                                "and trying again", states.topic, states.partition, slot, exc)
                     continue
                 if published:
                     states.applied(step.header, step.control, step.data)

@@ -553,7 +553,14 @@ class TransactionCoordinator:
         self._fence_and_abort(transactional_id, "transaction timed out", only=meta)
         # True only if it ended aborted: a commit decision may have come first.
         decision = self.decision(meta.decision_id)
-        return decision is not None and not decision.commits(meta.txn_producer_id, meta.txn_epoch)
+        aborted = decision is not None and \
+            not decision.commits(meta.txn_producer_id, meta.txn_epoch)
+        if aborted:
+            # Its producer stalled or died mid-transaction: its records will never be read.
+            logger.info("aborted transaction %r of %r (producer %d epoch %d): ongoing for "
+                        "longer than its timeout of %d ms", meta.decision_id, transactional_id,
+                        meta.txn_producer_id, meta.txn_epoch, meta.timeout_ms)
+        return aborted
 
     def abort_expired(self) -> list[str]:
         """Abort every expired Ongoing transaction and roll forward decided ones."""

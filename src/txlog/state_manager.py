@@ -241,7 +241,11 @@ class StateManager:
                 logger.warning("skipping producer-state snapshot %s: %s", self.url(path), exc)
                 continue
             self._anchor = anchor
+            logger.debug("%s-%d: producer state loaded from the snapshot at offset %d",
+                         self.topic, self.partition, offset)
             return state
+        logger.debug("%s-%d: no usable producer-state snapshot; rebuilding from offset 0",
+                     self.topic, self.partition)
         return ProducerState()
 
     def _parse_snapshot(self, offset: int, data: bytes) -> tuple[ProducerState, tuple[int, bytes]]:
