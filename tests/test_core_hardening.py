@@ -321,7 +321,7 @@ def test_bad_snapshot_is_skipped_with_a_warning_and_the_state_rebuilt(
         data = crc32c.crc32c(body).to_bytes(4, "big") + body
     snap.write_bytes(data)
 
-    with caplog.at_level(logging.WARNING, logger="txlog.partition"):
+    with caplog.at_level(logging.WARNING, logger="txlog.state_manager"):
         fresh = Log(root)
         assert fresh.end_offset("t", 0) == SNAPSHOT_INTERVAL + 3
         assert fresh.read("t", 0).column("value").to_pylist() == expected

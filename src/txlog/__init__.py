@@ -9,7 +9,7 @@ from .errors import (ConcurrentTransactionsError, CorruptBatchError, DecisionCon
                      StorageError, TopicExistsError, TransactionAbortedError, TxlogError,
                      UnknownPartitionError, UnknownTopicError, UnsupportedStorageError)
 from .log import Log, TopicDescription
-from .partition import READ_COMMITTED, READ_UNCOMMITTED
+from .scan import READ_COMMITTED, READ_UNCOMMITTED
 from .producer import FutureRecordMetadata, Producer, RecordMetadata, SentBatch
 
 __version__ = "0.1.0"

@@ -19,7 +19,7 @@ from typing import Any
 
 from .errors import TxlogError, UnknownTopicError
 from .log import Log
-from .partition import READ_COMMITTED, READ_UNCOMMITTED
+from .scan import READ_COMMITTED, READ_UNCOMMITTED, bounds
 
 PROG = "txlog"
 ROOT_ENV = "TXLOG_ROOT"
@@ -262,9 +262,8 @@ def _topics(args: argparse.Namespace) -> None:
 def _print_offsets(log: Log, topic: str, partitions: int) -> None:
     rows = []
     for p in range(partitions):
-        part = log.partition(topic, p)
-        state = part.state()
-        rows.append((p, state.end_offset, part.last_stable_offset(state)))
+        b = bounds(log, topic, p)
+        rows.append((p, b.end, b.stable))
     _print_table(("PARTITION", "LOG-END-OFFSET", "LAST-STABLE-OFFSET"), rows)
 
 

@@ -1,4 +1,4 @@
-"""The consumer: manual assignment, positions, and polls over ``PartitionLog.read``.
+"""The consumer: manual assignment, positions, and polls over ``scan.read_from``.
 
 Names follow kafka-python's KafkaConsumer.  ``poll`` reads each partition with
 the vectorised reader and only then turns rows into record objects.
@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .errors import IllegalStateError, InvalidConfigError
-from .partition import ISOLATION_LEVELS, READ_COMMITTED
+from . import scan
+from .scan import READ_COMMITTED, check_isolation_level
 
 if TYPE_CHECKING:
     from .log import Log
@@ -41,9 +42,7 @@ class Consumer:
     def __init__(self, log: Log, *, isolation_level: str = READ_COMMITTED,
                  group_id: str | None = None, auto_offset_reset: str = "latest",
                  max_poll_records: int = 500, abort_expired_transactions: bool = False) -> None:
-        if isolation_level not in ISOLATION_LEVELS:
-            raise InvalidConfigError(
-                f"isolation_level must be one of {ISOLATION_LEVELS}, not {isolation_level!r}")
+        check_isolation_level(isolation_level, "isolation_level")
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise InvalidConfigError(
                 f"auto_offset_reset must be 'earliest', 'latest' or 'none', "
@@ -125,12 +124,9 @@ class Consumer:
     def end_offsets(self, partitions: list[TopicPartition] | None = None
                     ) -> dict[TopicPartition, int]:
         """The LSO under read_committed, the log end offset otherwise (as Kafka)."""
-        result = {}
-        for topic, partition in partitions or self._assignment:
-            part = self.log.partition(topic, partition)
-            result[(topic, partition)] = part.last_stable_offset() \
-                if self.isolation_level == READ_COMMITTED else part.end_offset()
-        return result
+        return {(topic, partition): scan.read_limit(self.log, topic, partition,
+                                                    self.isolation_level)
+                for topic, partition in partitions or self._assignment}
 
     def beginning_offsets(self, partitions: list[TopicPartition] | None = None
                           ) -> dict[TopicPartition, int]:
@@ -180,12 +176,11 @@ class Consumer:
         topic, partition = tp
         if self.abort_expired_transactions:
             self.log.coordinator.abort_expired_in(topic, partition)
-        part = self.log.partition(topic, partition)
         records: list[ConsumerRecord] = []
         while budget > 0:
             start = self.position(topic, partition)
-            table, next_position = part.read(start, start + budget, self.isolation_level,
-                                             include_headers=True)
+            table, next_position = scan.read_from(self.log, topic, partition, start, budget,
+                                                  self.isolation_level, include_headers=True)
             self._positions[tp] = next_position
             records.extend(_rows(table))
             budget -= table.num_rows

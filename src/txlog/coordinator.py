@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -33,7 +33,8 @@ from .names import validate_name
 from .producer_state import OpenTransaction
 
 if TYPE_CHECKING:
-    from .log import Log
+    from .partition import PartitionLog
+    from .storage import Storage
 
 logger = logging.getLogger(__name__)
 
@@ -170,9 +171,20 @@ class Decision:
 
 
 class TransactionCoordinator:
-    def __init__(self, log: Log) -> None:
-        self.log = log
-        self.storage = log.storage
+    """Transactions of one log root, given only what they touch of it.
+
+    ``next_producer_id`` hands out a fresh producer id (producer_ids.py) and
+    ``partition(topic, partition)`` opens a partition (raising for unknown
+    ones), so that the coordinator can check the partitions a transaction
+    adds, write its markers and find the transactions holding a partition
+    back; it needs nothing else of the ``Log`` that builds it.
+    """
+
+    def __init__(self, storage: Storage, next_producer_id: Callable[[], int],
+                 partition: Callable[[str, int], PartitionLog]) -> None:
+        self.storage = storage
+        self._next_producer_id = next_producer_id
+        self._partition = partition
         self._chains: dict[str, VersionChain] = {}
         self._decisions: dict[str, Decision] = {}
         self._local = threading.local()  # transactional ids this thread is ending itself
@@ -259,7 +271,7 @@ class TransactionCoordinator:
     def _next_identity(self, producer_id: int, epoch: int) -> tuple[int, int]:
         """The identity after a bump; a new producer id once the epoch is exhausted."""
         if epoch + 1 >= MAX_EPOCH:
-            return self.log.producer_ids.next_id(), 0
+            return self._next_producer_id(), 0
         return producer_id, epoch + 1
 
     # --- InitProducerId ------------------------------------------------------------------
@@ -275,7 +287,7 @@ class TransactionCoordinator:
             version, meta = self._latest(transactional_id)
             if meta is None or meta.state == S.DEAD:
                 # A new (or expired and removed) id starts a fresh incarnation.
-                pid = self.log.producer_ids.next_id()
+                pid = self._next_producer_id()
                 fresh = TransactionMetadata(transactional_id, pid, 0, S.EMPTY, timeout_ms,
                                             update_ms=_now_ms(), reason="init")
                 if self._publish(version + 1, fresh):
@@ -368,7 +380,7 @@ class TransactionCoordinator:
 
     def add_partitions(self, member: TransactionMember, partitions: list[tuple[str, int]]) -> None:
         for topic, partition in partitions:
-            self.log.partition(topic, partition)  # fails clearly for an unknown one
+            self._partition(topic, partition)  # fails clearly for an unknown one
         self._join(member, partitions, {})
 
     def add_offsets(self, member: TransactionMember, group_id: str,
@@ -485,7 +497,7 @@ class TransactionCoordinator:
         commit = meta.state == S.PREPARE_COMMIT
         marker_epoch = meta.txn_epoch + 1
         for topic, partition in meta.partitions:
-            self.log.partition(topic, partition).append_marker(
+            self._partition(topic, partition).append_marker(
                 meta.txn_producer_id, marker_epoch, commit, coordinator_epoch=version,
                 decision_id=meta.decision_id, transactional_id=meta.transactional_id)
         if commit:
@@ -541,7 +553,14 @@ class TransactionCoordinator:
         self._fence_and_abort(transactional_id, "transaction timed out", only=meta)
         # True only if it ended aborted: a commit decision may have come first.
         decision = self.decision(meta.decision_id)
-        return decision is not None and not decision.commits(meta.txn_producer_id, meta.txn_epoch)
+        aborted = decision is not None and \
+            not decision.commits(meta.txn_producer_id, meta.txn_epoch)
+        if aborted:
+            # Its producer stalled or died mid-transaction: its records will never be read.
+            logger.info("aborted transaction %r of %r (producer %d epoch %d): ongoing for "
+                        "longer than its timeout of %d ms", meta.decision_id, transactional_id,
+                        meta.txn_producer_id, meta.txn_epoch, meta.timeout_ms)
+        return aborted
 
     def abort_expired(self) -> list[str]:
         """Abort every expired Ongoing transaction and roll forward decided ones."""
@@ -555,7 +574,7 @@ class TransactionCoordinator:
 
     def abort_expired_in(self, topic: str, partition: int) -> list[str]:
         """Abort expired transactions holding back one partition; finish decided ones."""
-        state = self.log.partition(topic, partition).state()
+        state = self._partition(topic, partition).state()
         aborted = []
         for txn in state.open_transactions():
             if not txn.transactional_id:

@@ -14,8 +14,10 @@ import pyarrow as pa
 from .errors import (InconsistentTopicIdError, InvalidConfigError, LogFormatError,
                      TopicExistsError, UnknownPartitionError, UnknownTopicError)
 from .names import validate_name
-from .partition import READ_COMMITTED, PartitionLog
+from .partition import PartitionLog
 from .producer_ids import ProducerIdAllocator
+from . import scan
+from .scan import READ_COMMITTED
 from .storage import Storage, open_storage
 from .chain import VersionChain
 from .topic_ids import (current_topic_id, new_topic_id, partition_count_path, read_topic_meta,
@@ -84,7 +86,8 @@ class Log:
         self.producer_ids = ProducerIdAllocator(self.storage)
         from .coordinator import TransactionCoordinator
 
-        self.coordinator = TransactionCoordinator(self)
+        self.coordinator = TransactionCoordinator(self.storage, self.producer_ids.next_id,
+                                                  self.partition)
 
     def __repr__(self) -> str:
         return f"Log({self.root!r})"
@@ -299,9 +302,7 @@ class Log:
     def offsets_for_times(self, topic: str, partition: int, timestamp_ms: int,
                           isolation_level: str = READ_COMMITTED) -> tuple[int, int] | None:
         """Earliest (offset, timestamp) whose timestamp is >= ``timestamp_ms``, or None."""
-        from .timeindex import offset_for_time
-
-        return offset_for_time(self.partition(topic, partition), timestamp_ms, isolation_level)
+        return scan.offset_for_timestamp(self, topic, partition, timestamp_ms, isolation_level)
 
     # --- clients ----------------------------------------------------------------------
 

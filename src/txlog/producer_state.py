@@ -12,6 +12,7 @@ so a late append of the closed transaction's epoch is rejected as fenced.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ from .errors import (InvalidProducerEpochError, InvalidTxnStateError, OutOfOrder
 
 NUM_BATCHES_TO_RETAIN = 5  # Kafka's ProducerStateEntry.NumBatchesToRetain
 INT32_MAX = 0x7FFFFFFF
-SNAPSHOT_VERSION = 1  # of to_bytes; snapshot files have their own envelope (partition.py)
+SNAPSHOT_VERSION = 1  # of to_bytes; snapshot files have their own envelope (state_manager.py)
 
 
 @dataclass(slots=True)
@@ -79,6 +80,33 @@ class AbortedTransaction:
     producer_id: int
     first_offset: int
     last_offset: int  # offset of the ABORT marker
+
+
+class AbortedIndex:
+    """Per producer, the offset ranges of its aborted transactions, searchable by offset.
+
+    A producer's transactions in one partition never overlap and end in
+    marker order, so each producer's ranges are sorted by first offset and a
+    lookup is one bisection (Kafka's consumer walks its aborted list the
+    same way, in offset order).
+    """
+
+    def __init__(self) -> None:
+        self._firsts: dict[int, list[int]] = {}
+        self._lasts: dict[int, list[int]] = {}
+        self.size = 0
+
+    def add(self, aborted: AbortedTransaction) -> None:
+        self._firsts.setdefault(aborted.producer_id, []).append(aborted.first_offset)
+        self._lasts.setdefault(aborted.producer_id, []).append(aborted.last_offset)
+        self.size += 1
+
+    def covers(self, producer_id: int, offset: int) -> bool:
+        firsts = self._firsts.get(producer_id)
+        if not firsts:
+            return False
+        i = bisect.bisect_right(firsts, offset) - 1
+        return i >= 0 and offset <= self._lasts[producer_id][i]
 
 
 def _in_sequence(last_seq: int, next_seq: int) -> bool:

@@ -14,18 +14,24 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+import numpy as np
 import pyarrow as pa
 
 from .errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicError
 from .names import validate_name
-from .partition import ISOLATION_LEVELS, READ_COMMITTED, PartitionLog
 
 if TYPE_CHECKING:
     from .log import Log
+    from .partition import PartitionLog
+    from .producer_state import ProducerState
+
+READ_COMMITTED = "read_committed"
+READ_UNCOMMITTED = "read_uncommitted"
+ISOLATION_LEVELS = (READ_COMMITTED, READ_UNCOMMITTED)
 
 # Kafka's ListOffsets sentinels, as Spark's Kafka source takes them in JSON offsets.
 EARLIEST = -2
@@ -142,15 +148,27 @@ class PartitionBounds:
 
     def limit(self, isolation_level: str) -> int:
         """How far a reader at ``isolation_level`` may read: the LSO or the log end."""
-        check_isolation_level(isolation_level)
-        return self.stable if isolation_level == READ_COMMITTED else self.end
+        return visible_end(isolation_level, self.end, lambda: self.stable)
 
 
-def check_isolation_level(isolation_level: str) -> str:
+def check_isolation_level(isolation_level: str, name: str = "isolation level") -> str:
+    """``isolation_level`` if it is one; ``name`` is how the caller's user spells the setting."""
     if isolation_level not in ISOLATION_LEVELS:
-        raise InvalidConfigError(f"isolation level must be one of {', '.join(ISOLATION_LEVELS)}, "
+        raise InvalidConfigError(f"{name} must be one of {', '.join(ISOLATION_LEVELS)}, "
                                  f"not {isolation_level!r}")
     return isolation_level
+
+
+def visible_end(isolation_level: str, log_end: int, stable: Callable[[], int]) -> int:
+    """How far a reader at ``isolation_level`` may read: the LSO or the log end.
+
+    Every reader's cap is decided here, so that read_committed means the same
+    for the core read, the consumer, the ``txlog`` command and Spark.  The
+    LSO comes as a callable because working it out may ask the coordinator
+    about open transactions, which a read_uncommitted reader never needs.
+    """
+    check_isolation_level(isolation_level)
+    return stable() if isolation_level == READ_COMMITTED else log_end
 
 
 def bounds(log: Log, topic: str, partition: int) -> PartitionBounds:
@@ -160,17 +178,53 @@ def bounds(log: Log, topic: str, partition: int) -> PartitionBounds:
                            state.end_offset)
 
 
+def _partition_limit(part: PartitionLog, state: ProducerState, isolation_level: str) -> int:
+    return visible_end(isolation_level, state.end_offset, lambda: part.last_stable_offset(state))
+
+
 def read_limit(log: Log, topic: str, partition: int, isolation_level: str) -> int:
     """The offset a reader at ``isolation_level`` reads up to (exclusive) right now."""
-    return bounds(log, topic, partition).limit(isolation_level)
+    part = log.partition(topic, partition)
+    return _partition_limit(part, part.state(), isolation_level)
+
+
+def read_from(log: Log, topic: str, partition: int, start: int, max_records: int,
+              isolation_level: str = READ_COMMITTED, include_headers: bool = False
+              ) -> tuple[pa.Table, int]:
+    """Up to ``max_records`` records from ``start`` that the reader may see, in Spark's columns.
+
+    Also returns the position to continue from: past the records returned and
+    past any aborted or control batches skipped, so a polling reader that
+    keeps no plan never reads those again.
+    """
+    return log.partition(topic, partition).read(start, start + max_records, isolation_level,
+                                                include_headers)
 
 
 def offset_for_timestamp(log: Log, topic: str, partition: int, timestamp_ms: int,
                          isolation_level: str = READ_COMMITTED) -> tuple[int, int] | None:
-    """Earliest (offset, timestamp) whose timestamp is >= ``timestamp_ms``, or None."""
-    from .timeindex import offset_for_time
+    """Earliest (offset, timestamp) whose timestamp is >= ``timestamp_ms``, or None.
 
-    return offset_for_time(log.partition(topic, partition), timestamp_ms, isolation_level)
+    Kafka's ListOffsets by time, without a time index: batch headers carry
+    their max timestamp, so headers are read until the first batch that
+    reaches the target below the reader's cap, and only that batch is
+    decoded and searched, as written (aborted records included).
+    """
+    part = log.partition(topic, partition)
+    state = part.state()
+    limit = _partition_limit(part, state, isolation_level)
+    for base in part.base_offsets(state):
+        if base >= limit:
+            break
+        header = part.header(base)
+        if header.is_control or header.max_timestamp < timestamp_ms:
+            continue
+        for piece in part.read_pieces(base, min(header.next_offset, limit), READ_UNCOMMITTED):
+            hits = np.flatnonzero(piece.timestamps.to_numpy() >= timestamp_ms)
+            if len(hits):
+                i = int(hits[0])
+                return int(piece.offsets[i].as_py()), int(piece.timestamps[i].as_py())
+    return None
 
 
 def _resolve(log: Log, b: PartitionBounds, spec: PositionSpec, isolation_level: str,
@@ -326,6 +380,6 @@ def read_range(log: Log, rng: OffsetRange, isolation_level: str = READ_COMMITTED
 
 def _chunk_end(part: PartitionLog, start: int, end: int, rows: int) -> int:
     """The first batch boundary at or after ``start + rows`` (``end`` at the most)."""
-    bases = part._batch_bases(part.state())
+    bases = part.base_offsets()
     i = bisect.bisect_left(bases, start + rows)
     return min(bases[i] if i < len(bases) else end, end)
