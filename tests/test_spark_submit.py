@@ -110,11 +110,14 @@ def readme_command(marker: str) -> str:
     return found[0]
 
 
-def test_readme_spark_submit_of_the_batch_pipeline(tmp_path):
-    command = readme_command("batch_pipeline")
+@pytest.mark.parametrize("example, scratch", [("stream_pipeline", "/tmp/txlog-stream"),
+                                               ("batch_pipeline", "/tmp/txlog-batch")])
+def test_readme_spark_submit_of_the_examples(tmp_path, example, scratch):
+    """The README's commands as a user pastes them (the streaming one is the main job)."""
+    command = readme_command(example)
     # The README sets up .venv in the clone; here the current interpreter's venv is it.
     venv = Path(sys.executable).parent.parent
-    command = command.replace(".venv/", f"{venv}/").replace("/tmp/txlog-batch", str(tmp_path / "b"))
+    command = command.replace(".venv/", f"{venv}/").replace(scratch, str(tmp_path / "r"))
     command = re.sub(r"python3 -m venv \S+ && ", "", command)
     command = re.sub(r"pip install [^&]*&& ", "", command)
     assert command.startswith(f". {venv}/bin/activate && JAVA_HOME="), command
