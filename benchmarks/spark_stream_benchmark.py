@@ -1,0 +1,210 @@
+"""Spark streaming benchmark: txlog -> txlog exactly once against Parquet files -> Parquet files.
+
+One SparkSession (local[2]), the same ``--rows`` records (8-byte keys,
+100-byte values) in a txlog topic of 4 partitions and in ``--batches``
+Parquet files of equal size.  Both queries run the same projection with
+Trigger.AvailableNow and the same micro-batch size (``maxOffsetsPerTrigger``
+= rows / batches against ``maxFilesPerTrigger`` = 1), into a txlog topic
+(exactly once, a transaction per micro-batch) and into a Parquet file sink.
+They take turns over ``--runs`` runs, each on fresh output and checkpoint.
+Printed: the sustained rate of each (records per second over the whole
+query), their ratio, and the per-micro-batch latency (Spark's
+``triggerExecution`` duration, p50 and p95).
+
+Then the end-to-end latency of txlog -> txlog: a producer appends at a
+steady ``--live-rate`` records per second for ``--live-seconds``, the query
+runs with a processing-time trigger, and a watcher sees each sink record
+become visible under read_committed; the latency of a record is that moment
+minus its append time in the source (carried in the key).  p50 and p95.
+
+Goal (issue 7): the txlog query's rate at least Parquet's (ratio >= 1).
+The script prints the figures; it does not judge them.
+
+Run: ``python benchmarks/spark_stream_benchmark.py [--rows N] [--runs K]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import struct
+import tempfile
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from txlog import Log
+
+PARTITIONS = 4
+
+
+def source_table(first: int, n: int) -> pa.Table:
+    """Records ``first`` to ``first + n``: big-endian 8-byte keys, 100-byte values."""
+    keys = np.arange(first, first + n, dtype=">u8").tobytes()
+    return pa.table({"key": fixed_width(keys, 8, n), "value": fixed_width(b"v" * (100 * n), 100, n)})
+
+
+def fixed_width(data: bytes, width: int, n: int) -> pa.Array:
+    offsets = np.arange(0, width * (n + 1), width, dtype=np.int32)
+    return pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.tobytes()),
+                                                        pa.py_buffer(data)])
+
+
+def key_times(keys: pa.ChunkedArray) -> np.ndarray:
+    """The append times (float seconds) carried in 8-byte keys."""
+    arr = keys.combine_chunks()
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset:arr.offset + len(arr) + 1]
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+    return data.view(">f8").astype(float)
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.array(values), q)) if values else float("nan")
+
+
+def batch_latencies(query) -> list[float]:
+    return [p["durationMs"]["triggerExecution"] / 1000 for p in query.recentProgress
+            if p["numInputRows"] > 0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--live-rate", type=int, default=20_000)
+    parser.add_argument("--live-seconds", type=int, default=20)
+    parser.add_argument("--dir", help="scratch directory (default: a temporary one)")
+    args = parser.parse_args()
+
+    from pyspark.sql import functions as F
+
+    from txlog.spark.session import spark_session
+
+    spark = spark_session("txlog-stream-benchmark", master="local[2]")
+    scratch = args.dir or tempfile.mkdtemp(prefix="txlog-stream-bench-")
+    os.makedirs(scratch, exist_ok=True)
+    root = os.path.join(scratch, "log")
+    log = Log(root)
+    log.create_topic("in", partitions=PARTITIONS)
+    per_batch = args.rows // args.batches
+    files = os.path.join(scratch, "parquet-in")
+    os.makedirs(files)
+    with log.producer() as producer:
+        for b in range(args.batches):
+            table = source_table(b * per_batch, per_batch)
+            producer.send_table("in", table)
+            pq.write_table(table, os.path.join(files, f"part-{b:05d}.parquet"))
+    rows = per_batch * args.batches
+    print(f"{rows} records, 8-byte keys, 100-byte values, {args.batches} micro-batches, "
+          f"local[2]; scratch {scratch}\n")
+
+    counter = iter(range(1_000_000))
+
+    def txlog_query():
+        n = next(counter)
+        out = f"out{n}"
+        log.create_topic(out, partitions=PARTITIONS)
+        return spark.readStream.format("txlog").option("path", root) \
+            .option("subscribe", "in").option("startingOffsets", "earliest") \
+            .option("maxOffsetsPerTrigger", str(per_batch)).load() \
+            .select("key", "value").writeStream.format("txlog").option("path", root) \
+            .option("topic", out).option("transactional.id.prefix", f"bench{n}") \
+            .option("checkpointLocation", os.path.join(scratch, f"ck-txlog-{n}"))
+
+    def parquet_query():
+        n = next(counter)
+        return spark.readStream.schema("key binary, value binary") \
+            .option("maxFilesPerTrigger", 1).parquet(files).select("key", "value") \
+            .writeStream.format("parquet").option("path", os.path.join(scratch, f"pq-{n}")) \
+            .option("checkpointLocation", os.path.join(scratch, f"ck-pq-{n}"))
+
+    def run(make) -> tuple[float, list[float]]:
+        start = time.perf_counter()
+        query = make().trigger(availableNow=True).start()
+        query.awaitTermination()
+        elapsed = time.perf_counter() - start
+        return elapsed, batch_latencies(query)
+
+    run(txlog_query)
+    run(parquet_query)  # warm-up: JIT, page cache, Python workers
+    results: dict[str, list[tuple[float, list[float]]]] = {"txlog": [], "parquet": []}
+    for _ in range(args.runs):
+        results["txlog"].append(run(txlog_query))
+        results["parquet"].append(run(parquet_query))
+    rates = {}
+    for name, runs in results.items():
+        times = [t for t, _ in runs]
+        lat = [x for _, batch in runs for x in batch]
+        rates[name] = rows / statistics.median(times)
+        print(f"{name:>8}: median {statistics.median(times):6.2f} s for the query "
+              f"(min {min(times):.2f}, max {max(times):.2f}), {rates[name]:,.0f} records/s; "
+              f"micro-batch p50 {percentile(lat, 50):.3f} s, p95 {percentile(lat, 95):.3f} s")
+    ratios = sorted(rows / t1 / (rows / t2) for (t1, _), (t2, _) in
+                    zip(results["txlog"], results["parquet"], strict=True))
+    print(f"rate txlog / parquet: median {statistics.median(ratios):.3f} "
+          f"(min {ratios[0]:.3f}, max {ratios[-1]:.3f})\n")
+
+    live_latency(spark, log, root, scratch, args.live_rate, args.live_seconds, F)
+
+
+def live_latency(spark, log: Log, root: str, scratch: str, rate: int, seconds: int, F) -> None:
+    """Append at ``rate`` records/s; time each record from its append to its sink commit."""
+    log.create_topic("live", partitions=PARTITIONS)
+    log.create_topic("live-out", partitions=PARTITIONS)
+    query = spark.readStream.format("txlog").option("path", root).option("subscribe", "live") \
+        .option("startingOffsets", "earliest").load() \
+        .select(F.col("value").alias("value"),
+                F.col("key")).writeStream.format("txlog").option("path", root) \
+        .option("topic", "live-out").option("transactional.id.prefix", "live") \
+        .option("checkpointLocation", os.path.join(scratch, "ck-live")) \
+        .trigger(processingTime="0 seconds").start()
+    stop = threading.Event()
+    latencies: list[float] = []
+
+    def watch() -> None:
+        reader = Log(root)
+        positions = [0] * PARTITIONS
+        while not stop.is_set() or sum(positions) < sent[0]:
+            now = time.time()
+            for p in range(PARTITIONS):
+                table = reader.read("live-out", p, start=positions[p])
+                positions[p] += 0 if table.num_rows == 0 else \
+                    table.column("offset")[-1].as_py() + 1 - positions[p]
+                if table.num_rows:
+                    latencies.extend((now - key_times(table.column("key"))).tolist())
+            time.sleep(0.02)
+            if stop.is_set() and time.time() - stopped[0] > 60:
+                break
+
+    sent, stopped = [0], [0.0]
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    producer = log.producer(linger_ms=5)
+    tick = 0.05
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        started = time.time()
+        n = max(int(rate * tick), 1)
+        keys = fixed_width(struct.pack(">d", started) * n, 8, n)
+        producer.send_table("live", pa.table({"key": keys,
+                                              "value": fixed_width(b"x" * (100 * n), 100, n)}))
+        sent[0] += n
+        time.sleep(max(tick - (time.time() - started), 0))
+    producer.close()
+    stopped[0] = time.time()
+    stop.set()
+    watcher.join()
+    query.stop()
+    print(f"end to end (append -> visible in the sink, read_committed), {rate} records/s for "
+          f"{seconds} s: p50 {percentile(latencies, 50):.3f} s, p95 "
+          f"{percentile(latencies, 95):.3f} s over {len(latencies)} records "
+          f"(watcher polls every 20 ms)")
+
+
+if __name__ == "__main__":
+    main()
