@@ -65,6 +65,10 @@ def test_topics_create_list_describe_delete(tmp_path, capsys):
     assert rows[0] == ["PARTITION", "LOG-END-OFFSET", "LAST-STABLE-OFFSET"]
     assert rows[1:] == [[str(p), "0", "0"] for p in range(4)]
 
+    code, out, _ = run(capsys, "--root", path, "topics", "alter", "z", "--partitions", "3")
+    assert code == 0 and "z now has 3 partitions" in out
+    assert Log(path).describe_topic("z").partitions == 3
+
     code, out, _ = run(capsys, "--root", path, "topics", "delete", "a.b")
     assert code == 0
     assert Log(path).topics() == ["z"]
@@ -236,6 +240,8 @@ def test_groups_describe(root, capsys):
     (["topics", "create", "t2", "--partitions", "1", "--config", "retention.ms=5"],
      "unknown config 'retention.ms'"),
     (["consume", "events", "--partition", "3"], "partition 3 does not exist"),
+    (["topics", "alter", "events", "--partitions", "2"], "partitions can only be added"),
+    (["topics", "alter", "nope", "--partitions", "2"], "topic 'nope' does not exist"),
     (["groups", "describe", "nobody"], "no committed offsets"),
 ])
 def test_errors_are_one_line(root, capsys, argv, message):

@@ -251,6 +251,24 @@ def test_available_now_never_reads_past_its_target(root):
     assert len(ends) == 3  # 10 records, at most 4 per batch
 
 
+def test_new_topics_matching_the_pattern_are_read_from_their_beginning(root):
+    log = Log(root)
+    produce_plain(log, ["a"])
+    opts = ReadOptions.parse({"path": str(root), "subscribePattern": "s.*",
+                              "startingOffsets": "earliest"}, streaming=True)
+    reader = TxlogStreamReader(opts, to_arrow_schema(spark_schema(False), timezone="UTC"))
+    start = reader.initialOffset()
+    assert set(start) == {"src"}
+    log.create_topic("src-late", partitions=1)
+    log.create_topic("other", partitions=1)
+    produce_plain(log, ["x", "y"], topic="src-late")
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end["src-late"] == {"0": 2} and "other" not in end
+    [partition] = [p for p in reader.partitions(start, end)
+                   if p.ranges[0].topic == "src-late"]
+    assert (partition.ranges[0].start, partition.ranges[0].end) == (0, 2)
+
+
 def test_lost_offsets_fail_or_are_skipped_by_option(root):
     log = Log(root)
     produce_plain(log, ["a", "b"])

@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     # topics
-    topics = commands.add_parser("topics", help="list, create, describe or delete topics",
+    topics = commands.add_parser("topics", help="list, create, describe, alter or delete topics",
                                  description="Manage topics.")
     topic_cmds = topics.add_subparsers(dest="action", metavar="ACTION", required=True)
     leaf_parser(topic_cmds, "list", help="print the name of every topic, one per line",
@@ -102,6 +102,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Show a topic's partition count, settings, and for each partition its "
                     "log end offset and last stable offset.")
     describe.add_argument("name", metavar="NAME", help="topic name")
+    alter = leaf_parser(
+        topic_cmds, "alter", help="add partitions to a topic",
+        description="Add partitions to a topic (partitions are never removed). Existing "
+                    "records stay where they are; keyed records sent from now on may hash "
+                    "to a new partition, as in Kafka. Readers subscribed to the topic, a "
+                    "streaming query included, pick the new partitions up.")
+    alter.add_argument("name", metavar="NAME", help="topic name")
+    alter.add_argument("--partitions", metavar="N", type=_positive_int, required=True,
+                       help="the new total number of partitions (more than now, at most 10000)")
     delete = leaf_parser(
         topic_cmds, "delete", help="delete a topic and all of its data",
         description="Delete a topic: its description first (so no new writer starts), "
@@ -254,6 +263,9 @@ def _topics(args: argparse.Namespace) -> None:
         settings = ", ".join(f"{k}={v}" for k, v in sorted(desc.config.items()))
         print(f"config: {settings or '(defaults)'}")
         _print_offsets(log, desc.name, desc.partitions)
+    elif args.action == "alter":
+        desc = log.create_partitions(args.name, args.partitions)
+        print(f"topic {desc.name} now has {desc.partitions} partitions")
     elif args.action == "delete":
         log.delete_topic(args.name)
         print(f"deleted topic {args.name}")
