@@ -9,7 +9,9 @@ Trigger.AvailableNow and the same micro-batch size (``maxOffsetsPerTrigger``
 They take turns over ``--runs`` runs, each on fresh output and checkpoint.
 Printed: the sustained rate of each (records per second over the whole
 query), their ratio, and the per-micro-batch latency (Spark's
-``triggerExecution`` duration, p50 and p95).
+``triggerExecution`` duration, p50 and p95).  A third query measures the floor
+of PySpark's Python streaming API itself: a Python source yielding the same
+columns from memory into a Python sink that drops them, same micro-batches.
 
 Then the end-to-end latency of txlog -> txlog: a producer appends at a
 steady ``--live-rate`` records per second for ``--live-seconds``, the query
@@ -60,6 +62,62 @@ def key_times(keys: pa.ChunkedArray) -> np.ndarray:
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset:arr.offset + len(arr) + 1]
     data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
     return data.view(">f8").astype(float)
+
+
+def floor_source(batches: int, per_batch: int):
+    """The floor of PySpark's Python streaming API: a source that yields the same columns
+    from memory and a sink that drops them, with the same micro-batches (no storage)."""
+    from pyspark.sql.datasource import (DataSource, DataSourceStreamArrowWriter,
+                                        DataSourceStreamReader, InputPartition,
+                                        WriterCommitMessage)
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    class FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def initialOffset(self):
+            return {"batch": 0}
+
+        def prepareForTriggerAvailableNow(self):
+            pass
+
+        def latestOffset(self, start, limit):
+            return {"batch": min(start["batch"] + 1, batches)}
+
+        def partitions(self, start, end):
+            return [InputPartition(i) for i in range(PARTITIONS)] \
+                if end["batch"] > start["batch"] else []
+
+        def read(self, partition):
+            n = per_batch // PARTITIONS
+            table = source_table(partition.value * n, n)
+            yield from table.to_batches()
+
+    class FloorWriter(DataSourceStreamArrowWriter):
+        def write(self, iterator):
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+        def commit(self, messages, batchId):
+            pass
+
+        def abort(self, messages, batchId):
+            pass
+
+    class Floor(DataSource):
+        @classmethod
+        def name(cls):
+            return "floor"
+
+        def schema(self):
+            return "key binary, value binary"
+
+        def streamReader(self, schema):
+            return FloorReader()
+
+        def streamWriter(self, schema, overwrite):
+            return FloorWriter()
+
+    return Floor
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -130,12 +188,20 @@ def main() -> None:
         elapsed = time.perf_counter() - start
         return elapsed, batch_latencies(query)
 
-    run(txlog_query)
-    run(parquet_query)  # warm-up: JIT, page cache, Python workers
-    results: dict[str, list[tuple[float, list[float]]]] = {"txlog": [], "parquet": []}
+    spark.dataSource.register(floor_source(args.batches, per_batch))
+
+    def floor_query():
+        n = next(counter)
+        return spark.readStream.format("floor").load().writeStream.format("floor") \
+            .option("checkpointLocation", os.path.join(scratch, f"ck-floor-{n}"))
+
+    queries = {"txlog": txlog_query, "parquet": parquet_query, "py-floor": floor_query}
+    for make in queries.values():
+        run(make)  # warm-up: JIT, page cache, Python workers
+    results: dict[str, list[tuple[float, list[float]]]] = {name: [] for name in queries}
     for _ in range(args.runs):
-        results["txlog"].append(run(txlog_query))
-        results["parquet"].append(run(parquet_query))
+        for name, make in queries.items():
+            results[name].append(run(make))
     rates = {}
     for name, runs in results.items():
         times = [t for t, _ in runs]
@@ -147,7 +213,11 @@ def main() -> None:
     ratios = sorted(rows / t1 / (rows / t2) for (t1, _), (t2, _) in
                     zip(results["txlog"], results["parquet"], strict=True))
     print(f"rate txlog / parquet: median {statistics.median(ratios):.3f} "
-          f"(min {ratios[0]:.3f}, max {ratios[-1]:.3f})\n")
+          f"(min {ratios[0]:.3f}, max {ratios[-1]:.3f})")
+    floor = sorted(rows / t1 / (rows / t2) for (t1, _), (t2, _) in
+                   zip(results["txlog"], results["py-floor"], strict=True))
+    print(f"rate txlog / Python data source floor: median {statistics.median(floor):.3f} "
+          f"(min {floor[0]:.3f}, max {floor[-1]:.3f})\n")
 
     live_latency(spark, log, root, scratch, args.live_rate, args.live_seconds, F)
 
