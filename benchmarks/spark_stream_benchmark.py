@@ -239,7 +239,7 @@ def live_latency(spark, log: Log, root: str, scratch: str, rate: int, seconds: i
     def watch() -> None:
         reader = Log(root)
         positions = [0] * PARTITIONS
-        while not stop.is_set() or sum(positions) < sent[0]:
+        while not stop.is_set() or len(latencies) < sent[0]:
             now = time.time()
             for p in range(PARTITIONS):
                 table = reader.read("live-out", p, start=positions[p])
