@@ -166,6 +166,20 @@ def test_next_job_of_a_prefix_ends_what_a_dead_job_left_open(topic_log: Log) -> 
     kept.close()
 
 
+def test_a_prefix_never_ends_the_open_transactions_of_a_longer_prefix(topic_log: Log) -> None:
+    """Prefix "etl" must not take "etl-2-..." (a job of prefix "etl-2") for its own."""
+    log = topic_log
+    other = SharedTransaction.start(log, "etl-2", TIMEOUT_MS)
+    running = write(other, log, "0-0", 0, ["other"])
+    dotted = SharedTransaction.start(log, "etl.2", TIMEOUT_MS)
+    running_dotted = write(dotted, log, "0-0", 1, ["dotted"])
+    SharedTransaction.start(log, "etl", TIMEOUT_MS)
+    assert ongoing(log, "etl-2-") == ["etl-2-0-0"]
+    other.commit(log, [running])
+    dotted.commit(log, [running_dotted])
+    assert visible(log, 0) == ["other"] and visible(log, 1) == ["dotted"]
+
+
 def test_dead_jobs_decision_is_an_abort_so_its_late_commit_fails(topic_log: Log) -> None:
     log = topic_log
     dead = SharedTransaction.start(log, "etl", TIMEOUT_MS)

@@ -24,6 +24,7 @@ job, so that the Spark layer only maps Spark's calls onto them:
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import uuid
 from collections.abc import Iterator
@@ -146,10 +147,13 @@ class SharedTransaction:
         producers must not share a transactional id: the newer one fences
         the older.
         """
+        mine = re.compile(re.escape(self.prefix) + r"\.[0-9a-f]{32}")
         for txn_id in self._own_ids(log):
             meta = log.coordinator.metadata(txn_id)
+            # The decision id's shape, not the transactional id's, says whose it is:
+            # "etl-" also starts the ids of a job with prefix "etl-2".
             if meta is not None and meta.state == TxnState.ONGOING and \
-                    meta.decision_id != self.decision_id:
+                    meta.decision_id != self.decision_id and mine.fullmatch(meta.decision_id):
                 logger.info("aborting %s, left open by an earlier job (decision %s)", txn_id,
                             meta.decision_id)
                 log.coordinator.abort_open(txn_id, "left open by an earlier job of its prefix")
