@@ -74,7 +74,7 @@ def assert_nothing_hangs(root: str) -> None:
 def test_batches_commit_with_their_ids(root: str) -> None:
     log, sink = new_run(root)
     for batch in range(3):
-        job = sink.begin_batch(log)
+        job = sink.begin_batch()
         assert sink.commit_batch(log, job, batch, run_tasks(sink, log, job, batch))
     assert sink.next_batch(log) == 3
     assert values(root) == expected(0, 1, 2)
@@ -83,11 +83,11 @@ def test_batches_commit_with_their_ids(root: str) -> None:
 
 def test_replay_of_a_committed_batch_writes_nothing(root: str) -> None:
     log, sink = new_run(root)
-    job = sink.begin_batch(log)
+    job = sink.begin_batch()
     sink.commit_batch(log, job, 0, run_tasks(sink, log, job, 0))
     # Crash after the commit, before Spark recorded it: the next run replays batch 0.
     log, sink = new_run(root)
-    job = sink.begin_batch(log)
+    job = sink.begin_batch()
     assert run_tasks(sink, log, job, 0) == []
     assert not sink.commit_batch(log, job, 0, [])
     assert values(root) == expected(0)
@@ -96,9 +96,9 @@ def test_replay_of_a_committed_batch_writes_nothing(root: str) -> None:
 
 def test_a_replay_whose_tasks_wrote_anyway_is_aborted(root: str) -> None:
     log, sink = new_run(root)
-    job = sink.begin_batch(log)
+    job = sink.begin_batch()
     sink.commit_batch(log, job, 0, run_tasks(sink, log, job, 0))
-    job = sink.begin_batch(log)
+    job = sink.begin_batch()
     members = [job.join(log, "9-0")]
     members[0].send(T, b"late", partition=0)
     member = members[0].prepare_transaction()
@@ -109,7 +109,7 @@ def test_a_replay_whose_tasks_wrote_anyway_is_aborted(root: str) -> None:
 
 def test_crash_after_the_decision_before_its_completion(root: str, monkeypatch) -> None:
     log, sink = new_run(root)
-    job = sink.begin_batch(log)
+    job = sink.begin_batch()
     members = run_tasks(sink, log, job, 0)
     original = TransactionCoordinator.complete
 
@@ -125,9 +125,9 @@ def test_crash_after_the_decision_before_its_completion(root: str, monkeypatch) 
 
     log, sink = new_run(root)
     assert sink.next_batch(log) == 1  # rolled forward: batch 0 counts as committed
-    job = sink.begin_batch(log)
+    job = sink.begin_batch()
     assert run_tasks(sink, log, job, 0) == []
-    job = sink.begin_batch(log)
+    job = sink.begin_batch()
     sink.commit_batch(log, job, 1, run_tasks(sink, log, job, 1))
     assert values(root) == expected(0, 1)
     assert_nothing_hangs(root)
@@ -136,7 +136,7 @@ def test_crash_after_the_decision_before_its_completion(root: str, monkeypatch) 
 @pytest.mark.parametrize("crash_point", ["tasks wrote", "sink member prepared"])
 def test_crash_before_the_decision(root: str, crash_point: str) -> None:
     log, sink = new_run(root)
-    job = sink.begin_batch(log)
+    job = sink.begin_batch()
     # Second attempts wrote (so the next run's first attempts do not re-use their ids).
     run_tasks(sink, log, job, 0, attempt=1)
     if crash_point == "sink member prepared":
@@ -149,7 +149,7 @@ def test_crash_before_the_decision(root: str, crash_point: str) -> None:
 
     log, sink = new_run(root)
     assert sink.next_batch(log) == 0
-    job = sink.begin_batch(log)
+    job = sink.begin_batch()
     assert sink.commit_batch(log, job, 0, run_tasks(sink, log, job, 0))
     assert values(root) == expected(0)  # once, though written twice
     assert len(values(root, READ_UNCOMMITTED)) == 2 * len(expected(0))
@@ -158,11 +158,11 @@ def test_crash_before_the_decision(root: str, crash_point: str) -> None:
 
 def test_a_slow_driver_is_fenced_by_the_next_run(root: str) -> None:
     old_log, old_sink = new_run(root)
-    old_job = old_sink.begin_batch(old_log)
+    old_job = old_sink.begin_batch()
     old_members = run_tasks(old_sink, old_log, old_job, 0)
     # The old driver stalls; a new run starts, replays batch 0 and commits it.
     log, sink = new_run(root)
-    job = sink.begin_batch(log)
+    job = sink.begin_batch()
     sink.commit_batch(log, job, 0, run_tasks(sink, log, job, 0))
     # The old driver wakes up and tries to commit its batch 0.
     with pytest.raises(TxlogError):
@@ -175,11 +175,11 @@ def test_a_slow_driver_is_fenced_by_the_next_run(root: str) -> None:
 
 def test_group_offsets_commit_with_the_batch(root: str) -> None:
     log, sink = new_run(root)
-    job = sink.begin_batch(log)
+    job = sink.begin_batch()
     sink.commit_batch(log, job, 0, run_tasks(sink, log, job, 0),
                       {"readers": {("in", 0): 10, ("in", 1): 7}})
     assert log.committed("readers") == {("in", 0): 10, ("in", 1): 7}
-    job = sink.begin_batch(log)
+    job = sink.begin_batch()
     members = run_tasks(sink, log, job, 1)
     sink.abort_batch(log, job, members)
     assert log.committed("readers") == {("in", 0): 10, ("in", 1): 7}

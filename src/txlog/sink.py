@@ -70,12 +70,15 @@ class StreamSink:
         """Take over the sink from any earlier run (see the module's docstring)."""
         self._sink_producer(log).close()
 
-    def begin_batch(self, log: Log) -> SharedTransaction:
-        """A fresh transaction for the next batch's tasks to join (its id travels to them)."""
-        job = SharedTransaction(self.prefix, f"{self.prefix}.{uuid.uuid4().hex}",
-                                self.timeout_ms)
-        log.coordinator.renew_lease(job.decision_id)
-        return job
+    def begin_batch(self) -> SharedTransaction:
+        """A fresh transaction for the next batch's tasks to join (its id travels to them).
+
+        No lease yet: Spark also builds a writer for each commit, whose fresh
+        decision is never used, and a lease only matters once a task has
+        joined, which renews it while it works (``keep_alive``).
+        """
+        return SharedTransaction(self.prefix, f"{self.prefix}.{uuid.uuid4().hex}",
+                                 self.timeout_ms)
 
     def next_batch(self, log: Log) -> int:
         """The lowest batch id not committed yet (0 for a new sink).

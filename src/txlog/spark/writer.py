@@ -200,7 +200,7 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
         log = _open(options)
         sink = StreamSink(options.transactional_id_prefix, options.transaction_timeout_ms)
         sink.fence(log)
-        return cls(options, sink, sink.begin_batch(log))
+        return cls(options, sink, sink.begin_batch())
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
         from pyspark import TaskContext
