@@ -314,3 +314,75 @@ def test_produce_stops_at_a_line_without_separator(root, capsys, monkeypatch):
     # what the message says is what happened
     got = Log(root).read("events", 0)
     assert got.column("key").to_pylist() == [b"k"] and got.column("value").to_pylist() == [b"v"]
+
+
+KILLED_PRODUCER = """
+import sys, time
+from txlog import Log
+log = Log(sys.argv[1])
+producer = log.producer(transactional_id="killed-writer", transaction_timeout_ms=1000)
+producer.init_transactions()
+producer.begin_transaction()
+producer.send("events", b"orphan", partition=1)
+producer.flush()
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_find_hanging_and_abort_a_killed_producers_transaction(root):
+    """Both as separate processes: a producer SIGKILLed mid-transaction, then the CLI."""
+    from helpers_core import wait_for
+
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "txlog.cli", "--root", root, *argv],
+                              capture_output=True, text=True, timeout=120)
+
+    live = Log(root).producer(transactional_id="live-writer")  # open, within its timeout
+    live.init_transactions()
+    live.begin_transaction()
+    live.send("events", b"live", partition=2).get()
+
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_PRODUCER, root],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.kill()
+    proc.wait(30)
+    log = Log(root)
+    assert log.last_stable_offset("events", 1) < log.end_offset("events", 1)
+
+    def hanging_ids() -> list[str]:
+        done = cli("transactions", "find-hanging")
+        assert done.returncode == 0, done.stderr
+        rows = table(done.stdout)
+        assert rows[0][:6] == ["TOPIC", "PARTITION", "START-OFFSET", "PRODUCER-ID", "EPOCH",
+                               "TRANSACTIONAL-ID"]
+        return [row[5] for row in rows[1:]]
+
+    # Its timeout (1 s) passes with nobody left to end it; the live one is never listed.
+    wait_for(lambda: hanging_ids() == ["killed-writer"], 30, "the killed transaction to hang")
+    rows = table(cli("transactions", "find-hanging", "--topic", "events").stdout)
+    assert rows[1][:3] == ["events", "1", "0"] and "timeout" in " ".join(rows[1][7:])
+    rows = table(cli("transactions", "find-hanging", "--older-than-ms", "0").stdout)
+    assert sorted(r[5] for r in rows[1:]) == ["killed-writer", "live-writer"]
+
+    described = cli("transactions", "describe", "killed-writer")
+    assert described.returncode == 0
+    assert "state: Ongoing" in described.stdout and "timeout ms: 1000" in described.stdout
+    assert "partitions: events-1" in described.stdout
+
+    done = cli("transactions", "abort", "killed-writer")
+    assert done.returncode == 0, done.stderr
+    log = Log(root)
+    assert log.last_stable_offset("events", 1) == log.end_offset("events", 1)
+    assert f"events-1: last stable offset {log.end_offset('events', 1)}" in done.stdout
+    assert hanging_ids() == []
+    assert log.read("events", 1).num_rows == 0  # the orphan is aborted, not committed
+
+    again = cli("transactions", "abort", "killed-writer")
+    assert again.returncode == 1
+    assert again.stderr.strip() == ("txlog: error: transactional id 'killed-writer' has no "
+                                    "open transaction to abort (it is CompleteAbort)")
+    missing = cli("transactions", "describe", "nobody")
+    assert missing.returncode == 1 and "'nobody' does not exist" in missing.stderr
+    live.commit_transaction()

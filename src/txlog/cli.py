@@ -171,13 +171,39 @@ def build_parser() -> argparse.ArgumentParser:
     offsets.add_argument("topic", metavar="TOPIC", help="topic name")
 
     # transactions
-    txns = commands.add_parser("transactions", help="list or clean up transactions",
+    txns = commands.add_parser("transactions", help="list, inspect or end transactions",
                                description="Inspect and clean up transactional ids.")
     txn_cmds = txns.add_subparsers(dest="action", metavar="ACTION", required=True)
     leaf_parser(
         txn_cmds, "list", help="show every transactional id",
         description="For every transactional id print its state, producer id, epoch and the "
                     "partitions of its open transaction.")
+    describe_txn = leaf_parser(
+        txn_cmds, "describe", help="show one transactional id in detail",
+        description="Print a transactional id's state, producer id and epoch, timeout, "
+                    "the start and duration of its open transaction, its decision id and "
+                    "partitions.")
+    describe_txn.add_argument("transactional_id", metavar="TRANSACTIONAL_ID")
+    hanging = leaf_parser(
+        txn_cmds, "find-hanging", help="list open transactions that hold an LSO back with "
+                                       "no live owner",
+        description="List the undecided transactions that hold a partition's last stable "
+                    "offset back and that nobody will end: their coordinator state no "
+                    "longer describes them, or they outlived their timeout (for a shared "
+                    "transaction, its lease too), as a transaction of a killed producer "
+                    "does. End one with 'txlog transactions abort'. Exits 0 either way.")
+    hanging.add_argument("--topic", metavar="TOPIC", action="append",
+                         help="only this topic (repeatable; default: every topic)")
+    hanging.add_argument("--older-than-ms", metavar="MS", type=_non_negative_int,
+                         help="also list transactions open longer than MS, whatever their "
+                              "timeout (kafka-transactions' --max-transaction-timeout)")
+    abort = leaf_parser(
+        txn_cmds, "abort", help="abort the open transaction of a transactional id",
+        description="Abort the open transaction of TRANSACTIONAL_ID now and fence its "
+                    "producer (a member of a shared transaction aborts the whole shared "
+                    "transaction), then write its ABORT markers, so the LSO of its "
+                    "partitions advances. Prints the partitions and their new LSO.")
+    abort.add_argument("transactional_id", metavar="TRANSACTIONAL_ID")
     leaf_parser(
         txn_cmds, "abort-expired", help="abort transactions open longer than their timeout",
         description="Abort every Ongoing transaction older than its timeout (fencing its "
@@ -255,7 +281,7 @@ def _topics(args: argparse.Namespace) -> None:
             print(name)
     elif args.action == "describe":
         desc = log.describe_topic(args.name)
-        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(desc.created_ms / 1000))
+        created = _utc(desc.created_ms)
         print(f"topic: {desc.name}")
         print(f"topic id: {desc.topic_id}")
         print(f"partitions: {desc.partitions}")
@@ -375,6 +401,46 @@ def _transactions(args: argparse.Namespace) -> None:
             parts = ",".join(f"{t}-{p}" for t, p in meta.partitions) or "-"
             rows.append((txn_id, meta.state.value, meta.producer_id, meta.epoch, parts))
         _print_table(("TRANSACTIONAL-ID", "STATE", "PRODUCER-ID", "EPOCH", "PARTITIONS"), rows)
+    elif args.action == "describe":
+        meta = coordinator.metadata(args.transactional_id)
+        if meta is None:
+            raise CommandError(f"transactional id {args.transactional_id!r} does not exist in "
+                               f"{log.root}")
+        now = int(time.time() * 1000)
+        open_txn = meta.state.value == "Ongoing"
+        fields = [("transactional id", meta.transactional_id), ("state", meta.state.value),
+                  ("producer id", meta.producer_id), ("epoch", meta.epoch),
+                  ("timeout ms", meta.timeout_ms),
+                  ("transaction start", _utc(meta.txn_start_ms) if open_txn else "-"),
+                  ("duration ms", now - meta.txn_start_ms if open_txn else "-"),
+                  ("decision id", meta.decision_id or "-"),
+                  ("partitions", ",".join(f"{t}-{p}" for t, p in meta.partitions) or "-"),
+                  ("last update", _utc(meta.update_ms))]
+        for name, value in fields:
+            print(f"{name}: {value}")
+    elif args.action == "find-hanging":
+        topics = args.topic or log.topics()
+        partitions = [(t, p) for t in topics for p in range(log.describe_topic(t).partitions)]
+        now = int(time.time() * 1000)
+        rows = [(h.topic, h.partition, h.first_offset, h.producer_id, h.epoch,
+                 h.transactional_id or "-", now - h.start_ms if h.start_ms >= 0 else "-",
+                 h.reason)
+                for h in coordinator.find_hanging(partitions, args.older_than_ms)]
+        _print_table(("TOPIC", "PARTITION", "START-OFFSET", "PRODUCER-ID", "EPOCH",
+                      "TRANSACTIONAL-ID", "DURATION-MS", "REASON"), rows)
+    elif args.action == "abort":
+        meta = coordinator.metadata(args.transactional_id)
+        if meta is None or meta.state.value != "Ongoing":
+            state = "does not exist" if meta is None else f"is {meta.state.value}"
+            raise CommandError(f"transactional id {args.transactional_id!r} has no open "
+                               f"transaction to abort (it {state})")
+        coordinator.abort_open(args.transactional_id,
+                               "aborted by an operator (txlog transactions abort)")
+        print(f"aborted the transaction of {args.transactional_id} (decision "
+              f"{meta.decision_id})")
+        for topic, partition in meta.partitions:
+            print(f"{topic}-{partition}: last stable offset "
+                  f"{log.last_stable_offset(topic, partition)}")
     elif args.action == "abort-expired":
         aborted = log.abort_expired_transactions()
         print(f"aborted {len(aborted)} expired transaction{'s' if len(aborted) != 1 else ''}"
@@ -383,6 +449,12 @@ def _transactions(args: argparse.Namespace) -> None:
         dead = coordinator.expire_transactional_ids(args.max_idle_ms)
         print(f"expired {len(dead)} transactional id{'s' if len(dead) != 1 else ''}"
               + (": " + ", ".join(dead) if dead else ""))
+
+
+def _utc(ms: int) -> str:
+    if ms < 0:
+        return "-"
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
 
 
 def _groups(args: argparse.Namespace) -> None:

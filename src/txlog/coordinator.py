@@ -160,6 +160,21 @@ class TransactionMember:
 
 
 @dataclass(frozen=True)
+class HangingTransaction:
+    """An open transaction that holds a partition's LSO back and that nobody will end."""
+
+    topic: str
+    partition: int
+    first_offset: int
+    producer_id: int
+    epoch: int
+    transactional_id: str
+    decision_id: str
+    start_ms: int  # -1 when no coordinator state is left
+    reason: str
+
+
+@dataclass(frozen=True)
 class Decision:
     commit: bool
     members: frozenset[tuple[int, int]]  # (producer id, epoch) of each committed member
@@ -584,6 +599,40 @@ class TransactionCoordinator:
             elif self.abort_if_expired(txn.transactional_id):
                 aborted.append(txn.transactional_id)
         return aborted
+
+    def find_hanging(self, partitions: list[tuple[str, int]], older_than_ms: int | None = None,
+                     now_ms: int | None = None) -> list[HangingTransaction]:
+        """Undecided transactions holding back an LSO with no live owner (kafka-transactions'
+        find-hanging).
+
+        A transaction open in a partition hangs when nothing will end it by
+        itself: its coordinator state no longer describes it (the id is gone,
+        or has moved on to another producer id or epoch), or it has outlived
+        its timeout (a shared one: its lease too), so its producer is dead or
+        would be fenced at its next request. With ``older_than_ms``, also any
+        open longer than that, whatever its timeout.
+        """
+        now = _now_ms() if now_ms is None else now_ms
+        found = []
+        for topic, partition in partitions:
+            for txn in self._partition(topic, partition).state().open_transactions():
+                if self.resolve(txn) is not None:
+                    continue  # decided: its markers are only late, it holds no LSO
+                meta = self.metadata(txn.transactional_id) if txn.transactional_id else None
+                if meta is None or meta.state != S.ONGOING or \
+                        (meta.txn_producer_id, meta.txn_epoch) != (txn.producer_id, txn.epoch):
+                    reason = "no coordinator state describes it"
+                elif self._expired(meta, now):
+                    reason = f"open past its timeout of {meta.timeout_ms} ms"
+                elif older_than_ms is not None and now - meta.txn_start_ms > older_than_ms:
+                    reason = f"open longer than {older_than_ms} ms"
+                else:
+                    continue
+                found.append(HangingTransaction(
+                    topic, partition, txn.first_offset, txn.producer_id, txn.epoch,
+                    txn.transactional_id, txn.decision_id,
+                    meta.txn_start_ms if meta is not None else -1, reason))
+        return found
 
     def expire_transactional_ids(self, max_idle_ms: int) -> list[str]:
         """Mark ids idle (Empty or Complete*) for longer than ``max_idle_ms`` as Dead.
