@@ -386,3 +386,33 @@ def test_find_hanging_and_abort_a_killed_producers_transaction(root):
     missing = cli("transactions", "describe", "nobody")
     assert missing.returncode == 1 and "'nobody' does not exist" in missing.stderr
     live.commit_transaction()
+
+
+def test_producers_describe(root, capsys):
+    log = Log(root)
+    plain = log.producer()
+    plain.send("events", b"a", partition=0).get()
+    plain.send("events", b"b", partition=0).get()
+    txn = log.producer(transactional_id="tx-writer")
+    txn.init_transactions()
+    txn.begin_transaction()
+    txn.send("events", b"c", partition=0).get()
+
+    code, out, _ = run(capsys, "--root", root, "producers", "describe", "events",
+                       "--partition", "0")
+    assert code == 0
+    rows = table(out)
+    assert rows[0] == ["PARTITION", "PRODUCER-ID", "EPOCH", "LAST-SEQUENCE", "LAST-TIMESTAMP",
+                       "TXN-START-OFFSET", "TRANSACTIONAL-ID"]
+    by_id = {int(r[1]): r for r in rows[1:]}
+    assert set(by_id) == {plain.producer_id, txn.producer_id}
+    assert by_id[plain.producer_id][2:4] == [str(plain.epoch), "1"]  # two records: seq 0, 1
+    assert by_id[plain.producer_id][5:] == ["-", "-"]
+    assert by_id[txn.producer_id][3] == "0"
+    assert by_id[txn.producer_id][5:] == ["2", "tx-writer"]  # its open transaction at 2
+
+    code, out, _ = run(capsys, "--root", root, "producers", "describe", "events")
+    assert code == 0 and [r[0] for r in table(out)[1:]] == ["0", "0"]  # 1 and 2: none
+    code, _, err = run(capsys, "--root", root, "producers", "describe", "nope")
+    assert code == 1 and "topic 'nope' does not exist" in err
+    txn.abort_transaction()

@@ -217,6 +217,21 @@ def build_parser() -> argparse.ArgumentParser:
     expire.add_argument("--max-idle-ms", metavar="N", type=_non_negative_int, required=True,
                         help="idle time in milliseconds after which an id is retired")
 
+    # producers
+    producers = commands.add_parser("producers", help="show the producers of a topic's "
+                                                      "partitions",
+                                    description="Inspect producer state.")
+    producer_cmds = producers.add_subparsers(dest="action", metavar="ACTION", required=True)
+    describe_producers = leaf_parser(
+        producer_cmds, "describe", help="per partition, every producer the log remembers",
+        description="For each partition of TOPIC, every producer id its producer state "
+                    "holds (rebuilt from the log, as a Kafka partition leader keeps it): "
+                    "epoch, last sequence, last timestamp, and the first offset of its "
+                    "open transaction (- if none), with its transactional id.")
+    describe_producers.add_argument("topic", metavar="TOPIC", help="topic name")
+    describe_producers.add_argument("--partition", metavar="P", type=_non_negative_int,
+                                    help="only this partition")
+
     # groups
     groups = commands.add_parser("groups", help="show consumer group offsets",
                                  description="Inspect consumer groups.")
@@ -451,6 +466,21 @@ def _transactions(args: argparse.Namespace) -> None:
               + (": " + ", ".join(dead) if dead else ""))
 
 
+def _producers(args: argparse.Namespace) -> None:
+    log = _open(args.root)
+    desc = log.describe_topic(args.topic)
+    partitions = range(desc.partitions) if args.partition is None else [args.partition]
+    rows = []
+    for p in partitions:
+        state = log.partition(args.topic, p).state()
+        for pid, entry in sorted(state.producers.items()):
+            rows.append((p, pid, entry.epoch, entry.last_seq, _utc(entry.last_timestamp),
+                         entry.txn_first_offset if entry.in_transaction else "-",
+                         entry.transactional_id or "-"))
+    _print_table(("PARTITION", "PRODUCER-ID", "EPOCH", "LAST-SEQUENCE", "LAST-TIMESTAMP",
+                  "TXN-START-OFFSET", "TRANSACTIONAL-ID"), rows)
+
+
 def _utc(ms: int) -> str:
     if ms < 0:
         return "-"
@@ -474,7 +504,8 @@ def _groups(args: argparse.Namespace) -> None:
 
 
 _COMMANDS = {"topics": _topics, "produce": _produce, "consume": _consume,
-             "offsets": _offsets, "transactions": _transactions, "groups": _groups}
+             "offsets": _offsets, "transactions": _transactions, "producers": _producers,
+             "groups": _groups}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
