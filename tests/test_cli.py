@@ -416,3 +416,53 @@ def test_producers_describe(root, capsys):
     code, _, err = run(capsys, "--root", root, "producers", "describe", "nope")
     assert code == 1 and "topic 'nope' does not exist" in err
     txn.abort_transaction()
+
+
+def test_dump_shows_batches_as_stored_and_reports_damage(root):
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "txlog.cli", "--root", root, *argv],
+                              capture_output=True, text=True, timeout=120)
+
+    log = Log(root)
+    plain = log.producer(linger_ms=60_000)
+    futures = [plain.send("events", f"v{i}".encode(), key=b"k", partition=0,
+                          headers=[("h", b"x")]) for i in range(3)]
+    plain.flush()
+    txn = log.producer(transactional_id="dumped")
+    txn.init_transactions()
+    txn.begin_transaction()
+    aborted_at = txn.send("events", b"gone", partition=0).get().offset
+    txn.abort_transaction()
+
+    done = cli("dump", "events", "0", "--json", "--records")
+    assert done.returncode == 0, done.stderr
+    batches = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(b["baseOffset"], b["lastOffset"], b["count"]) for b in batches] == \
+        [(0, 2, 3), (aborted_at, aborted_at, 1), (aborted_at + 1, aborted_at + 1, 1)]
+    assert [f.get().offset for f in futures] == [0, 1, 2]
+    first, data, marker = batches
+    assert (first["producerId"], first["baseSequence"], first["lastSequence"]) == \
+        (plain.producer_id, 0, 2)
+    assert not first["isTransactional"] and all(b["valid"] for b in batches)
+    assert [r["value"] for r in first["records"]] == ["v0", "v1", "v2"]
+    assert first["records"][0]["headers"] == [["h", "x"]]
+    assert data["isTransactional"] and data["transactionalId"] == "dumped"
+    assert marker["isControl"] and marker["marker"] == "ABORT" and "records" not in marker
+
+    text = cli("dump", "events", "0", "--from", str(aborted_at), "--max-batches", "1")
+    assert text.returncode == 0 and len(text.stdout.splitlines()) == 1
+    assert f"baseOffset: {aborted_at} " in text.stdout and "transactionalId: dumped" in text.stdout
+
+    path = "topics/events/0/00000000000000000000.batch"
+    with open(os.path.join(root, path), "r+b") as f:  # damage the first batch's payload
+        f.seek(-5, os.SEEK_END)
+        f.write(b"XXXXX")
+    damaged = cli("dump", "--object", path, "--json")
+    assert damaged.returncode == 1
+    assert json.loads(damaged.stdout)["problem"] == "payload checksum mismatch"
+    assert damaged.stderr.strip() == "txlog: error: 1 batch failed a check"
+    whole = cli("dump", "events", "0")
+    assert whole.returncode == 1 and len(whole.stdout.splitlines()) == 3  # the rest still shown
+
+    assert "partition 7 does not exist" in cli("dump", "events", "7").stderr
+    assert cli("dump").returncode == 1

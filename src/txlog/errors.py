@@ -49,6 +49,7 @@ class CorruptBatchError(TxlogError):
 
     def __init__(self, message: str, path: str, offset: int | None) -> None:
         super().__init__(f"{message} (file {path}, offset {offset})")
+        self.reason = message
         self.path = path
         self.offset = offset
 
