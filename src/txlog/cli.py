@@ -515,11 +515,11 @@ def _dump(args: argparse.Namespace) -> None:
                 fields["records"] = _record_dicts(d)
             print(json.dumps(fields))
             continue
-        print(" ".join(f"{k}: {_text(v)}" for k, v in fields.items() if k != "path")
+        print(" ".join(f"{k}: {_shown(v)}" for k, v in fields.items() if k != "path")
               + f" file: {d.path}")
         if d.records is not None:
             for record in _record_dicts(d):
-                print("| " + " ".join(f"{k}: {_text(v)}" for k, v in record.items()))
+                print("| " + " ".join(f"{k}: {_shown(v)}" for k, v in record.items()))
     if damaged:
         raise CommandError(f"{damaged} batch{'es' if damaged != 1 else ''} failed a check")
 
@@ -527,17 +527,13 @@ def _dump(args: argparse.Namespace) -> None:
 def _record_dicts(d: Any) -> list[dict[str, object]]:
     base = d.header.base_offset
     rows = d.records.to_pylist()  # printing is per record anyway
-    return [{"offset": base + i, "timestamp": r["timestamp"], "key": _decoded(r["key"]),
-             "value": _decoded(r["value"]),
-             "headers": [[h["key"], _decoded(h["value"])] for h in r["headers"] or []]}
+    return [{"offset": base + i, "timestamp": r["timestamp"], "key": _text(r["key"]),
+             "value": _text(r["value"]),
+             "headers": [[h["key"], _text(h["value"])] for h in r["headers"] or []]}
             for i, r in enumerate(rows)]
 
 
-def _decoded(raw: bytes | None) -> str | None:
-    return None if raw is None else raw.decode("utf-8", errors="backslashreplace")
-
-
-def _text(value: object) -> str:
+def _shown(value: object) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     return "-" if value is None or value == "" else str(value)
