@@ -466,3 +466,60 @@ def test_dump_shows_batches_as_stored_and_reports_damage(root):
 
     assert "partition 7 does not exist" in cli("dump", "events", "7").stderr
     assert cli("dump").returncode == 1
+
+
+def test_verify_passes_a_healthy_log_and_names_each_broken_invariant(root):
+    import dataclasses
+
+    from txlog.batch import (COMMIT, CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader, ControlRecord,
+                             encode_batch, encode_control)
+
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "txlog.cli", "--root", root, *argv],
+                              capture_output=True, text=True, timeout=120)
+
+    log = Log(root)
+    plain = log.producer()
+    for i in range(5):
+        plain.send("events", f"p{i}".encode(), partition=0).get()
+    txn = log.producer(transactional_id="verified")
+    txn.init_transactions()
+    for i in range(4):
+        txn.begin_transaction()
+        txn.send("events", b"t", partition=i % 3).get()
+        (txn.commit_transaction if i % 2 else txn.abort_transaction)()
+    done = cli("verify", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    reports = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["partition"], r["problems"]) for r in reports] == [(0, []), (1, []), (2, [])]
+    assert sum(r["records"] for r in reports) == 5 + 4
+
+    part = log.partition("events", 0)
+    first = part.header(0)
+    raw = log.storage.read(part.batch_path(0))
+    payload = raw[first.header_length:]
+
+    def put(header: BatchHeader, body: bytes) -> None:
+        assert log.storage.publish_if_absent(part.batch_path(header.base_offset),
+                                             encode_batch(header, body))
+
+    end = part.end_offset()
+    put(dataclasses.replace(first, base_offset=end), payload)  # the first batch again
+    problems = json.loads(cli("verify", "--json", "--topic", "events").stdout
+                          .splitlines()[0])["problems"]
+    assert len(problems) == 1 and "duplicates producer" in problems[0] and \
+        "batch at offset 0" in problems[0]
+
+    marker = ControlRecord(COMMIT, 0, -1)
+    body = encode_control(marker)
+    put(BatchHeader(base_offset=end + 1, record_count=1, attributes=CONTROL_BIT | TRANSACTIONAL_BIT,
+                    producer_id=first.producer_id, producer_epoch=first.producer_epoch + 1,
+                    decision_id="never-decided", transactional_id="forged"), body)
+    put(dataclasses.replace(first, base_offset=end + 9, base_sequence=50), payload)  # a gap
+    done = cli("verify", "--topic", "events")
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    assert lines[1].split()[:2] == ["events", "0"] and lines[1].split()[-1] == "3"
+    assert any("decision 'never-decided' does not commit it (missing)" in x for x in lines)
+    assert any("starts at offset" in x and "contiguous" in x for x in lines)
+    assert done.stderr.strip() == "txlog: error: 3 problems found"

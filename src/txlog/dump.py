@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from .batch import (COMMIT, BatchHeader, decode_control, decode_header, decode_records,
-                    payload_of)
+from .batch import (COMMIT, BatchHeader, ControlRecord, decode_control, decode_header,
+                    decode_records, payload_of)
 from .errors import CorruptBatchError
 from .log import Log
 from .state_manager import BATCH_SUFFIX, offset_name
@@ -26,9 +26,15 @@ class BatchDump:
     path: str
     size: int
     header: BatchHeader | None  # None when the header itself is unreadable
-    marker: str | None = None  # "COMMIT" or "ABORT" for a control batch
+    control: ControlRecord | None = None  # the marker of a control batch
     problem: str | None = None  # the first failed check; None: every checksum is valid
     records: pa.Table | None = None
+
+    @property
+    def marker(self) -> str | None:
+        if self.control is None:
+            return None
+        return "COMMIT" if self.control.type == COMMIT else "ABORT"
 
     def as_dict(self) -> dict[str, object]:
         """The batch as a JSON-ready map (header fields under Kafka's names)."""
@@ -63,9 +69,7 @@ def dump_object(storage: Storage, path: str, expected_offset: int | None = None,
     try:
         payload = payload_of(data, header, url)
         if header.is_control:
-            control = decode_control(payload, header, url)
-            return BatchDump(path, len(data), header,
-                             marker="COMMIT" if control.type == COMMIT else "ABORT")
+            return BatchDump(path, len(data), header, decode_control(payload, header, url))
         records = decode_records(payload, header, url) if with_records else None
     except CorruptBatchError as exc:
         return BatchDump(path, len(data), header, problem=exc.reason)
