@@ -229,8 +229,15 @@ def test_groups_describe(root, capsys):
     code, out, _ = run(capsys, "--root", root, "groups", "describe", "readers")
     assert code == 0
     rows = table(out)
-    assert rows[0] == ["TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET", "LAG"]
-    assert rows[1:] == [["events", "0", "5", "7", "2"], ["events", "2", "0", "0", "0"]]
+    assert rows[0] == ["TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET",
+                       "LAST-STABLE-OFFSET", "LAG"]
+    assert rows[1:] == [["events", "0", "5", "7", "7", "2"], ["events", "2", "0", "0", "0", "0"]]
+
+    log.commit_offsets("another", {("gone", 0): 3})  # a topic that does not exist (any more)
+    code, out, _ = run(capsys, "--root", root, "groups", "list")
+    assert code == 0 and out.splitlines() == ["another", "readers"]
+    rows = table(run(capsys, "--root", root, "groups", "describe", "another")[1])
+    assert rows[1] == ["gone", "0", "3", "-", "-", "-"]
 
 
 @pytest.mark.parametrize("argv, message", [

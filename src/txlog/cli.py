@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .errors import TxlogError, UnknownTopicError
+from .errors import TxlogError, UnknownPartitionError, UnknownTopicError
 from .log import Log
 from .scan import READ_COMMITTED, READ_UNCOMMITTED, bounds
 
@@ -268,14 +268,17 @@ def build_parser() -> argparse.ArgumentParser:
                                     help="only this partition")
 
     # groups
-    groups = commands.add_parser("groups", help="show consumer group offsets",
+    groups = commands.add_parser("groups", help="list groups, show their offsets and lag",
                                  description="Inspect consumer groups.")
     group_cmds = groups.add_subparsers(dest="action", metavar="ACTION", required=True)
+    leaf_parser(group_cmds, "list", help="print every group id, one per line",
+                description="Print every consumer group that has committed offsets, one per "
+                            "line, sorted (a streaming sink's <prefix>-sink group included).")
     gdesc = leaf_parser(
         group_cmds, "describe", help="show a group's committed offsets and lag",
         description="For each partition the group committed an offset for, print the "
-                    "committed offset, the partition's log end offset and the lag between "
-                    "them.")
+                    "committed offset, the partition's log end offset, its last stable "
+                    "offset and the lag between the committed offset and the log end.")
     gdesc.add_argument("group", metavar="GROUP", help="group id")
     return parser
 
@@ -595,23 +598,28 @@ def _utc(ms: int) -> str:
 
 def _groups(args: argparse.Namespace) -> None:
     log = _open(args.root)
+    if args.action == "list":
+        for group in log.groups():
+            print(group)
+        return
     committed = log.committed(args.group)
     if not committed:
         raise CommandError(f"group {args.group!r} has no committed offsets in {log.root}")
     rows = []
     for (topic, partition), offset in sorted(committed.items()):
         try:
-            end = log.end_offset(topic, partition)
-        except UnknownTopicError:
-            rows.append((topic, partition, offset, "-", "-"))
+            b = bounds(log, topic, partition)
+        except (UnknownTopicError, UnknownPartitionError):  # e.g. a stream sink's batch key
+            rows.append((topic, partition, offset, "-", "-", "-"))
             continue
-        rows.append((topic, partition, offset, end, max(end - offset, 0)))
-    _print_table(("TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET", "LAG"), rows)
+        rows.append((topic, partition, offset, b.end, b.stable, max(b.end - offset, 0)))
+    _print_table(("TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET",
+                  "LAST-STABLE-OFFSET", "LAG"), rows)
 
 
 _COMMANDS = {"topics": _topics, "produce": _produce, "consume": _consume,
-             "offsets": _offsets, "transactions": _transactions, "producers": _producers, "dump": _dump, "verify": _verify,
-             "groups": _groups}
+             "offsets": _offsets, "transactions": _transactions, "producers": _producers,
+             "dump": _dump, "verify": _verify, "groups": _groups}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

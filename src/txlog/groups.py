@@ -46,6 +46,11 @@ def _encode(offsets: dict[tuple[str, int], int], marks: dict[str, int]) -> dict:
             "txn_marks": marks, "time_ms": int(time.time() * 1000)}
 
 
+def group_ids(storage: Storage) -> list[str]:
+    """Every group that has committed offsets, sorted."""
+    return sorted(storage.list(GROUP_DIR))
+
+
 def committed_offsets(storage: Storage, group_id: str,
                       partitions: list[tuple[str, int]] | None = None
                       ) -> dict[tuple[str, int], int]:

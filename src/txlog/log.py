@@ -329,6 +329,12 @@ class Log:
 
         return committed_offsets(self.storage, group_id, partitions)
 
+    def groups(self) -> list[str]:
+        """Every consumer group with committed offsets (a stream sink's groups included)."""
+        from .groups import group_ids
+
+        return group_ids(self.storage)
+
     def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
         """Plain, non-transactional offset commit for a group."""
         from .groups import commit_offsets
