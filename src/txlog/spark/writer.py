@@ -223,13 +223,14 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
         return self._write_in(self.job, key, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        if self.sink is None:
+        if self.sink is None or self.job is None:
             return
         log = _open(self.options)
         members = _members(messages)
-        job = self.job if not members or self.job is None else \
-            SharedTransaction(self.sink.prefix, members[0].decision_id, self.sink.timeout_ms)
-        assert job is not None
+        # This writer was built for the commit: its own decision is used only when no
+        # task wrote (every task found the batch committed, or there were none).
+        job = SharedTransaction(self.sink.prefix, members[0].decision_id,
+                                self.sink.timeout_ms) if members else self.job
         groups = None
         if self.options.group_id is not None:
             assert self.options.checkpoint_location is not None  # WriteOptions.parse
