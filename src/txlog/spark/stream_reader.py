@@ -120,20 +120,25 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = {tp: max(min(e, self._target.get(tp, begin[tp])), begin[tp])
                    for tp, e in end.items()}
         if not isinstance(limit, ReadAllAvailable):
-            end = self._admit(begin, end)
+            end = self._admit(begin, end, limit)
         return to_json(end)
 
-    def _admit(self, begin: Positions, end: Positions) -> Positions:
+    def _admit(self, begin: Positions, end: Positions, limit: ReadLimit) -> Positions:
+        """``end`` under every limit the options set; the one Spark passes wins for its kind
+        (Spark hands back the default limit, or one it chose for the trigger)."""
         o = self.options
-        if o.min_offsets_per_trigger is not None and self._target is None:
+        min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else o.min_offsets_per_trigger
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else o.max_offsets_per_trigger
+        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else o.max_bytes_per_trigger
+        if min_rows is not None and self._target is None:
             waiting = sum(admission.backlog(begin, end).values())
             delay = o.max_trigger_delay_ms or 0
-            if waiting < o.min_offsets_per_trigger and _now_ms() - self._last_trigger_ms < delay:
+            if waiting < min_rows and _now_ms() - self._last_trigger_ms < delay:
                 return begin
-        if o.max_offsets_per_trigger is not None:
-            end = admission.limit_rows(begin, end, o.max_offsets_per_trigger)
-        if o.max_bytes_per_trigger is not None:
-            end = admission.limit_bytes(self._log(), begin, end, o.max_bytes_per_trigger)
+        if max_rows is not None:
+            end = admission.limit_rows(begin, end, max_rows)
+        if max_bytes is not None:
+            end = admission.limit_bytes(self._log(), begin, end, max_bytes)
         if end != begin:
             self._last_trigger_ms = _now_ms()
         return end
