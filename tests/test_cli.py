@@ -62,8 +62,20 @@ def test_topics_create_list_describe_delete(tmp_path, capsys):
     assert "partitions: 4" in out
     assert "max.message.bytes=5000" in out and "message.timestamp.type=LogAppendTime" in out
     rows = table(out.split("config:", 1)[1].split("\n", 1)[1])
-    assert rows[0] == ["PARTITION", "LOG-END-OFFSET", "LAST-STABLE-OFFSET"]
-    assert rows[1:] == [[str(p), "0", "0"] for p in range(4)]
+    assert rows[0] == ["PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET", "LAST-STABLE-OFFSET",
+                       "BATCHES", "BYTES"]
+    assert rows[1:] == [[str(p), "0", "0", "0", "0", "0"] for p in range(4)]
+    with Log(path).producer(linger_ms=60_000) as producer:
+        for i in range(3):
+            producer.send("a.b", b"x" * 100, partition=2)
+        producer.flush()
+        producer.send("a.b", b"y", partition=2)
+    rows = table(run(capsys, "--root", path, "topics", "describe", "a.b")[1]
+                 .split("config:", 1)[1].split("\n", 1)[1])
+    stored = sum(os.path.getsize(os.path.join(path, "topics", "a.b", "2", name))
+                 for name in os.listdir(os.path.join(path, "topics", "a.b", "2"))
+                 if name.endswith(".batch"))
+    assert rows[3] == ["2", "0", "4", "4", "2", str(stored)]
 
     code, out, _ = run(capsys, "--root", path, "topics", "alter", "z", "--partitions", "3")
     assert code == 0 and "z now has 3 partitions" in out

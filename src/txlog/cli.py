@@ -100,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     describe = leaf_parser(
         topic_cmds, "describe", help="show a topic's settings and per-partition offsets",
         description="Show a topic's partition count, settings, and for each partition its "
-                    "log end offset and last stable offset.")
+                    "log start, log end and last stable offset, and how many batch objects "
+                    "and bytes it holds.")
     describe.add_argument("name", metavar="NAME", help="topic name")
     alter = leaf_parser(
         topic_cmds, "alter", help="add partitions to a topic",
@@ -341,7 +342,7 @@ def _topics(args: argparse.Namespace) -> None:
         print(f"created: {created}")
         settings = ", ".join(f"{k}={v}" for k, v in sorted(desc.config.items()))
         print(f"config: {settings or '(defaults)'}")
-        _print_offsets(log, desc.name, desc.partitions)
+        _print_offsets(log, desc.name, desc.partitions, sizes=True)
     elif args.action == "alter":
         desc = log.create_partitions(args.name, args.partitions)
         print(f"topic {desc.name} now has {desc.partitions} partitions")
@@ -350,12 +351,24 @@ def _topics(args: argparse.Namespace) -> None:
         print(f"deleted topic {args.name}")
 
 
-def _print_offsets(log: Log, topic: str, partitions: int) -> None:
+def _print_offsets(log: Log, topic: str, partitions: int, sizes: bool = False) -> None:
+    """Per partition its offsets; with ``sizes`` also its log start, batches and bytes
+    (every batch header is read once)."""
     rows = []
     for p in range(partitions):
         b = bounds(log, topic, p)
-        rows.append((p, b.end, b.stable))
-    _print_table(("PARTITION", "LOG-END-OFFSET", "LAST-STABLE-OFFSET"), rows)
+        if not sizes:
+            rows.append((p, b.end, b.stable))
+            continue
+        part = log.partition(topic, p)
+        bases = part.base_offsets()
+        stored = sum(h.header_length + h.payload_length for h in map(part.header, bases))
+        rows.append((p, b.log_start, b.end, b.stable, len(bases), stored))
+    if sizes:
+        _print_table(("PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET", "LAST-STABLE-OFFSET",
+                      "BATCHES", "BYTES"), rows)
+    else:
+        _print_table(("PARTITION", "LOG-END-OFFSET", "LAST-STABLE-OFFSET"), rows)
 
 
 def _produce(args: argparse.Namespace) -> None:
