@@ -542,3 +542,40 @@ def test_verify_passes_a_healthy_log_and_names_each_broken_invariant(root):
     assert any("decision 'never-decided' does not commit it (missing)" in x for x in lines)
     assert any("starts at offset" in x and "contiguous" in x for x in lines)
     assert done.stderr.strip() == "txlog: error: 3 problems found"
+
+
+def test_consume_from_an_offset_a_timestamp_and_follow(root):
+    import signal
+
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "txlog.cli", "--root", root, *argv],
+                              capture_output=True, text=True, timeout=120)
+
+    log = Log(root)
+    producer = log.producer()
+    for i in range(5):
+        producer.send("events", f"r{i}".encode(), partition=1, timestamp_ms=1000 * (i + 1)).get()
+
+    assert cli("consume", "events", "--partition", "1", "--offset", "3").stdout == "r3\nr4\n"
+    assert cli("consume", "events", "--from-timestamp", "2500").stdout == "r2\nr3\nr4\n"
+    assert cli("consume", "events", "--from-timestamp", "9000").stdout == ""
+    no_partition = cli("consume", "events", "--offset", "1")
+    assert no_partition.returncode == 1 and "--offset needs --partition" in no_partition.stderr
+    past = cli("consume", "events", "--partition", "1", "--offset", "6")
+    assert past.returncode == 1 and "offset 6 is past the end of events-1 (5)" in past.stderr
+    both = cli("consume", "events", "--from-beginning", "--offset", "1")
+    assert both.returncode == 2  # usage: not allowed with each other
+
+    follow = subprocess.Popen([sys.executable, "-m", "txlog.cli", "--root", root, "consume",
+                               "events", "--partition", "1", "--offset", "4", "--follow"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert follow.stdout.readline() == "r4\n"
+        producer.send("events", b"later", partition=1).get()
+        assert follow.stdout.readline() == "later\n"  # it waited for the new record
+        follow.send_signal(signal.SIGINT)
+        assert follow.wait(60) == 130
+        assert "Traceback" not in follow.stderr.read()
+    finally:
+        if follow.poll() is None:
+            follow.kill()

@@ -138,25 +138,37 @@ def build_parser() -> argparse.ArgumentParser:
     # consume
     consume = leaf_parser(
         commands, "consume", help="print records of a topic",
-        description="Print records of a topic. Without --from-beginning only records written "
-                    "after the command starts are printed (as Kafka's console consumer), so "
-                    "combine it with --timeout-ms. The command stops at the end of the log "
-                    "(the last stable offset under read_committed), after --max-records, or, "
-                    "with --timeout-ms, after that long without a new record.")
+        description="Print records of a topic. Without --from-beginning, --offset or "
+                    "--from-timestamp only records written after the command starts are "
+                    "printed (as Kafka's console consumer), so combine it with --timeout-ms "
+                    "or --follow. The command stops at the end of the log (the last stable "
+                    "offset under read_committed), after --max-records, with --timeout-ms "
+                    "after that long without a new record, and with --follow only when "
+                    "interrupted.")
     consume.add_argument("topic", metavar="TOPIC", help="topic to read")
     consume.add_argument("--partition", metavar="P", type=_non_negative_int,
                          help="read only this partition (default: all)")
-    consume.add_argument("--from-beginning", action="store_true",
-                         help="start at offset 0 instead of the current end")
+    start = consume.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true",
+                       help="start at offset 0 instead of the current end")
+    start.add_argument("--offset", metavar="OFFSET", type=_non_negative_int,
+                       help="start at OFFSET (needs --partition)")
+    start.add_argument("--from-timestamp", metavar="MS", type=_non_negative_int,
+                       help="start in each partition at the first record whose timestamp is "
+                            "at least MS (milliseconds since the epoch), or at its end")
     consume.add_argument("--isolation-level", choices=[READ_COMMITTED, READ_UNCOMMITTED],
                          default=READ_COMMITTED,
                          help="read_committed (default) shows committed records only; "
                               "read_uncommitted also shows open and aborted transactions")
     consume.add_argument("--max-records", metavar="N", type=_positive_int,
                          help="stop after printing N records")
-    consume.add_argument("--timeout-ms", metavar="MS", type=_non_negative_int, default=0,
+    waiting = consume.add_mutually_exclusive_group()
+    waiting.add_argument("--timeout-ms", metavar="MS", type=_non_negative_int, default=0,
                          help="keep waiting for new records until none arrived for MS "
                               "milliseconds (default 0: stop at the end of the log)")
+    waiting.add_argument("--follow", action="store_true",
+                         help="keep waiting for new records until interrupted (or "
+                              "--max-records)")
     consume.add_argument("--format", choices=["value", "json"], default="value",
                          help="value (default): each record's value as raw bytes, one per "
                               "line; json: one JSON object per record with partition, offset, "
@@ -423,6 +435,22 @@ def _consume(args: argparse.Namespace) -> None:
     consumer = log.consumer(isolation_level=args.isolation_level,
                             auto_offset_reset="earliest" if args.from_beginning else "latest")
     consumer.assign([(args.topic, p) for p in partitions])
+    if args.offset is not None:
+        if args.partition is None:
+            raise CommandError("--offset needs --partition (offsets are per partition)")
+        end = consumer.end_offsets()[(args.topic, args.partition)]
+        if args.offset > end:
+            raise CommandError(f"offset {args.offset} is past the end of {args.topic}-"
+                               f"{args.partition} ({end})")
+        consumer.seek(args.topic, args.partition, args.offset)
+    elif args.from_timestamp is not None:
+        found = consumer.offsets_for_times({tp: args.from_timestamp
+                                            for tp in consumer.assignment()})
+        for tp, hit in found.items():
+            if hit is None:
+                consumer.seek_to_end(tp)
+            else:
+                consumer.seek(*tp, hit.offset)
     for tp in consumer.assignment():
         consumer.position(*tp)  # fix the starting point now, before waiting
     remaining = args.max_records
@@ -443,7 +471,7 @@ def _consume(args: argparse.Namespace) -> None:
         if records:
             last_record = time.monotonic()
             continue
-        if (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
+        if not args.follow and (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
             break
         time.sleep(IDLE_SLEEP_S)
     consumer.close()
