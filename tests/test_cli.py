@@ -579,3 +579,37 @@ def test_consume_from_an_offset_a_timestamp_and_follow(root):
     finally:
         if follow.poll() is None:
             follow.kill()
+
+
+def test_produce_json_lines_in_one_transaction(root):
+    def cli(*argv: str, stdin: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "txlog.cli", "--root", root, *argv],
+                              input=stdin, capture_output=True, text=True, timeout=120)
+
+    lines = "\n".join(json.dumps(r) for r in [
+        {"value": "a", "key": "k1", "headers": [["h", "x"]], "partition": 2, "timestamp": 7},
+        {"value": "b", "partition": 2}]) + "\n"
+    done = cli("produce", "events", "--format", "json", "--transactional-id", "loader",
+               stdin=lines)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "produced 2 records to events (partition 2: offsets 0-1)"
+    log = Log(root)
+    table = log.read("events", 2, include_headers=True)
+    assert table.column("value").to_pylist() == [b"a", b"b"]
+    assert table.column("key").to_pylist() == [b"k1", None]
+    assert table.column("headers").to_pylist()[0] == [{"key": "h", "value": b"x"}]
+    assert table.column("offset").to_pylist() == [0, 1]
+    assert log.end_offset("events", 2) == 3  # and the COMMIT marker
+    assert log.coordinator.metadata("loader").state.value == "CompleteCommit"
+
+    bad = cli("produce", "events", "--format", "json", "--transactional-id", "loader",
+              stdin='{"value": "c", "partition": 2}\nnot json\n')
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("txlog: error: line 2 is not JSON") and \
+        "nothing was produced (the transaction is aborted)" in bad.stderr
+    log = Log(root)
+    assert log.read("events", 2).column("value").to_pylist() == [b"a", b"b"]  # c invisible
+    assert log.last_stable_offset("events", 2) == log.end_offset("events", 2)
+
+    unknown = cli("produce", "events", "--format", "json", stdin='{"value": "d", "x": 1}\n')
+    assert unknown.returncode == 1 and "unknown field(s) x" in unknown.stderr

@@ -134,6 +134,15 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--partition", metavar="P", type=_non_negative_int,
                          help="write every record to this partition (default: Kafka's "
                               "partitioner: murmur2 of the key, sticky for null keys)")
+    produce.add_argument("--format", choices=["lines", "json"], default="lines",
+                         help="lines (default): each line is a value; json: each line is an "
+                              "object with 'value' and optional 'key', 'headers' "
+                              "([[key, value], ...]), 'partition' and 'timestamp' (ms), "
+                              "strings written as UTF-8")
+    produce.add_argument("--transactional-id", metavar="ID",
+                         help="write all records in one transaction of this transactional id, "
+                              "committed at the end of the input (aborted, with nothing "
+                              "visible, if any line fails)")
 
     # consume
     consume = leaf_parser(
@@ -401,31 +410,85 @@ def _produce(args: argparse.Namespace) -> None:
     stdin = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
     lines: Iterable[bytes] = stdin if stdin is not None else (
         line.encode("utf-8") for line in sys.stdin)
-    interactive = sys.stdin.isatty()
-    producer = log.producer()
+    interactive = sys.stdin.isatty() and args.transactional_id is None
+    txn = args.transactional_id
+    producer = log.producer(transactional_id=txn) if txn else log.producer()
+
+    def before(number: int) -> str:
+        """What happened to the lines before a bad one, for its error message."""
+        return "nothing was produced (the transaction is aborted)" if txn else \
+            f"the {number - 1} line(s) before it were produced"
+
+    open_txn = False
     try:
+        if txn:
+            producer.init_transactions()
+            producer.begin_transaction()
+            open_txn = True
         for number, line in enumerate(lines, 1):
             value = line[:-1] if line.endswith(b"\n") else line
             if value.endswith(b"\r"):
                 value = value[:-1]
-            record_key = key
-            if separator is not None:
+            fields: dict[str, Any] = {"key": key, "partition": args.partition}
+            if args.format == "json":
+                fields.update(_json_record(value, number, before(number)))
+            elif separator is not None:
                 if separator not in value:
                     raise CommandError(
                         f"line {number} has no key separator {args.key_separator!r}; "
-                        f"the {number - 1} line(s) before it were produced")
-                record_key, value = value.split(separator, 1)
-            producer.send(args.topic, value, key=record_key,
-                          partition=args.partition).add_callback(written)
+                        f"{before(number)}")
+                fields["key"], fields["value"] = value.split(separator, 1)
+            else:
+                fields["value"] = value
+            producer.send(args.topic, **fields).add_callback(written)
             if interactive:
                 producer.flush()  # a person typing expects each line to land now
+        if txn:
+            producer.commit_transaction()
+            open_txn = False
         producer.flush()
+    except BaseException:
+        if open_txn:
+            producer.abort_transaction()
+        raise
     finally:
         producer.close()
     total = sum(r[2] for r in ranges.values())
     detail = "; ".join(f"partition {p}: offsets {r[0]}-{r[1]}" for p, r in sorted(ranges.items()))
     print(f"produced {total} record{'s' if total != 1 else ''} to {args.topic}"
           + (f" ({detail})" if detail else ""))
+
+
+def _json_record(line: bytes, number: int, before: str) -> dict[str, Any]:
+    """One --format json input line as send() arguments; errors name the line."""
+    try:
+        obj = json.loads(line)
+    except ValueError as exc:
+        raise CommandError(f"line {number} is not JSON ({exc}); {before}") from None
+    if not isinstance(obj, dict) or "value" not in obj:
+        raise CommandError(f"line {number} must be a JSON object with a 'value'; {before}")
+    unknown = set(obj) - {"key", "value", "headers", "partition", "timestamp"}
+    if unknown:
+        raise CommandError(f"line {number} has unknown field(s) {', '.join(sorted(unknown))} "
+                           f"(known: key, value, headers, partition, timestamp); {before}")
+
+    def raw(v: Any) -> bytes | None:
+        return v.encode("utf-8") if isinstance(v, str) else v
+
+    out: dict[str, Any] = {"value": raw(obj["value"])}
+    if obj.get("key") is not None:
+        out["key"] = raw(obj["key"])
+    if "headers" in obj:
+        try:
+            out["headers"] = [(k, raw(v)) for k, v in obj["headers"]]
+        except (TypeError, ValueError):
+            raise CommandError(f"line {number}: 'headers' must be a list of [key, value] "
+                               f"pairs; {before}") from None
+    if "partition" in obj:
+        out["partition"] = obj["partition"]
+    if "timestamp" in obj:
+        out["timestamp_ms"] = obj["timestamp"]
+    return out
 
 
 def _consume(args: argparse.Namespace) -> None:
