@@ -613,3 +613,42 @@ def test_produce_json_lines_in_one_transaction(root):
 
     unknown = cli("produce", "events", "--format", "json", stdin='{"value": "d", "x": 1}\n')
     assert unknown.returncode == 1 and "unknown field(s) x" in unknown.stderr
+
+
+@pytest.mark.parametrize("argv, keys", [
+    (["offsets", "events"], ["partition", "log_end_offset", "last_stable_offset"]),
+    (["transactions", "list"], ["transactional_id", "state", "producer_id", "epoch",
+                                "partitions"]),
+    (["transactions", "find-hanging", "--older-than-ms", "0"],
+     ["topic", "partition", "start_offset", "producer_id", "epoch", "transactional_id",
+      "duration_ms", "reason"]),
+    (["producers", "describe", "events"], ["partition", "producer_id", "epoch",
+                                           "last_sequence", "last_timestamp",
+                                           "txn_start_offset", "transactional_id"]),
+    (["groups", "describe", "g"], ["topic", "partition", "committed_offset", "log_end_offset",
+                                   "last_stable_offset", "lag"]),
+])
+def test_tables_as_json_lines(root, capsys, argv, keys):
+    log = Log(root)
+    txn = log.producer(transactional_id="j")
+    txn.init_transactions()
+    txn.begin_transaction()
+    txn.send("events", b"x", partition=1).get()
+    log.commit_offsets("g", {("events", 1): 0})
+    code, out, _ = run(capsys, "--root", root, *argv, "--json")
+    assert code == 0
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert rows and all(list(r) == keys for r in rows)
+    table_rows = table(run(capsys, "--root", root, *argv)[1])[1:]
+    assert [str(r[keys[0]]) for r in rows] == [t[0] for t in table_rows]  # the same rows
+    assert all(v != "-" for r in rows for v in r.values())  # "-" becomes null
+    txn.abort_transaction()
+
+
+def test_topics_describe_as_json(root, capsys):
+    code, out, _ = run(capsys, "--root", root, "topics", "describe", "events", "--json")
+    assert code == 0
+    desc = json.loads(out)
+    assert desc["topic"] == "events" and desc["partitions"] == 3
+    assert [p["partition"] for p in desc["partition_offsets"]] == [0, 1, 2]
+    assert desc["topic_id"] == Log(root).describe_topic("events").topic_id

@@ -61,6 +61,11 @@ def _config_item(text: str) -> tuple[str, Any]:
     return key, value
 
 
+def _json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object per row instead of a table")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -103,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "log start, log end and last stable offset, and how many batch objects "
                     "and bytes it holds.")
     describe.add_argument("name", metavar="NAME", help="topic name")
+    _json_option(describe)
     alter = leaf_parser(
         topic_cmds, "alter", help="add partitions to a topic",
         description="Add partitions to a topic (partitions are never removed). Existing "
@@ -191,15 +197,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "batch written) and the last stable offset (the first offset of the "
                     "earliest undecided transaction, or the log end).")
     offsets.add_argument("topic", metavar="TOPIC", help="topic name")
+    _json_option(offsets)
 
     # transactions
     txns = commands.add_parser("transactions", help="list, inspect or end transactions",
                                description="Inspect and clean up transactional ids.")
     txn_cmds = txns.add_subparsers(dest="action", metavar="ACTION", required=True)
-    leaf_parser(
+    _json_option(leaf_parser(
         txn_cmds, "list", help="show every transactional id",
         description="For every transactional id print its state, producer id, epoch and the "
-                    "partitions of its open transaction.")
+                    "partitions of its open transaction."))
     describe_txn = leaf_parser(
         txn_cmds, "describe", help="show one transactional id in detail",
         description="Print a transactional id's state, producer id and epoch, timeout, "
@@ -219,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     hanging.add_argument("--older-than-ms", metavar="MS", type=_non_negative_int,
                          help="also list transactions open longer than MS, whatever their "
                               "timeout (kafka-transactions' --max-transaction-timeout)")
+    _json_option(hanging)
     abort = leaf_parser(
         txn_cmds, "abort", help="abort the open transaction of a transactional id",
         description="Abort the open transaction of TRANSACTIONAL_ID now and fence its "
@@ -288,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     describe_producers.add_argument("topic", metavar="TOPIC", help="topic name")
     describe_producers.add_argument("--partition", metavar="P", type=_non_negative_int,
                                     help="only this partition")
+    _json_option(describe_producers)
 
     # groups
     groups = commands.add_parser("groups", help="list groups, show their offsets and lag",
@@ -302,13 +311,23 @@ def build_parser() -> argparse.ArgumentParser:
                     "committed offset, the partition's log end offset, its last stable "
                     "offset and the lag between the committed offset and the log end.")
     gdesc.add_argument("group", metavar="GROUP", help="group id")
+    _json_option(gdesc)
     return parser
 
 
 # --- output helpers ------------------------------------------------------------------
 
 
-def _print_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+def _print_table(header: Sequence[str], rows: Iterable[Sequence[Any]],
+                 as_json: bool = False) -> None:
+    """Aligned columns, or with ``as_json`` one JSON object per row (keys as the header's,
+    lower case with '_'; numbers stay numbers, "-" becomes null)."""
+    if as_json:
+        keys = [h.lower().replace("-", "_") for h in header]
+        for row in rows:
+            print(json.dumps({k: None if c == "-" else c  # "-" is the table's "none"
+                              for k, c in zip(keys, row, strict=True)}))
+        return
     rows = [[str(c) for c in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(header)]
@@ -356,14 +375,22 @@ def _topics(args: argparse.Namespace) -> None:
             print(name)
     elif args.action == "describe":
         desc = log.describe_topic(args.name)
-        created = _utc(desc.created_ms)
+        header, rows = _offset_rows(log, desc.name, desc.partitions, sizes=True)
+        if args.json:
+            keys = [h.lower().replace("-", "_") for h in header]
+            print(json.dumps({"topic": desc.name, "topic_id": desc.topic_id,
+                              "partitions": desc.partitions, "created_ms": desc.created_ms,
+                              "config": desc.config,
+                              "partition_offsets": [dict(zip(keys, r, strict=True))
+                                                    for r in rows]}))
+            return
         print(f"topic: {desc.name}")
         print(f"topic id: {desc.topic_id}")
         print(f"partitions: {desc.partitions}")
-        print(f"created: {created}")
+        print(f"created: {_utc(desc.created_ms)}")
         settings = ", ".join(f"{k}={v}" for k, v in sorted(desc.config.items()))
         print(f"config: {settings or '(defaults)'}")
-        _print_offsets(log, desc.name, desc.partitions, sizes=True)
+        _print_table(header, rows)
     elif args.action == "alter":
         desc = log.create_partitions(args.name, args.partitions)
         print(f"topic {desc.name} now has {desc.partitions} partitions")
@@ -372,10 +399,11 @@ def _topics(args: argparse.Namespace) -> None:
         print(f"deleted topic {args.name}")
 
 
-def _print_offsets(log: Log, topic: str, partitions: int, sizes: bool = False) -> None:
+def _offset_rows(log: Log, topic: str, partitions: int, sizes: bool = False
+                 ) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
     """Per partition its offsets; with ``sizes`` also its log start, batches and bytes
     (every batch header is read once)."""
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     for p in range(partitions):
         b = bounds(log, topic, p)
         if not sizes:
@@ -386,10 +414,9 @@ def _print_offsets(log: Log, topic: str, partitions: int, sizes: bool = False) -
         stored = sum(h.header_length + h.payload_length for h in map(part.header, bases))
         rows.append((p, b.log_start, b.end, b.stable, len(bases), stored))
     if sizes:
-        _print_table(("PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET", "LAST-STABLE-OFFSET",
-                      "BATCHES", "BYTES"), rows)
-    else:
-        _print_table(("PARTITION", "LOG-END-OFFSET", "LAST-STABLE-OFFSET"), rows)
+        return ("PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET", "LAST-STABLE-OFFSET",
+                "BATCHES", "BYTES"), rows
+    return ("PARTITION", "LOG-END-OFFSET", "LAST-STABLE-OFFSET"), rows
 
 
 def _produce(args: argparse.Namespace) -> None:
@@ -543,7 +570,7 @@ def _consume(args: argparse.Namespace) -> None:
 def _offsets(args: argparse.Namespace) -> None:
     log = _open(args.root)
     desc = log.describe_topic(args.topic)
-    _print_offsets(log, desc.name, desc.partitions)
+    _print_table(*_offset_rows(log, desc.name, desc.partitions), args.json)
 
 
 def _transactions(args: argparse.Namespace) -> None:
@@ -557,7 +584,8 @@ def _transactions(args: argparse.Namespace) -> None:
                 continue
             parts = ",".join(f"{t}-{p}" for t, p in meta.partitions) or "-"
             rows.append((txn_id, meta.state.value, meta.producer_id, meta.epoch, parts))
-        _print_table(("TRANSACTIONAL-ID", "STATE", "PRODUCER-ID", "EPOCH", "PARTITIONS"), rows)
+        _print_table(("TRANSACTIONAL-ID", "STATE", "PRODUCER-ID", "EPOCH", "PARTITIONS"), rows,
+                     args.json)
     elif args.action == "describe":
         meta = coordinator.metadata(args.transactional_id)
         if meta is None:
@@ -584,7 +612,7 @@ def _transactions(args: argparse.Namespace) -> None:
                  h.reason)
                 for h in coordinator.find_hanging(partitions, args.older_than_ms)]
         _print_table(("TOPIC", "PARTITION", "START-OFFSET", "PRODUCER-ID", "EPOCH",
-                      "TRANSACTIONAL-ID", "DURATION-MS", "REASON"), rows)
+                      "TRANSACTIONAL-ID", "DURATION-MS", "REASON"), rows, args.json)
     elif args.action == "abort":
         meta = coordinator.metadata(args.transactional_id)
         if meta is None or meta.state.value != "Ongoing":
@@ -691,7 +719,7 @@ def _producers(args: argparse.Namespace) -> None:
                          entry.txn_first_offset if entry.in_transaction else "-",
                          entry.transactional_id or "-"))
     _print_table(("PARTITION", "PRODUCER-ID", "EPOCH", "LAST-SEQUENCE", "LAST-TIMESTAMP",
-                  "TXN-START-OFFSET", "TRANSACTIONAL-ID"), rows)
+                  "TXN-START-OFFSET", "TRANSACTIONAL-ID"), rows, args.json)
 
 
 def _utc(ms: int) -> str:
@@ -718,7 +746,7 @@ def _groups(args: argparse.Namespace) -> None:
             continue
         rows.append((topic, partition, offset, b.end, b.stable, max(b.end - offset, 0)))
     _print_table(("TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET",
-                  "LAST-STABLE-OFFSET", "LAG"), rows)
+                  "LAST-STABLE-OFFSET", "LAG"), rows, args.json)
 
 
 _COMMANDS = {"topics": _topics, "produce": _produce, "consume": _consume,
