@@ -652,3 +652,29 @@ def test_topics_describe_as_json(root, capsys):
     assert desc["topic"] == "events" and desc["partitions"] == 3
     assert [p["partition"] for p in desc["partition_offsets"]] == [0, 1, 2]
     assert desc["topic_id"] == Log(root).describe_topic("events").topic_id
+
+
+def test_gc_removes_only_old_temp_files_of_dead_publishes(root):
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "txlog.cli", "--root", root, *argv],
+                              capture_output=True, text=True, timeout=120)
+
+    log = Log(root)
+    log.producer().send("events", b"kept", partition=0).get()
+    part_dir = os.path.join(root, "topics", "events", "0")
+    old = os.path.join(part_dir, ".tmp-" + "a" * 32)  # a publish killed before its link
+    fresh = os.path.join(part_dir, ".tmp-" + "b" * 32)  # one that may still be running
+    for path in (old, fresh):
+        with open(path, "wb") as f:
+            f.write(b"partial")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    before = sorted(os.listdir(part_dir))
+
+    done = cli("gc")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "removed 1 temp file", f"topics/events/0/{os.path.basename(old)}"]
+    assert sorted(os.listdir(part_dir)) == [n for n in before if n != os.path.basename(old)]
+    assert cli("gc", "--temp-age", "0").stdout.startswith("removed 1 temp file")
+    assert Log(root).read("events", 0).column("value").to_pylist() == [b"kept"]
+    assert cli("verify").returncode == 0

@@ -270,6 +270,18 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also print each record (offset, timestamp, key, value, headers)")
     dump.add_argument("--json", action="store_true", help="one JSON object per batch")
 
+    # gc
+    gc = leaf_parser(
+        commands, "gc", help="remove what dead writers left behind",
+        description="Remove the temp files (.tmp-*) of local publishes whose process died "
+                    "between writing and linking them, once older than --temp-age. Safe "
+                    "while writers run: a temp name belongs to one publish call, is never "
+                    "read, and a writer stalled that long only sees its publish fail and "
+                    "retries it. Old coordinator state (transaction metadata versions, "
+                    "decisions, leases) is not collected yet.")
+    gc.add_argument("--temp-age", metavar="SECONDS", type=_non_negative_int, default=3600,
+                    help="only temp files older than this (default 3600)")
+
     # verify
     verify = leaf_parser(
         commands, "verify", help="check every checksum and the log's invariants",
@@ -686,6 +698,14 @@ def _shown(value: object) -> str:
     return "-" if value is None or value == "" else str(value)
 
 
+def _gc(args: argparse.Namespace) -> None:
+    log = _open(args.root)
+    removed = log.storage.remove_temp_files(args.temp_age)
+    print(f"removed {len(removed)} temp file{'s' if len(removed) != 1 else ''}")
+    for path in removed:
+        print(path)
+
+
 def _verify(args: argparse.Namespace) -> None:
     from .verify import verify
 
@@ -751,7 +771,7 @@ def _groups(args: argparse.Namespace) -> None:
 
 _COMMANDS = {"topics": _topics, "produce": _produce, "consume": _consume,
              "offsets": _offsets, "transactions": _transactions, "producers": _producers,
-             "dump": _dump, "verify": _verify, "groups": _groups}
+             "dump": _dump, "verify": _verify, "gc": _gc, "groups": _groups}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import uuid
 from abc import ABC, abstractmethod
 from typing import Any
@@ -68,6 +69,14 @@ class Storage(ABC):
     @abstractmethod
     def delete(self, path: str) -> None:
         """Remove an object (or an empty directory); a missing one is not an error."""
+
+    def remove_temp_files(self, older_than_s: float) -> list[str]:
+        """Remove temp files of publishes that died, older than ``older_than_s``.
+
+        Only backends that write a temp name first have any (the local one);
+        object stores publish with one conditional request.
+        """
+        return []
 
     def delete_tree(self, directory: str) -> None:
         """Remove everything under ``directory``, deepest first."""
@@ -164,6 +173,25 @@ class LocalStorage(Storage):
 
     def exists(self, path: str) -> bool:
         return os.path.exists(self._abs(path))
+
+    def remove_temp_files(self, older_than_s: float) -> list[str]:
+        """Safe at any time: a temp name is random, used by one publish call only, and
+        never read; removing one under a writer stalled that long makes its link fail,
+        an error its caller treats as an outcome-unknown publish and retries."""
+        cutoff = time.time() - older_than_s
+        removed = []
+        for directory, _, names in os.walk(self.root):
+            for name in names:
+                if not name.startswith(TMP_PREFIX):
+                    continue
+                full = os.path.join(directory, name)
+                try:
+                    if os.lstat(full).st_mtime < cutoff:
+                        os.unlink(full)
+                        removed.append(os.path.relpath(full, self.root).replace(os.sep, "/"))
+                except FileNotFoundError:
+                    pass  # its publish finished (or another gc) meanwhile
+        return sorted(removed)
 
     def list(self, directory: str) -> list[str]:
         try:
