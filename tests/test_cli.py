@@ -678,3 +678,32 @@ def test_gc_removes_only_old_temp_files_of_dead_publishes(root):
     assert cli("gc", "--temp-age", "0").stdout.startswith("removed 1 temp file")
     assert Log(root).read("events", 0).column("value").to_pylist() == [b"kept"]
     assert cli("verify").returncode == 0
+
+
+def test_long_commands_show_progress_on_a_terminal_only(root, tmp_path):
+    import pty
+
+    Log(root).producer().send("events", b"x", partition=0).get()
+    command = [sys.executable, "-m", "txlog.cli", "--root", root]
+
+    def stderr_on_a_terminal(*argv: str) -> tuple[int, str, str]:
+        master, slave = pty.openpty()
+        with open(tmp_path / "out", "w+") as out:
+            done = subprocess.run([*command, *argv], stdout=out, stderr=slave, timeout=120)
+            os.close(slave)
+            seen = b""
+            try:
+                while chunk := os.read(master, 4096):
+                    seen += chunk
+            except OSError:  # the terminal closed (EIO once the child is gone)
+                pass
+            os.close(master)
+            out.seek(0)
+            return done.returncode, out.read(), seen.decode()
+
+    code, out, err = stderr_on_a_terminal("verify")
+    assert code == 0 and "verified 3/3 partitions" in err and out.startswith("TOPIC")
+    code, out, err = stderr_on_a_terminal("dump", "events", "0")  # output to a file
+    assert code == 0 and "dumped 1 batches" in err and out.startswith("size: ")
+    piped = subprocess.run([*command, "verify"], capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and piped.stderr == ""  # quiet in pipes

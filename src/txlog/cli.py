@@ -347,6 +347,35 @@ def _print_table(header: Sequence[str], rows: Iterable[Sequence[Any]],
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
+class _Progress:
+    """A one-line counter on standard error while a long command runs on a terminal;
+    nothing at all in a pipe or a file, so output stays machine-readable."""
+
+    def __init__(self, verb: str, unit: str, streams_output: bool = False) -> None:
+        self.verb, self.unit = verb, unit
+        # A command that prints as it goes shows a counter only when its output goes
+        # elsewhere (txlog dump ... > file): on one terminal the two would interleave.
+        self.shown = sys.stderr.isatty() and not (streams_output and sys.stdout.isatty())
+        self.last = 0.0
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def update(self, done: int, total: int | None = None) -> None:
+        now = time.monotonic()
+        if not self.shown or (now - self.last < 0.1 and done != total):
+            return
+        self.last = now
+        of = f"/{total}" if total is not None else ""
+        sys.stderr.write(f"\r{self.verb} {done}{of} {self.unit}")
+        sys.stderr.flush()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.shown and self.last:
+            sys.stderr.write("\r\x1b[K")  # clear the line before results or errors
+            sys.stderr.flush()
+
+
 def _write_bytes(data: bytes) -> None:
     """Raw bytes to stdout (values are bytes; decoding them would change them)."""
     sys.stdout.flush()
@@ -666,21 +695,27 @@ def _dump(args: argparse.Namespace) -> None:
         dumps = dump_partition(log, args.topic, args.partition, args.start, args.max_batches,
                                args.records)
     damaged = 0
-    for d in dumps:
-        damaged += d.problem is not None
-        fields = d.as_dict()
-        if args.json:
-            if d.records is not None:
-                fields["records"] = _record_dicts(d)
-            print(json.dumps(fields))
-            continue
-        print(" ".join(f"{k}: {_shown(v)}" for k, v in fields.items() if k != "path")
-              + f" file: {d.path}")
-        if d.records is not None:
-            for record in _record_dicts(d):
-                print("| " + " ".join(f"{k}: {_shown(v)}" for k, v in record.items()))
+    with _Progress("dumped", "batches", streams_output=True) as progress:
+        for done, d in enumerate(dumps, 1):
+            progress.update(done)
+            damaged += d.problem is not None
+            _print_dump(d, args.json)
     if damaged:
         raise CommandError(f"{damaged} batch{'es' if damaged != 1 else ''} failed a check")
+
+
+def _print_dump(d: Any, as_json: bool) -> None:
+    fields = d.as_dict()
+    if as_json:
+        if d.records is not None:
+            fields["records"] = _record_dicts(d)
+        print(json.dumps(fields))
+        return
+    print(" ".join(f"{k}: {_shown(v)}" for k, v in fields.items() if k != "path")
+          + f" file: {d.path}")
+    if d.records is not None:
+        for record in _record_dicts(d):
+            print("| " + " ".join(f"{k}: {_shown(v)}" for k, v in record.items()))
 
 
 def _record_dicts(d: Any) -> list[dict[str, object]]:
@@ -710,7 +745,8 @@ def _verify(args: argparse.Namespace) -> None:
     from .verify import verify
 
     log = _open(args.root)
-    reports = verify(log, args.topic)
+    with _Progress("verified", "partitions") as progress:
+        reports = verify(log, args.topic, progress.update)
     if args.json:
         for r in reports:
             print(json.dumps({"topic": r.topic, "partition": r.partition, "batches": r.batches,

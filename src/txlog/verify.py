@@ -11,6 +11,7 @@ reader could otherwise agree on what is committed).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .batch import COMMIT
@@ -67,10 +68,15 @@ def verify_partition(log: Log, topic: str, partition: int) -> PartitionReport:
     return report
 
 
-def verify(log: Log, topics: list[str] | None = None) -> list[PartitionReport]:
-    """Reports for every partition of ``topics`` (default: every topic)."""
+def verify(log: Log, topics: list[str] | None = None,
+           progress: Callable[[int, int], None] | None = None) -> list[PartitionReport]:
+    """Reports for every partition of ``topics`` (default: every topic); ``progress`` is
+    told (partitions done, partitions in all) as it goes."""
+    partitions = [(topic, p) for topic in topics or log.topics()
+                  for p in range(log.describe_topic(topic, refresh=True).partitions)]
     reports = []
-    for topic in topics or log.topics():
-        for p in range(log.describe_topic(topic, refresh=True).partitions):
-            reports.append(verify_partition(log, topic, p))
+    for tp in partitions:
+        reports.append(verify_partition(log, *tp))
+        if progress is not None:
+            progress(len(reports), len(partitions))
     return reports
