@@ -126,3 +126,17 @@ def test_readme_spark_submit_of_the_examples(tmp_path, example, scratch):
                          text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "exactly once: OK" in out.stdout
+
+
+def test_stream_pipeline_with_python_m_runs_again_on_the_same_directory(tmp_path):
+    """The README's promise: run it again and it resumes from its checkpoint, exactly once."""
+    root = str(tmp_path / "stream")
+    for run in range(2):
+        out = run_python(["-m", "txlog.examples.stream_pipeline", root, "--generate", "1500"],
+                         timeout=600)
+        assert "exactly once: OK" in out.stdout, out.stdout[-2000:]
+    log = Log(root)
+    assert log.committed("alerts-query")  # the query's progress, in its group
+    alerts = sum(log.read("alerts", p).num_rows for p in range(4))
+    readings = sum(log.read("readings", p).num_rows for p in range(4))
+    assert alerts == readings > 1500  # both runs' committed readings, each alerted once
