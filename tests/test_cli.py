@@ -6,6 +6,7 @@ library), never from what the CLI happens to print.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -27,6 +28,13 @@ def run(capsys, *argv: str, stdin: bytes | None = None, monkeypatch=None) -> tup
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def txlog_process(root: str, *argv: str, stdin: str | None = None
+                  ) -> subprocess.CompletedProcess:
+    """``python -m txlog.cli --root ROOT ARGV`` as its own process, text in and out."""
+    return subprocess.run([sys.executable, "-m", "txlog.cli", "--root", root, *argv],
+                          input=stdin, capture_output=True, text=True, timeout=120)
 
 
 def table(out: str) -> list[list[str]]:
@@ -353,9 +361,7 @@ def test_find_hanging_and_abort_a_killed_producers_transaction(root):
     """Both as separate processes: a producer SIGKILLed mid-transaction, then the CLI."""
     from helpers_core import wait_for
 
-    def cli(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "txlog.cli", "--root", root, *argv],
-                              capture_output=True, text=True, timeout=120)
+    cli = functools.partial(txlog_process, root)
 
     live = Log(root).producer(transactional_id="live-writer")  # open, within its timeout
     live.init_transactions()
@@ -438,9 +444,7 @@ def test_producers_describe(root, capsys):
 
 
 def test_dump_shows_batches_as_stored_and_reports_damage(root):
-    def cli(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "txlog.cli", "--root", root, *argv],
-                              capture_output=True, text=True, timeout=120)
+    cli = functools.partial(txlog_process, root)
 
     log = Log(root)
     plain = log.producer(linger_ms=60_000)
@@ -493,9 +497,7 @@ def test_verify_passes_a_healthy_log_and_names_each_broken_invariant(root):
     from txlog.batch import (COMMIT, CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader, ControlRecord,
                              encode_batch, encode_control)
 
-    def cli(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "txlog.cli", "--root", root, *argv],
-                              capture_output=True, text=True, timeout=120)
+    cli = functools.partial(txlog_process, root)
 
     log = Log(root)
     plain = log.producer()
@@ -547,9 +549,7 @@ def test_verify_passes_a_healthy_log_and_names_each_broken_invariant(root):
 def test_consume_from_an_offset_a_timestamp_and_follow(root):
     import signal
 
-    def cli(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "txlog.cli", "--root", root, *argv],
-                              capture_output=True, text=True, timeout=120)
+    cli = functools.partial(txlog_process, root)
 
     log = Log(root)
     producer = log.producer()
@@ -582,9 +582,7 @@ def test_consume_from_an_offset_a_timestamp_and_follow(root):
 
 
 def test_produce_json_lines_in_one_transaction(root):
-    def cli(*argv: str, stdin: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "txlog.cli", "--root", root, *argv],
-                              input=stdin, capture_output=True, text=True, timeout=120)
+    cli = functools.partial(txlog_process, root)
 
     lines = "\n".join(json.dumps(r) for r in [
         {"value": "a", "key": "k1", "headers": [["h", "x"]], "partition": 2, "timestamp": 7},
@@ -655,9 +653,7 @@ def test_topics_describe_as_json(root, capsys):
 
 
 def test_gc_removes_only_old_temp_files_of_dead_publishes(root):
-    def cli(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "txlog.cli", "--root", root, *argv],
-                              capture_output=True, text=True, timeout=120)
+    cli = functools.partial(txlog_process, root)
 
     log = Log(root)
     log.producer().send("events", b"kept", partition=0).get()
