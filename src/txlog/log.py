@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import pyarrow as pa
 
+from . import scan
+from .chain import VersionChain
 from .errors import (InconsistentTopicIdError, InvalidConfigError, LogFormatError,
                      TopicExistsError, UnknownPartitionError, UnknownTopicError)
 from .names import validate_name
 from .partition import PartitionLog
 from .producer_ids import ProducerIdAllocator
-from . import scan
 from .scan import READ_COMMITTED
 from .storage import Storage, open_storage
-from .chain import VersionChain
 from .topic_ids import (current_topic_id, new_topic_id, partition_count_path, read_topic_meta,
                         topic_id_of, topic_meta_path)
 

@@ -143,7 +143,11 @@ class TxlogBatchWriter(_Sending, DataSourceArrowWriter):
     @classmethod
     def create(cls, options: WriteOptions, schema: StructType,
                overwrite: bool) -> TxlogBatchWriter:
-        _check_write(options, schema, overwrite)
+        if overwrite:
+            raise InvalidConfigError(
+                "txlog does not support save mode 'overwrite': a log is append-only; use "
+                "mode('append')")
+        _check_write(options, schema)
         job = None
         if options.delivery_guarantee == EXACTLY_ONCE:
             prefix = options.transactional_id_prefix or f"spark-{uuid.uuid4().hex[:12]}"
@@ -193,7 +197,7 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
                 "the txlog sink takes outputMode 'append' (or 'update' where it only appends); "
                 "'complete' would rewrite the whole result each trigger and a log is "
                 "append-only")
-        _check_write(options, schema, overwrite)
+        _check_write(options, schema)
         if options.delivery_guarantee != EXACTLY_ONCE:
             return cls(options, None, None)
         assert options.transactional_id_prefix is not None  # required by WriteOptions.parse
@@ -254,12 +258,9 @@ def _batch_id(ctx: object) -> int:
     return int(raw)
 
 
-def _check_write(options: WriteOptions, schema: StructType, overwrite: bool) -> None:
-    """Everything a write can be refused for, checked on the driver before any task runs."""
-    if overwrite:
-        raise InvalidConfigError(
-            "txlog does not support save mode 'overwrite': a log is append-only; use "
-            "mode('append')")
+def _check_write(options: WriteOptions, schema: StructType) -> None:
+    """What batch and stream writes are refused for alike, checked on the driver before
+    any task runs (each refuses its own kind of overwrite first)."""
     check_input_schema(schema, options)
     if options.topic is not None:
         _ensure_topic(_open(options), options, options.topic)
