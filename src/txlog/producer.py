@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .arrays import repeat
 from .batch import (HEADER_TYPE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, RECORD_SCHEMA,
                     TRANSACTIONAL_BIT, BatchHeader, compression_attribute, encode_records)
 from .coordinator import plain_decision_id
@@ -164,7 +165,7 @@ def _normalise_table(table: pa.Table | pa.RecordBatch, now_ms: int
         if n and pc.min(ts).as_py() < 0:
             raise InvalidConfigError("send_table: timestamps must not be negative")
     else:
-        ts = pa.chunked_array([_repeat_int64(now_ms, n)])
+        ts = pa.chunked_array([repeat(pa.int64(), now_ms, n)])
     if "headers" in names:
         try:
             headers = table.column("headers").cast(HEADER_TYPE)
@@ -200,10 +201,6 @@ def _normalise_table(table: pa.Table | pa.RecordBatch, now_ms: int
 
 def _lengths(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return pc.fill_null(pc.binary_length(column), 0).to_numpy().astype(np.int64)
-
-
-def _repeat_int64(value: int, n: int) -> pa.Array:
-    return pa.array(np.full(n, value, dtype=np.int64))
 
 
 def _empty_lists(n: int) -> pa.Array:
