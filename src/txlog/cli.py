@@ -128,8 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     produce = leaf_parser(
         commands, "produce", help="write one record per line of standard input",
         description="Read standard input and write one record per line (the line without "
-                    "its line ending is the value, as bytes) with an idempotent producer. "
-                    "Prints how many records went to which offsets.")
+                    "its line ending is the value, as bytes; with --format json, a JSON "
+                    "object per line) with an idempotent producer, or with "
+                    "--transactional-id in one transaction. Prints how many records went "
+                    "to which offsets.")
     produce.add_argument("topic", metavar="TOPIC", help="topic to write to")
     keys = produce.add_mutually_exclusive_group()
     keys.add_argument("--key", metavar="K",

@@ -45,6 +45,7 @@ from .shared import SharedTransaction, check_prefix
 
 if TYPE_CHECKING:
     from .log import Log
+    from .producer import Producer
 
 # The key under which the sink group records the next batch id to commit.
 BATCH_TOPIC = "_batch"
@@ -125,7 +126,7 @@ class StreamSink:
         """Abort a batch's transaction (a no-op answer if its commit already stands)."""
         job.abort(log, members)
 
-    def _sink_producer(self, log: Log):
+    def _sink_producer(self, log: Log) -> Producer:
         producer = log.producer(transactional_id=self.sink_id,
                                 transaction_timeout_ms=self.timeout_ms)
         producer.init_transactions()
