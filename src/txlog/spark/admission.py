@@ -78,4 +78,4 @@ def _offset_after_bytes(log: Log, tp: TopicPartition, start: int, end: int, budg
         used += size
         pos = last
         i += 1
-    return max(pos, start) if pos < end else end
+    return pos  # never past end: each step stops at min(batch end, end)
