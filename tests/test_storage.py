@@ -94,6 +94,16 @@ def test_read_read_prefix_list_delete(store: Storage) -> None:
     assert store.read("d/x/one") == b"again"
 
 
+@pytest.mark.parametrize("start,length", [(0, 10), (5, 2 << 20), ((3 << 20) - 5, 100),
+                                          (4 << 20, 10), (100, 2 << 20), (7, 0)])
+def test_read_range_gives_exactly_the_bytes_asked_for(store: Storage, start: int,
+                                                      length: int) -> None:
+    # Both sides of the local backend's copy/map threshold, and ranges running past the end.
+    data = os.urandom(3 << 20)
+    assert store.publish_if_absent("seg/x", data)
+    assert store.read_range("seg/x", start, length).to_pybytes() == data[start:start + length]
+
+
 @pytest.mark.parametrize("bad", ["../escape", "/etc/passwd", "a/../../b", "a/./b", "a//b",
                                  "", "a/", "..", "."])
 def test_paths_escaping_the_root_are_refused(store: Storage, bad: str) -> None:

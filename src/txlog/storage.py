@@ -56,6 +56,14 @@ class Storage(ABC):
         """Whole object as an Arrow buffer (zero-copy where the backend allows)."""
         return pa.py_buffer(self.read(path))
 
+    def read_range(self, path: str, start: int, length: int) -> pa.Buffer:
+        """Bytes ``[start, start + length)`` of an object (fewer past its end), as a buffer.
+
+        Segments hold many batches: a read of a few of them fetches only their
+        bytes (an object store's ranged GET), never the whole segment.
+        """
+        return pa.py_buffer(self.read(path)[start:start + length])
+
     @abstractmethod
     def exists(self, path: str) -> bool: ...
 
@@ -170,6 +178,15 @@ class LocalStorage(Storage):
                 return pa.py_buffer(f.read())
             with pa.memory_map(f.name, "r") as mm:
                 return mm.read_buffer()
+
+    def read_range(self, path: str, start: int, length: int) -> pa.Buffer:
+        with open(self._abs(path), "rb") as f:
+            if length < MMAP_MIN_BYTES:
+                f.seek(start)
+                return pa.py_buffer(f.read(length))
+            with pa.memory_map(f.name, "r") as mm:
+                mm.seek(min(start, mm.size()))
+                return mm.read_buffer(length)  # a view of the map: no copy
 
     def exists(self, path: str) -> bool:
         return os.path.exists(self._abs(path))
@@ -290,6 +307,9 @@ class FsspecStorage(Storage):
 
     def read_prefix(self, path: str, length: int) -> bytes:
         return self.fs.cat_file(self._abs(path), start=0, end=length)
+
+    def read_range(self, path: str, start: int, length: int) -> pa.Buffer:
+        return pa.py_buffer(self.fs.cat_file(self._abs(path), start=start, end=start + length))
 
     def exists(self, path: str) -> bool:
         return self.fs.exists(self._abs(path))
