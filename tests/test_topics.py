@@ -93,7 +93,10 @@ def test_bad_partition_counts(memlog: Log, partitions: object) -> None:
 
 
 @pytest.mark.parametrize("config,option", [
-    ({"retention.ms": 1000}, "'retention.ms'"),
+    ({"retention.mins": 1000}, "'retention.mins'"),
+    ({"retention.ms": -2}, "retention.ms must be an integer of at least -1"),
+    ({"retention.bytes": 1.5}, "retention.bytes"),
+    ({"segment.bytes": 10}, "segment.bytes must be an integer of at least 1024"),
     ({"message.timestamp.type": "WallClock"}, "message.timestamp.type"),
     ({"max.message.bytes": 0}, "max.message.bytes"),
     ({"max.message.bytes": "big"}, "max.message.bytes"),

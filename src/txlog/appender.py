@@ -21,7 +21,7 @@ from .batch import (ABORT, COMMIT, CONTROL_BIT, LOG_APPEND_TIME, TIMESTAMP_TYPE_
                     TRANSACTIONAL_BIT, BatchHeader, ControlRecord, encode_control, encode_header)
 from .errors import StorageError
 from .producer_state import ProducerState
-from .state_manager import StateManager
+from .state_manager import ANCHOR_BYTES, StateManager
 
 logger = logging.getLogger(__name__)
 
@@ -79,12 +79,22 @@ class Appender:
                     logger.info("%s-%d: publishing a batch at offset %d failed (%s); reloading "
                                 "and trying again", states.topic, states.partition, slot, exc)
                     continue
-                if published:
+                if not published:
+                    continue
+                # The prefix's last object still being there proves the slot was
+                # the log end (compaction deletes in offset order, after its
+                # segment is published).  Else a compaction ran meanwhile: the
+                # batch counts only if the log, reloaded, holds it at the slot.
+                if states.still_current():
                     states.applied(step.header, step.control, step.data)
-                    appended_at = step.header.max_timestamp \
-                        if step.header.timestamp_type == LOG_APPEND_TIME else -1
-                    return AppendResult(slot, step.header.last_offset,
-                                        log_append_time=appended_at)
+                elif not states.holds(slot, step.data[:ANCHOR_BYTES]):
+                    logger.info("%s-%d: offset %d was compacted away while this batch was "
+                                "published there; writing it again at the log end",
+                                states.topic, states.partition, slot)
+                    continue
+                appended_at = step.header.max_timestamp \
+                    if step.header.timestamp_type == LOG_APPEND_TIME else -1
+                return AppendResult(slot, step.header.last_offset, log_append_time=appended_at)
 
     def append(self, header: BatchHeader, payload: bytes,
                log_append_time: bool = False) -> AppendResult:

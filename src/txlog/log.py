@@ -16,12 +16,13 @@ from .chain import VersionChain
 from .errors import (InconsistentTopicIdError, InvalidConfigError, LogFormatError,
                      TopicExistsError, UnknownPartitionError, UnknownTopicError)
 from .names import validate_name
+from .compaction import DEFAULT_MIN_BATCHES, Compacted, Retained
 from .partition import PartitionLog
 from .producer_ids import ProducerIdAllocator
 from .scan import READ_COMMITTED
 from .storage import Storage, open_storage
 from .topic_ids import (current_topic_id, new_topic_id, partition_count_path, read_topic_meta,
-                        topic_id_of, topic_meta_path)
+                        topic_config_path, topic_id_of, topic_meta_path)
 
 if TYPE_CHECKING:
     from .consumer import Consumer
@@ -31,27 +32,43 @@ FORMAT_VERSION = 1
 ROOT_MARKER = "txlog.json"
 MAX_PARTITIONS = 10_000
 
-# Topic configuration keys we honour, with their validators (Kafka's names).
+# Topic configuration keys we honour (Kafka's names).
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+# Kafka's defaults for the keys that only compaction and retention read.
+TOPIC_DEFAULTS: dict[str, Any] = {"retention.ms": 7 * 24 * 3600 * 1000, "retention.bytes": -1,
+                                  "segment.bytes": 1 << 30}
+# What ``alter_topic_config`` may change: keys that appenders do not cache.
+ALTERABLE_CONFIG = ("retention.ms", "retention.bytes", "segment.bytes")
+
+
+def _int_at_least(low: int) -> Any:
+    def check(value: Any) -> str | None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            return f"an integer of at least {low}"
+        return None
+    return check
+
+
+_CONFIG_RULES = {
+    "message.timestamp.type":
+        lambda v: None if v in _TIMESTAMP_TYPES else f"one of {_TIMESTAMP_TYPES}",
+    "max.message.bytes": _int_at_least(1),
+    "retention.ms": _int_at_least(-1),  # -1: no limit by time
+    "retention.bytes": _int_at_least(-1),  # -1: no limit by size
+    "segment.bytes": _int_at_least(1024),
+}
 
 
 def _check_config(topic: str, config: dict[str, Any]) -> dict[str, Any]:
     checked: dict[str, Any] = {}
     for key, value in config.items():
-        if key == "message.timestamp.type":
-            if value not in _TIMESTAMP_TYPES:
-                raise InvalidConfigError(
-                    f"topic {topic!r}: message.timestamp.type must be one of {_TIMESTAMP_TYPES}, "
-                    f"not {value!r}")
-        elif key == "max.message.bytes":
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise InvalidConfigError(
-                    f"topic {topic!r}: max.message.bytes must be a positive integer, "
-                    f"not {value!r}")
-        else:
+        rule = _CONFIG_RULES.get(key)
+        if rule is None:
             raise InvalidConfigError(
-                f"topic {topic!r}: unknown config {key!r} (known: message.timestamp.type, "
-                "max.message.bytes)")
+                f"topic {topic!r}: unknown config {key!r} (known: {', '.join(_CONFIG_RULES)})")
+        problem = rule(value)
+        if problem is not None:
+            raise InvalidConfigError(f"topic {topic!r}: {key} must be {problem}, not {value!r}")
         checked[key] = value
     return checked
 
@@ -63,6 +80,10 @@ class TopicDescription:
     config: dict[str, Any] = field(default_factory=dict)
     created_ms: int = 0
     topic_id: str = ""  # this incarnation of the topic (KIP-516); see topic_ids.py
+
+    def setting(self, key: str) -> Any:
+        """A config value, Kafka's default where the topic sets none."""
+        return self.config.get(key, TOPIC_DEFAULTS.get(key))
 
 
 class Log:
@@ -82,6 +103,7 @@ class Log:
         self._lock = threading.Lock()
         self._topics: dict[str, TopicDescription] = {}
         self._counts: dict[str, VersionChain] = {}  # per topic: partitions added since creation
+        self._configs: dict[str, VersionChain] = {}  # per topic: its altered config
         self._partitions: dict[tuple[str, int], PartitionLog] = {}
         self.producer_ids = ProducerIdAllocator(self.storage)
         from .coordinator import TransactionCoordinator
@@ -161,6 +183,9 @@ class Log:
             return cached
         count = self._partition_count(cached)
         desc = cached if count <= cached.partitions else replace(cached, partitions=count)
+        altered = self._altered_config(desc)
+        if altered is not None:
+            desc = replace(desc, config=altered)
         with self._lock:
             self._topics[name] = desc
         return desc
@@ -179,6 +204,46 @@ class Log:
         if value is None or value.get("topic_id") != desc.topic_id:
             return desc.partitions
         return max(desc.partitions, value["count"])
+
+    def _config_chain(self, name: str) -> VersionChain:
+        with self._lock:
+            chain = self._configs.get(name)
+            if chain is None:
+                chain = self._configs[name] = VersionChain(self.storage,
+                                                           topic_config_path(name))
+            return chain
+
+    def _altered_config(self, desc: TopicDescription) -> dict[str, Any] | None:
+        """The topic's config as last altered, None if never altered (``topic.json``'s holds)."""
+        _, value = self._config_chain(desc.name).latest()
+        if value is None or value.get("topic_id") != desc.topic_id:
+            return None
+        return dict(value["config"])
+
+    def alter_topic_config(self, name: str, set: dict[str, Any] | None = None,
+                           delete: list[str] | tuple[str, ...] = ()) -> TopicDescription:
+        """Set or remove (back to Kafka's default) retention and segment settings of a
+        topic (kafka-configs --alter); each change is a new version of its config chain."""
+        set = dict(set or {})
+        for key in [*set, *delete]:
+            if key not in ALTERABLE_CONFIG:
+                raise InvalidConfigError(
+                    f"topic {name!r}: config {key!r} cannot be altered (alterable: "
+                    f"{', '.join(ALTERABLE_CONFIG)})")
+        checked = _check_config(name, set)
+        desc = self.describe_topic(name, refresh=True)
+
+        def step(version: int, value: dict | None) -> dict | None:
+            if current_topic_id(self.storage, name) != desc.topic_id:
+                raise UnknownTopicError(f"topic {name!r} was deleted while its config was "
+                                        "being altered")
+            current = desc.config if value is None or value.get("topic_id") != \
+                desc.topic_id else value["config"]
+            config = {k: v for k, v in {**current, **checked}.items() if k not in delete}
+            return {"config": config, "topic_id": desc.topic_id}
+
+        self._config_chain(name).update(step)
+        return self.describe_topic(name, refresh=True)
 
     def create_partitions(self, name: str, total: int) -> TopicDescription:
         """Grow topic ``name`` to ``total`` partitions (Kafka's CreatePartitions).
@@ -225,6 +290,7 @@ class Log:
         with self._lock:
             self._topics.pop(name, None)
             self._counts.pop(name, None)
+            self._configs.pop(name, None)
             for key in [k for k in self._partitions if k[0] == name]:
                 del self._partitions[key]
 
@@ -305,6 +371,40 @@ class Log:
         return scan.offset_for_timestamp(self, topic, partition, timestamp_ms, isolation_level)
 
     # --- clients ----------------------------------------------------------------------
+
+    # --- maintenance ---------------------------------------------------------------
+
+    def _partitions_of(self, topic: str, partitions: list[int] | None) -> list[int]:
+        desc = self.describe_topic(topic, refresh=True)
+        if partitions is None:
+            return list(range(desc.partitions))
+        for p in partitions:
+            self.partition(topic, p)  # an unknown partition fails here, named
+        return list(partitions)
+
+    def compact(self, topic: str, partitions: list[int] | None = None,
+                min_batches: int = DEFAULT_MIN_BATCHES, upto_lag: int = 0
+                ) -> dict[int, list[Compacted]]:
+        """Merge each partition's batch objects into segments of at most the topic's
+        ``segment.bytes``, leaving the newest ``upto_lag`` offsets as batch objects."""
+        max_bytes = self.describe_topic(topic, refresh=True).setting("segment.bytes")
+        done: dict[int, list[Compacted]] = {}
+        for p in self._partitions_of(topic, partitions):
+            part = self.partition(topic, p)
+            upto = part.end_offset() - upto_lag
+            made = done[p] = []
+            while (segment := part.compact(max_bytes, min_batches, upto)) is not None:
+                made.append(segment)
+        return done
+
+    def apply_retention(self, topic: str, partitions: list[int] | None = None,
+                        now_ms: int | None = None) -> dict[int, Retained]:
+        """Delete the oldest segments the topic's ``retention.ms`` and ``retention.bytes``
+        allow, advancing each partition's log start offset."""
+        desc = self.describe_topic(topic, refresh=True)
+        return {p: self.partition(topic, p).apply_retention(
+                    desc.setting("retention.ms"), desc.setting("retention.bytes"), now_ms)
+                for p in self._partitions_of(topic, partitions)}
 
     def producer(self, **config: Any) -> "Producer":
         from .producer import Producer

@@ -15,11 +15,13 @@ import pyarrow as pa
 
 from .appender import PUBLISH_ATTEMPTS, Appender, AppendResult
 from .batch import BatchHeader
+from .compaction import DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted, Retained, \
+    apply_retention, compact
 from .columns import SPARK_TIMESTAMP, empty_table, spark_schema, to_spark_table
 from .producer_state import AbortedIndex, ProducerState
 from .reads import OutcomeResolver, Piece, Reader
 from .scan import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED
-from .state_manager import (BATCH_SUFFIX, OFFSET_DIGITS, SNAPSHOT_DIR, SNAPSHOT_INTERVAL,
+from .state_manager import (BATCH_SUFFIX, BatchRef, OFFSET_DIGITS, SNAPSHOT_DIR, SNAPSHOT_INTERVAL,
                             SNAPSHOT_SUFFIX, SNAPSHOTS_KEPT, StateManager, offset_name)
 from .storage import Storage
 
@@ -68,12 +70,31 @@ class PartitionLog:
         return self.state().end_offset
 
     def base_offsets(self, state: ProducerState | None = None) -> list[int]:
-        """Base offsets of every batch below ``state``'s end (default: the log end), sorted.
-
-        The list is shared with the cache, which only ever extends it: do not
-        modify it.
-        """
+        """Base offsets of every batch from the log start to ``state``'s end (default: the
+        log end), sorted.  Reads every segment's index: ``batch_refs`` finds a range."""
         return self._states.base_offsets(state or self.state())
+
+    def batch_refs(self, start: int, end: int | None = None,
+                   state: ProducerState | None = None) -> list[BatchRef]:
+        """Where the batches holding offsets ``[start, end)`` are (batch objects or stretches
+        of segments), in offset order; ``end`` defaults to the log end."""
+        state = state or self.state()
+        return self._states.refs(start, state.end_offset if end is None else end, state)
+
+    def log_start(self) -> int:
+        """The first offset still stored (it moves up when retention deletes segments)."""
+        return self._states.log_start()
+
+    def compacted_end(self) -> int:
+        """Where the segments end and batch objects begin (0 before any compaction)."""
+        return self._states.compacted_end(refresh=True)
+
+    def first_batch_reaching(self, timestamp_ms: int, end: int | None = None) -> int | None:
+        """Base of the first data batch below ``end`` with a record at or after
+        ``timestamp_ms`` (segments answer from their time index)."""
+        state = self.state()
+        return self._states.first_reaching(timestamp_ms,
+                                           state.end_offset if end is None else end, state)
 
     def append(self, header: BatchHeader, payload: bytes,
                log_append_time: bool = False) -> AppendResult:
@@ -101,6 +122,17 @@ class PartitionLog:
         """
         pieces, end = self._reader.read(start, end, isolation_level)
         return to_spark_table(pieces, self.topic, self.partition, include_headers), end
+
+    def compact(self, max_bytes: int = DEFAULT_SEGMENT_BYTES,
+                min_batches: int = DEFAULT_MIN_BATCHES, upto: int | None = None
+                ) -> Compacted | None:
+        """Merge the oldest run of batch objects into one segment (compaction.py)."""
+        return compact(self._states, max_bytes, min_batches, upto)
+
+    def apply_retention(self, retention_ms: int = -1, retention_bytes: int = -1,
+                        now_ms: int | None = None) -> Retained:
+        """Delete the oldest whole segments that retention allows (compaction.py)."""
+        return apply_retention(self._states, retention_ms, retention_bytes, now_ms)
 
     def read_pieces(self, start: int, end: int | None = None,
                     isolation_level: str = READ_COMMITTED) -> list[Piece]:

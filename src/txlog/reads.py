@@ -10,7 +10,6 @@ state alone.
 
 from __future__ import annotations
 
-import bisect
 import os
 import threading
 from collections.abc import Callable
@@ -25,9 +24,10 @@ from .batch import LOG_APPEND_TIME, decode_header, decode_records, payload_of
 from .errors import CorruptBatchError, OffsetOutOfRangeError
 from .producer_state import AbortedIndex, OpenTransaction, ProducerState
 from .scan import READ_COMMITTED, check_isolation_level, visible_end
-from .state_manager import StateManager
+from .state_manager import BatchRef, StateManager
 
 PARALLEL_MIN_BATCH_BYTES = 1 << 20  # batches at least this large are read on threads
+SPAN_BATCHES = 64  # batches of one segment fetched with one read (and decoded on one thread)
 
 # Resolves an open transaction: True committed, False aborted, None undecided.
 OutcomeResolver = Callable[[OpenTransaction], "bool | None"]
@@ -96,27 +96,26 @@ class Reader:
         state = states.state()
         limit = visible_end(isolation_level, state.end_offset,
                             lambda: self.last_stable_offset(state))
-        if start < 0 or start > state.end_offset:
+        # Below the compacted end, retention may have removed the offset: list the segments.
+        log_start = states.log_start() if 0 <= start < states.compacted_end() else 0
+        if start < log_start or start < 0 or start > state.end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {start} is out of range for {states.topic}-{states.partition} "
-                f"(valid: 0 to {state.end_offset})")
+                f"(valid: {log_start} to {state.end_offset})")
         end = limit if end is None else min(end, limit)
         if end <= start:
             return [], start
         aborted = self.aborted_check(state) if isolation_level == READ_COMMITTED else None
-        bases = states.base_offsets(state)
-        first = max(bisect.bisect_right(bases, start) - 1, 0)
-        last = bisect.bisect_left(bases, end, lo=first)
-        wanted = bases[first:last]
+        wanted = _spans(states.refs(start, end, state))
 
-        def load(base: int) -> tuple[Piece | None, int]:
-            return self._load_piece(base, start, end, aborted)
+        def load(span: list[BatchRef]) -> list[tuple[Piece | None, int]]:
+            return self._load_span(span, start, end, aborted)
 
         try:
-            loaded = [load(base) for base in wanted[:1]]
+            loaded = [load(span) for span in wanted[:1]]
             # Threads pay off for large batches only: for small ones the per-batch
             # Python work dominates and contends for the GIL.
-            parallel = len(wanted) > 2 and loaded[0][1] >= PARALLEL_MIN_BATCH_BYTES
+            parallel = len(wanted) > 2 and loaded[0][0][1] >= PARALLEL_MIN_BATCH_BYTES
             loaded += _reader_pool().map(load, wanted[1:]) if parallel else map(load, wanted[1:])
         except CorruptBatchError:
             with states.lock:
@@ -129,9 +128,26 @@ class Reader:
             current = states.still_current()
         if not current:
             return self.read(start, requested_end, isolation_level)
-        return [piece for piece, _ in loaded if piece is not None], end
+        return [piece for span in loaded for piece, _ in span if piece is not None], end
 
-    def _load_piece(self, base: int, start: int, end: int,
+    def _load_span(self, span: list[BatchRef], start: int, end: int,
+                   aborted: Callable[[int, int], bool] | None
+                   ) -> list[tuple[Piece | None, int]]:
+        """The pieces of consecutive batches of one object: one read for all of them."""
+        states = self._states
+        if len(span) == 1:
+            return [self._load_piece(span[0], states.load(span[0]), start, end, aborted)]
+        first, last = span[0], span[-1]
+        whole = BatchRef(first.base, first.path, first.position,
+                         last.position + last.size - first.position)
+        try:
+            buf = states.storage.read_range(whole.path, whole.position, whole.size)
+        except FileNotFoundError:  # the segment went (retention): one by one, with the reason
+            return [self._load_piece(r, states.load(r), start, end, aborted) for r in span]
+        return [self._load_piece(r, buf.slice(r.position - first.position, r.size), start, end,
+                                 aborted) for r in span]
+
+    def _load_piece(self, ref: BatchRef, buf: pa.Buffer, start: int, end: int,
                     aborted: Callable[[int, int], bool] | None
                     ) -> tuple[Piece | None, int]:
         """One batch's records within [start, end) and the batch's payload size.
@@ -142,13 +158,8 @@ class Reader:
         No records for control batches and aborted transactions (still
         checksummed: damage never passes silently, whatever the reader keeps).
         """
-        states = self._states
-        path = states.batch_path(base)
-        url = states.url(path)
-        try:
-            buf = states.storage.read_buffer(path)
-        except FileNotFoundError:
-            raise CorruptBatchError("batch file is missing from the log", url, base) from None
+        base = ref.base
+        url = self._states.url(ref.path)
         header = decode_header(buf, url, base)
         payload = payload_of(buf, header, url)
         if header.is_control:
@@ -166,6 +177,19 @@ class Reader:
             millis = repeat(pa.int64(), header.max_timestamp, records.num_rows)
         offsets = pc.add(counting(pa.int64(), records.num_rows), pa.scalar(base + lo, pa.int64()))
         return Piece(records, offsets, millis, header.timestamp_type), header.payload_length
+
+
+def _spans(refs: list[BatchRef]) -> list[list[BatchRef]]:
+    """Consecutive batches of one segment grouped (read at once); batch objects alone."""
+    spans: list[list[BatchRef]] = []
+    for ref in refs:
+        prev = spans[-1][-1] if spans else None
+        if prev is not None and ref.in_segment and prev.path == ref.path and \
+                prev.position + prev.size == ref.position and len(spans[-1]) < SPAN_BATCHES:
+            spans[-1].append(ref)
+        else:
+            spans.append([ref])
+    return spans
 
 
 _POOL: ThreadPoolExecutor | None = None

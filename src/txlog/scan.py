@@ -12,7 +12,6 @@ incarnation of a topic is never read from another (KIP-516).
 
 from __future__ import annotations
 
-import bisect
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -174,8 +173,8 @@ def visible_end(isolation_level: str, log_end: int, stable: Callable[[], int]) -
 def bounds(log: Log, topic: str, partition: int) -> PartitionBounds:
     part = log.partition(topic, partition)
     state = part.state()
-    return PartitionBounds(topic, partition, part.topic_id, 0, part.last_stable_offset(state),
-                           state.end_offset)
+    return PartitionBounds(topic, partition, part.topic_id, part.log_start(),
+                           part.last_stable_offset(state), state.end_offset)
 
 
 def _partition_limit(part: PartitionLog, state: ProducerState, isolation_level: str) -> int:
@@ -205,25 +204,23 @@ def offset_for_timestamp(log: Log, topic: str, partition: int, timestamp_ms: int
                          isolation_level: str = READ_COMMITTED) -> tuple[int, int] | None:
     """Earliest (offset, timestamp) whose timestamp is >= ``timestamp_ms``, or None.
 
-    Kafka's ListOffsets by time, without a time index: batch headers carry
-    their max timestamp, so headers are read until the first batch that
-    reaches the target below the reader's cap, and only that batch is
-    decoded and searched, as written (aborted records included).
+    Kafka's ListOffsets by time: the first batch whose max timestamp reaches
+    the target below the reader's cap is found with the segments' time
+    indexes, then the headers of the batch objects after them; only that
+    batch is decoded and searched, as written (aborted records included).
     """
     part = log.partition(topic, partition)
     state = part.state()
     limit = _partition_limit(part, state, isolation_level)
-    for base in part.base_offsets(state):
-        if base >= limit:
-            break
-        header = part.header(base)
-        if header.is_control or header.max_timestamp < timestamp_ms:
-            continue
-        for piece in part.read_pieces(base, min(header.next_offset, limit), READ_UNCOMMITTED):
-            hits = np.flatnonzero(piece.timestamps.to_numpy() >= timestamp_ms)
-            if len(hits):
-                i = int(hits[0])
-                return int(piece.offsets[i].as_py()), int(piece.timestamps[i].as_py())
+    base = part.first_batch_reaching(timestamp_ms, limit)
+    if base is None:
+        return None
+    for piece in part.read_pieces(base, min(part.header(base).next_offset, limit),
+                                  READ_UNCOMMITTED):
+        hits = np.flatnonzero(piece.timestamps.to_numpy() >= timestamp_ms)
+        if len(hits):
+            i = int(hits[0])
+            return int(piece.offsets[i].as_py()), int(piece.timestamps[i].as_py())
     return None
 
 
@@ -380,6 +377,8 @@ def read_range(log: Log, rng: OffsetRange, isolation_level: str = READ_COMMITTED
 
 def _chunk_end(part: PartitionLog, start: int, end: int, rows: int) -> int:
     """The first batch boundary at or after ``start + rows`` (``end`` at the most)."""
-    bases = part.base_offsets()
-    i = bisect.bisect_left(bases, start + rows)
-    return min(bases[i] if i < len(bases) else end, end)
+    if start + rows >= end:
+        return end
+    target = start + rows
+    holding = part.batch_refs(target, target + 1)[0].base
+    return min(holding if holding == target else part.header(holding).next_offset, end)

@@ -27,6 +27,11 @@ def partition_count_path(topic: str) -> str:
     return f"topics/{topic}/partition_count"
 
 
+def topic_config_path(topic: str) -> str:
+    """The version chain of a topic's altered config (retention and segment settings)."""
+    return f"topics/{topic}/config"
+
+
 def new_topic_id() -> str:
     return uuid.uuid4().hex
 

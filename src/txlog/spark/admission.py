@@ -12,7 +12,6 @@ it is exact to a batch.
 
 from __future__ import annotations
 
-import bisect
 import math
 
 from ..log import Log
@@ -61,11 +60,9 @@ def _offset_after_bytes(log: Log, tp: TopicPartition, start: int, end: int, budg
     """The end of the whole batches from ``start`` that fit ``budget`` bytes (at least one
     record: a first batch larger than the budget is read in proportion)."""
     part = log.partition(*tp)
-    bases = part.base_offsets()
-    i = max(bisect.bisect_right(bases, start) - 1, 0)
     used, pos = 0, start
-    while pos < end and i < len(bases):
-        header = part.header(bases[i])
+    for ref in part.batch_refs(start, end):
+        header = part.header(ref.base)
         first = max(header.base_offset, pos)
         last = min(header.next_offset, end)
         # Only the part of the batch from ``pos`` counts (a range may start mid-batch).
@@ -77,5 +74,4 @@ def _offset_after_bytes(log: Log, tp: TopicPartition, start: int, end: int, budg
             return pos
         used += size
         pos = last
-        i += 1
     return pos  # never past end: each step stops at min(batch end, end)
