@@ -28,6 +28,7 @@ from txlog.batch import (CONTROL_BIT, RECORD_SCHEMA, TRANSACTIONAL_BIT, BatchHea
                          decode_control, decode_header, decode_records, encode_records,
                          payload_of)
 from txlog.partition import BATCH_SUFFIX
+from txlog.segment import decode_head
 from txlog.storage import TMP_PREFIX, Storage
 
 HELPER = os.path.abspath(__file__)
@@ -61,6 +62,9 @@ class DelegatingStorage(Storage):
 
     def list(self, directory: str) -> list[str]:
         return self.inner.list(directory)
+
+    def read_range(self, path: str, start: int, length: int) -> pa.Buffer:
+        return self.inner.read_range(path, start, length)
 
     def delete(self, path: str) -> None:
         self.inner.delete(path)
@@ -166,31 +170,54 @@ class ChainBatch:
     keys: list[bytes | None]
 
 
-def read_chain(root: str | os.PathLike[str], topic: str, partition: int) -> list[ChainBatch]:
-    """Every batch file of a partition, fully checked, independently of PartitionLog.
+def segment_files(root: str | os.PathLike[str], topic: str, partition: int) -> list[Path]:
+    d = partition_dir(root, topic, partition) / "segments"
+    return sorted(p for p in d.iterdir() if p.name.endswith(".segment")) if d.is_dir() else []
 
-    Asserts that base offsets start at 0 and chain exactly
-    (``base[k+1] == base[k] + count[k]``), that each file's name is its header's
-    base offset, and that every header and payload passes its checksum.
+
+def _chain_batch(path: Path, data: bytes, base: int) -> ChainBatch:
+    header = decode_header(data, str(path), base)  # checks magic, header CRC, offset
+    payload = payload_of(data, header, str(path))  # checks length and payload CRC
+    if header.attributes & CONTROL_BIT:
+        decode_control(payload, header, str(path))
+        return ChainBatch(path, header, [], [])
+    table = decode_records(payload, header, str(path))
+    return ChainBatch(path, header, table.column("value").to_pylist(),
+                      table.column("key").to_pylist())
+
+
+def read_chain(root: str | os.PathLike[str], topic: str, partition: int) -> list[ChainBatch]:
+    """Every batch of a partition, fully checked, independently of PartitionLog.
+
+    Segments are walked batch by batch through the batch headers (not through
+    the segment's index), then the batch files from where the segments end;
+    batch files below that are leftovers of compaction and not part of the
+    log.  Asserts that base offsets chain exactly from the log start
+    (``base[k+1] == base[k] + count[k]``), that each file's name is its
+    header's base offset, and that every header and payload passes its checksum.
     """
     out: list[ChainBatch] = []
-    expected = 0
+    segments = segment_files(root, topic, partition)
+    expected = int(segments[0].name[:-len(".segment")]) if segments else 0
+    for path in segments:
+        data = path.read_bytes()
+        head = decode_head(data, str(path), str(path), int(path.name[:-len(".segment")]))
+        assert head.base_offset == expected, f"segments broken at {path.name}"
+        pos = head.data_start
+        while pos < len(data):
+            batch = decode_header(data[pos:pos + 1024], str(path), expected)
+            size = batch.header_length + batch.payload_length
+            out.append(_chain_batch(path, data[pos:pos + size], expected))
+            expected = batch.next_offset
+            pos += size
+        assert expected == head.end_offset, f"{path.name} ends at {expected}"
     for path in batch_files(root, topic, partition):
         base = int(path.name[:-len(BATCH_SUFFIX)])
+        if base < expected and segments:
+            continue  # covered by a segment: a leftover of compaction
         assert base == expected, f"chain broken at {path.name}: expected base {expected}"
-        data = path.read_bytes()
-        header = decode_header(data, str(path), base)  # checks magic, header CRC, offset
-        payload = payload_of(data, header, str(path))  # checks length and payload CRC
-        if header.attributes & CONTROL_BIT:
-            decode_control(payload, header, str(path))
-            keys: list[bytes | None] = []
-            values: list[bytes | None] = []
-        else:
-            table = decode_records(payload, header, str(path))
-            keys = table.column("key").to_pylist()
-            values = table.column("value").to_pylist()
-        out.append(ChainBatch(path, header, values, keys))
-        expected = header.next_offset
+        out.append(_chain_batch(path, path.read_bytes(), base))
+        expected = out[-1].header.next_offset
     return out
 
 

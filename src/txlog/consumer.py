@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .errors import IllegalStateError, InvalidConfigError
+from .errors import IllegalStateError, InvalidConfigError, OffsetOutOfRangeError
 from . import scan
 from .scan import READ_COMMITTED, check_isolation_level
 
@@ -93,8 +93,9 @@ class Consumer:
         self._positions[tp] = offset
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
-        for tp in partitions or self._assignment:
-            self._positions[self._check_assigned(tp)] = 0
+        starts = self.beginning_offsets(list(partitions or self._assignment))
+        for tp, start in starts.items():
+            self._positions[self._check_assigned(tp)] = start
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
         ends = self.end_offsets(list(partitions or self._assignment))
@@ -112,12 +113,16 @@ class Consumer:
             committed = self.log.committed(self.group_id, [tp])
             if tp in committed:
                 return committed[tp]
+        return self._reset_position(tp, IllegalStateError(
+            f"no committed offset for {tp[0]}-{tp[1]} and auto_offset_reset='none'"))
+
+    def _reset_position(self, tp: TopicPartition, otherwise: Exception) -> int:
+        """Where ``auto_offset_reset`` puts a partition with no usable position."""
         if self.auto_offset_reset == "earliest":
-            return 0
+            return self.beginning_offsets([tp])[tp]
         if self.auto_offset_reset == "latest":
             return self.end_offsets([tp])[tp]
-        raise IllegalStateError(
-            f"no committed offset for {tp[0]}-{tp[1]} and auto_offset_reset='none'")
+        raise otherwise
 
     # --- offsets ------------------------------------------------------------------------
 
@@ -130,7 +135,9 @@ class Consumer:
 
     def beginning_offsets(self, partitions: list[TopicPartition] | None = None
                           ) -> dict[TopicPartition, int]:
-        return {(t, p): 0 for t, p in partitions or self._assignment}
+        """The log start offsets: 0 until retention deletes a partition's oldest segments."""
+        return {(t, p): self.log.partition(t, p).log_start()
+                for t, p in partitions or self._assignment}
 
     def offsets_for_times(self, timestamps: dict[TopicPartition, int]
                           ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
@@ -179,8 +186,15 @@ class Consumer:
         records: list[ConsumerRecord] = []
         while budget > 0:
             start = self.position(topic, partition)
-            table, next_position = scan.read_from(self.log, topic, partition, start, budget,
-                                                  self.isolation_level, include_headers=True)
+            try:
+                table, next_position = scan.read_from(self.log, topic, partition, start,
+                                                      budget, self.isolation_level,
+                                                      include_headers=True)
+            except OffsetOutOfRangeError as exc:
+                # Kafka's consumer: a position retention deleted (or past the end)
+                # is reset by auto_offset_reset; with 'none' the error surfaces.
+                self._positions[tp] = self._reset_position(tp, exc)
+                continue
             self._positions[tp] = next_position
             records.extend(_rows(table))
             budget -= table.num_rows
