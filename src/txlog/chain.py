@@ -2,8 +2,9 @@
 
 Version ``v`` of some state lives at ``<directory>/<v, 20 digits>``.  An update
 reads the latest version, computes the next from it, and publishes ``v + 1``
-if absent; whoever loses reloads and computes again.  Versions are never
-deleted, so an exclusive publish at ``v + 1`` proves the writer saw the latest.
+if absent; whoever loses reloads and computes again.  Garbage collection
+deletes a version only once its successor is old (gc.py): an exclusive
+publish at ``v + 1`` with ``v`` still present proves the writer saw the latest.
 """
 
 from __future__ import annotations
@@ -55,8 +56,20 @@ class VersionChain:
             return self._version, self._value
 
     def publish(self, version: int, value: dict[str, Any]) -> bool:
-        """Publish ``version``; False if someone else published it first."""
-        if not self.storage.publish_if_absent(self._path(version), msgpack.packb(value)):
+        """Publish ``version``; False if someone else published it first.
+
+        Also False, with the version withdrawn, when its predecessor is gone:
+        garbage collection only deletes versions superseded long ago, so this
+        process computed from a version that was no longer the newest and
+        must read the chain again (gc.py).
+        """
+        path = self._path(version)
+        if not self.storage.publish_if_absent(path, msgpack.packb(value)):
+            return False
+        if version > 0 and not self.storage.exists(self._path(version - 1)):
+            self.storage.delete(path)
+            with self._lock:
+                self._version, self._value, self._listed = -1, None, False
             return False
         with self._lock:
             if version > self._version:

@@ -114,7 +114,7 @@ def _state_at(states: StateManager, offset: int) -> ProducerState:
     raise ValueError(f"{states.topic}-{states.partition}: no segment ends at {offset}")
 
 
-def retire_batches(states: StateManager, below: int) -> int:
+def retire_batches(states: StateManager, below: int) -> list[str]:
     """Delete batch objects and snapshots the segments cover (offsets below ``below``).
 
     In offset order: a process whose cached prefix ends with a batch object
@@ -122,16 +122,17 @@ def retire_batches(states: StateManager, below: int) -> int:
     Leftovers of an earlier compaction that stopped half-way go first, for
     the same reason.
     """
-    deleted = 0
+    deleted = []
     for base in named_offsets(states.storage.list(states.dir), BATCH_SUFFIX):
         if base >= below:
             break
-        states.storage.delete(states.batch_path(base))
-        deleted += 1
+        deleted.append(states.batch_path(base))
+        states.storage.delete(deleted[-1])
     snapshots = f"{states.dir}/{SNAPSHOT_DIR}"
     for end in named_offsets(states.storage.list(snapshots), SNAPSHOT_SUFFIX):
         if end <= below:
-            states.storage.delete(states.snapshot_path(end))
+            deleted.append(states.snapshot_path(end))
+            states.storage.delete(deleted[-1])
     return deleted
 
 

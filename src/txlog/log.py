@@ -26,6 +26,7 @@ from .topic_ids import (current_topic_id, new_topic_id, partition_count_path, re
 
 if TYPE_CHECKING:
     from .consumer import Consumer
+    from .gc import GcReport
     from .producer import Producer
 
 FORMAT_VERSION = 1
@@ -405,6 +406,14 @@ class Log:
         return {p: self.partition(topic, p).apply_retention(
                     desc.setting("retention.ms"), desc.setting("retention.bytes"), now_ms)
                 for p in self._partitions_of(topic, partitions)}
+
+    def gc(self, chain_age_s: float = 3600.0, decision_age_s: float = 7 * 24 * 3600.0,
+           temp_age_s: float = 3600.0, now_ms: int | None = None) -> "GcReport":
+        """Remove coordinator state, compaction leftovers and temp files nobody needs any
+        more, without changing what anyone reads (gc.py says why each removal is safe)."""
+        from .gc import collect
+
+        return collect(self, chain_age_s, decision_age_s, temp_age_s, now_ms)
 
     def producer(self, **config: Any) -> "Producer":
         from .producer import Producer

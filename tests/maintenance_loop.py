@@ -1,0 +1,280 @@
+"""Compaction, retention and garbage collection under load: real processes, one checker.
+
+    python tests/maintenance_loop.py [--root DIR] [--seed S] [--txns N]
+
+What runs (separate OS processes on one log root):
+
+* 4 writers: transactional producers (ids ``w0``..``w3``), each a loop of
+  short transactions over the topic's partitions that commit or abort at
+  random; each records every transaction's values and its outcome once the
+  call returned.
+* 2 readers: read_committed consumers from offset 0 with
+  ``auto_offset_reset='none'``, so that a position deleted under them, or
+  any other error, is an error they report (and exit non-zero); they record
+  every record in the order received.
+* a maintainer: in a loop, ``Log.compact`` (leaving the newest offsets as
+  batch objects), ``Log.apply_retention`` (the topic keeps a few segments),
+  ``Log.gc`` and temp-file removal; it prints the number of objects in
+  each partition directory after every pass.  The supervisor SIGKILLs it
+  at random moments and starts it again, so that compactions and deletions
+  stop half-way.
+
+Then the supervisor lets one maintenance pass finish, the readers drain,
+and the checker verifies: every writer and reader finished without error;
+each reader saw, per partition, exactly the committed records, each once,
+in offset order, and nothing of an aborted transaction; the final read
+(from the log start) is the tail of what the readers saw, offset for
+offset; and the number of objects stayed bounded.  The exit status is
+non-zero on any violation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+TOPIC = "events"
+PARTITIONS = 2
+WRITERS = 4
+READERS = 2
+SEGMENT_BYTES = 32 * 1024
+RETENTION_BYTES = 96 * 1024
+LAG = 40  # offsets per partition left as batch objects by the maintainer
+DEADLINE_S = 240.0
+SELF = os.path.abspath(__file__)
+
+
+def _objects(root: str, partition: int) -> int:
+    return sum(len(files) for _, _, files in os.walk(Path(root, "topics", TOPIC, str(partition))))
+
+
+# --- roles ------------------------------------------------------------------------------------
+
+
+def run_writer(args: argparse.Namespace) -> int:
+    from txlog import Log
+
+    rng = random.Random(f"{args.seed}/writer/{args.index}")
+    log = Log(args.root)
+    producer = log.producer(transactional_id=f"w{args.index}", linger_ms=10**9)
+    producer.init_transactions()
+    with open(args.history, "a", encoding="utf-8") as out:
+        for n in range(args.txns):
+            txn = f"w{args.index}.{n}"
+            values = [(rng.randrange(PARTITIONS), f"{txn}.{i}") for i in range(rng.randint(1, 4))]
+            producer.begin_transaction()
+            for p, value in values:
+                producer.send(TOPIC, value.encode(), partition=p)
+                if rng.random() < 0.5:
+                    producer.flush()
+            commit = rng.random() < 0.75
+            (producer.commit_transaction if commit else producer.abort_transaction)()
+            out.write(json.dumps({"txn": txn, "values": values,
+                                  "outcome": "committed" if commit else "aborted"}) + "\n")
+            out.flush()
+    return 0
+
+
+def run_reader(args: argparse.Namespace) -> int:
+    from txlog import Log
+
+    log = Log(args.root)
+    consumer = log.consumer(auto_offset_reset="none", max_poll_records=200)
+    tps = [(TOPIC, p) for p in range(PARTITIONS)]
+    consumer.assign(tps)
+    for tp in tps:
+        consumer.seek(*tp, 0)
+    stop = Path(args.stop)
+    drain_to = None
+    deadline = time.monotonic() + DEADLINE_S
+    with open(args.history, "a", encoding="utf-8") as out:
+        try:
+            while time.monotonic() < deadline:
+                records = consumer.poll()
+                out.write("".join(f"R {r.partition} {r.offset} {r.value.decode()}\n"
+                                  for r in records))
+                out.flush()
+                if drain_to is not None:
+                    if all(consumer.position(*tp) >= drain_to[tp] for tp in tps):
+                        out.write("D\n")
+                        return 0
+                elif stop.exists():
+                    drain_to = consumer.end_offsets()
+                if not records:
+                    time.sleep(0.005)
+            out.write("E deadline\n")
+        except Exception as exc:  # any error is a finding: record it and fail
+            out.write(f"E {exc!r}\n")
+    return 2
+
+
+def run_maintainer(args: argparse.Namespace) -> int:
+    from txlog import Log
+
+    log = Log(args.root)
+    passes = 1 if args.once else 10**9
+    for _ in range(passes):
+        ends = {p: log.partition(TOPIC, p).end_offset() for p in range(PARTITIONS)}
+        log.compact(TOPIC, upto_lag=LAG)
+        log.apply_retention(TOPIC)
+        log.gc(chain_age_s=1.0, decision_age_s=1.0, temp_age_s=2.0)
+        counts = " ".join(str(_objects(args.root, p)) for p in range(PARTITIONS))
+        print(f"O {counts} {' '.join(str(ends[p]) for p in range(PARTITIONS))}", flush=True)
+        if not args.once:
+            time.sleep(0.05)
+    return 0
+
+
+# --- supervisor and checker -------------------------------------------------------------------
+
+
+def _spawn(role: str, root: str, out: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, SELF, role, "--root", root, *extra],
+                            stdout=open(out, "a"), stderr=subprocess.STDOUT)
+
+
+def supervise(root: str, logs: Path, seed: int, txns: int) -> list[str]:
+    """Run everything; return the problems found (empty: all checks hold)."""
+    from txlog import Log
+
+    rng = random.Random(seed)
+    log = Log(root)
+    log.create_topic(TOPIC, PARTITIONS, {"segment.bytes": SEGMENT_BYTES,
+                                         "retention.bytes": RETENTION_BYTES})
+    stop = logs / "stop"
+    readers = [_spawn("reader", root, logs / f"reader{i}.out", "--history",
+                      str(logs / f"reader{i}.log"), "--stop", str(stop))
+               for i in range(READERS)]
+    writers = [_spawn("writer", root, logs / f"writer{i}.out", "--index", str(i), "--seed",
+                      str(seed), "--txns", str(txns), "--history", str(logs / f"writer{i}.log"))
+               for i in range(WRITERS)]
+    maintainer = _spawn("maintainer", root, logs / "maintainer.log")
+    kills = 0
+    deadline = time.monotonic() + DEADLINE_S
+    while any(w.poll() is None for w in writers) and time.monotonic() < deadline:
+        time.sleep(rng.uniform(1.0, 3.0))
+        maintainer.send_signal(signal.SIGKILL)  # mid-compaction, mid-deletion, mid-gc
+        maintainer.wait()
+        kills += 1
+        maintainer = _spawn("maintainer", root, logs / "maintainer.log")
+    maintainer.send_signal(signal.SIGKILL)
+    maintainer.wait()
+    problems = [f"writer {i} exited with {w.wait(timeout=DEADLINE_S)}"
+                for i, w in enumerate(writers) if w.wait(timeout=DEADLINE_S) != 0]
+    last = _spawn("maintainer", root, logs / "maintainer.log", "--once")  # finish what was cut
+    if last.wait(timeout=DEADLINE_S) != 0:
+        problems.append("the last maintenance pass failed (see maintainer.log)")
+    stop.touch()
+    problems += [f"reader {i} exited with {r.wait(timeout=DEADLINE_S)}"
+                 for i, r in enumerate(readers) if r.wait(timeout=DEADLINE_S) != 0]
+    problems += check(root, logs)
+    print(f"maintainer killed {kills} times")
+    return problems
+
+
+def check(root: str, logs: Path) -> list[str]:
+    from txlog import Log
+
+    problems: list[str] = []
+    committed: dict[int, set[str]] = defaultdict(set)
+    aborted: set[str] = set()
+    for i in range(WRITERS):
+        for line in (logs / f"writer{i}.log").read_text().splitlines():
+            txn = json.loads(line)
+            for p, value in txn["values"]:
+                (committed[p].add if txn["outcome"] == "committed" else aborted.add)(value)
+    final: dict[int, list[tuple[int, str]]] = {}
+    log = Log(root)
+    for p in range(PARTITIONS):
+        part = log.partition(TOPIC, p)
+        try:
+            table = part.read(part.log_start())[0]
+        except Exception as exc:  # reported like any other violation
+            problems.append(f"partition {p}: the final read failed: {exc!r}")
+            table = None
+        final[p] = [] if table is None else list(zip(
+            table.column("offset").to_pylist(),
+            (v.decode() for v in table.column("value").to_pylist())))
+    for i in range(READERS):
+        seen: dict[int, list[tuple[int, str]]] = defaultdict(list)
+        for line in (logs / f"reader{i}.log").read_text().splitlines():
+            if line.startswith("E"):
+                problems.append(f"reader {i} saw an error: {line[2:]}")
+            elif line.startswith("R"):
+                _, p, offset, value = line.split(" ", 3)
+                seen[int(p)].append((int(offset), value))
+        for p in range(PARTITIONS):
+            got = seen[p]
+            offsets = [o for o, _ in got]
+            values = [v for _, v in got]
+            if offsets != sorted(set(offsets)):
+                problems.append(f"reader {i} partition {p}: offsets not strictly increasing")
+            if leaked := aborted.intersection(values):
+                problems.append(f"reader {i} partition {p}: aborted records read: "
+                                f"{sorted(leaked)[:5]}")
+            if len(values) != len(set(values)) or set(values) != committed[p]:
+                missing = committed[p] - set(values)
+                problems.append(f"reader {i} partition {p}: {len(values)} records, "
+                                f"{len(set(values))} distinct, {len(committed[p])} committed; "
+                                f"missing {sorted(missing)[:5]}")
+            if final[p] != got[len(got) - len(final[p]):] or (got and not final[p]):
+                problems.append(f"partition {p}: the final read is not the tail of what "
+                                f"reader {i} saw")
+    counts = [line.split() for line in (logs / "maintainer.log").read_text().splitlines()
+              if line.startswith("O ")]
+    peak = [max(int(c[1 + p]) for c in counts) for p in range(PARTITIONS)]
+    ends = [max(int(c[1 + PARTITIONS + p]) for c in counts) for p in range(PARTITIONS)]
+    after = [_objects(root, p) for p in range(PARTITIONS)]
+    print(f"objects per partition directory: peak {peak}, after the last pass {after}, "
+          f"for log end offsets {ends} ({len(counts)} maintenance passes)")
+    coordinator = sum(len(f) for _, _, f in os.walk(Path(root, "coordinator")))
+    print(f"objects under coordinator/: {coordinator}")
+    bound = 2 * LAG + 3 * RETENTION_BYTES // SEGMENT_BYTES + 10
+    if any(a > bound for a in after):
+        problems.append(f"partition directories hold {after} objects after maintenance, more "
+                        f"than {bound}")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("role", nargs="?", default="supervise",
+                        choices=["supervise", "writer", "reader", "maintainer"])
+    parser.add_argument("--root")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--txns", type=int, default=60)
+    parser.add_argument("--index", type=int)
+    parser.add_argument("--history")
+    parser.add_argument("--stop")
+    parser.add_argument("--once", action="store_true")
+    args = parser.parse_args(argv)
+    if args.role == "writer":
+        return run_writer(args)
+    if args.role == "reader":
+        return run_reader(args)
+    if args.role == "maintainer":
+        return run_maintainer(args)
+    seed = args.seed if args.seed is not None else random.randrange(10**6)
+    work = Path(tempfile.mkdtemp(prefix="txlog-maintenance-"))
+    root = args.root or str(work / "log")
+    logs = work / "logs"
+    logs.mkdir()
+    print(f"seed {seed}, root {root}, logs {logs}")
+    problems = supervise(root, logs, seed, args.txns)
+    for problem in problems:
+        print("PROBLEM:", problem)
+    print("OK" if not problems else f"{len(problems)} problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
