@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from .batch import decode_control, decode_header, payload_of
 from .producer_state import ProducerState
-from .segment import SEGMENT_DIR, encode_segment, read_head, segment_bases
+from .errors import StorageError
+from .segment import encode_segment
 from .state_manager import ANCHOR_BYTES, BATCH_SUFFIX, SNAPSHOT_DIR, SNAPSHOT_SUFFIX, \
     StateManager, named_offsets
 
@@ -105,13 +106,12 @@ def _state_at(states: StateManager, offset: int) -> ProducerState:
     """The producer state at the compacted end ``offset``: the newest segment's."""
     if offset == 0:
         return ProducerState()
-    bases = segment_bases(states.storage.list(f"{states.dir}/{SEGMENT_DIR}"))
-    for base in reversed(bases):
-        path = states.segment_path(base)
-        head, fields = read_head(states.storage, path, states.url(path), base)
+    for base in reversed(states.list_segments()):
+        head, state = states.segment_state(base)
         if head.end_offset == offset:
-            return states.state_from_fields(fields, offset)
-    raise ValueError(f"{states.topic}-{states.partition}: no segment ends at {offset}")
+            return state
+    raise StorageError(f"{states.topic}-{states.partition}: no segment ends at {offset} (the "
+                       "segments changed during the compaction)")
 
 
 def retire_batches(states: StateManager, below: int) -> list[str]:

@@ -35,7 +35,7 @@ SEGMENT_DIR = "segments"
 _HEADER = struct.Struct(">4sI qqII16sq IIIIII Q")
 HEADER_SIZE = _HEADER.size  # 88
 HEAD_READ_SIZE = 64 * 1024  # the header and, for a few hundred producers, the snapshot
-OFFSET_ENTRY = np.dtype([("base", ">i8"), ("position", ">u8"), ("size", ">u4")])  # 20 bytes
+OFFSET_ENTRY = np.dtype([("base", ">i8"), ("position", ">u8"), ("size", ">u8")])  # 24 bytes
 TIME_ENTRY = np.dtype([("max_timestamp", ">i8"), ("base", ">i8")])  # 16 bytes
 ABORTED_ENTRY = np.dtype([("producer_id", ">i8"), ("first", ">i8"), ("last", ">i8")])  # 24 bytes
 
@@ -185,6 +185,11 @@ def _section(data: bytes | pa.Buffer, start: int, length: int, crc: int, what: s
     return bytes(piece)
 
 
+def read_header(storage: Storage, path: str, url: str, base_offset: int) -> SegmentHead:
+    """The fixed header alone (where a segment ends), without the snapshot."""
+    return decode_head(storage.read_prefix(path, HEADER_SIZE), path, url, base_offset)
+
+
 def read_head(storage: Storage, path: str, url: str, base_offset: int
               ) -> tuple[SegmentHead, dict]:
     """The header and the producer-state snapshot fields of a segment (one read, usually).
@@ -220,9 +225,12 @@ def read_index(storage: Storage, head: SegmentHead, url: str) -> SegmentIndex:
         raise CorruptSegmentError("segment offset index does not describe its data", url,
                                   head.base_offset)
     max_ts = times["max_timestamp"].astype(np.int64)
-    if np.any(np.diff(max_ts) < 0):
-        raise CorruptSegmentError("segment time index is not monotonic", url, head.base_offset)
-    return SegmentIndex(bases, positions, sizes, max_ts, times["base"].astype(np.int64))
+    time_bases = times["base"].astype(np.int64)
+    if np.any(np.diff(max_ts) < 0) or np.any(np.diff(time_bases) <= 0) or \
+            not np.all(np.isin(time_bases, bases)):
+        raise CorruptSegmentError("segment time index is not monotonic or names batches the "
+                                  "offset index does not have", url, head.base_offset)
+    return SegmentIndex(bases, positions, sizes, max_ts, time_bases)
 
 
 def read_aborted(storage: Storage, head: SegmentHead, url: str) -> list[AbortedTransaction]:

@@ -28,8 +28,8 @@ from .batch import HEADER_READ_SIZE, BatchHeader, ControlRecord, decode_control,
 from .errors import CorruptBatchError, InconsistentTopicIdError, OffsetOutOfRangeError, \
     StorageError, UnknownTopicError
 from .producer_state import ProducerState
-from .segment import SEGMENT_DIR, CorruptSegmentError, SegmentHead, SegmentIndex, read_head, read_index, \
-    segment_bases, segment_name
+from .segment import SEGMENT_DIR, CorruptSegmentError, SegmentHead, SegmentIndex, read_head, \
+    read_header, read_index, segment_bases, segment_name
 from .storage import Storage
 from .topic_ids import current_topic_id
 
@@ -185,21 +185,36 @@ class StateManager:
         bases = self.list_segments()
         return bases[0] if bases else 0
 
-    def _read_segment_head(self, base: int) -> tuple[SegmentHead, dict]:
-        path = self.segment_path(base)
-        head, fields = read_head(self.storage, path, self.url(path), base)
+    def segment_head(self, base: int) -> SegmentHead:
+        """A segment's header (its range and sections); the snapshot is not read."""
+        head = self._heads.get(base)
+        if head is None:
+            path = self.segment_path(base)
+            head = read_header(self.storage, path, self.url(path), base)
+            self._check_topic_id(head)
+            self._heads[base] = head
+        return head
+
+    def _check_topic_id(self, head: SegmentHead) -> None:
         if head.topic_id != self.topic_id:
             current = current_topic_id(self.storage, self.topic)
             if current != self.topic_id:
                 self._stale(current)
             raise CorruptSegmentError(f"segment belongs to topic id {head.topic_id}, not "
-                                      f"{self.topic_id}", self.url(path), base)
-        self._heads[base] = head
-        return head, fields
+                                      f"{self.topic_id}", self.url(head.path), head.base_offset)
 
-    def segment_head(self, base: int) -> SegmentHead:
-        head = self._heads.get(base)
-        return head if head is not None else self._read_segment_head(base)[0]
+    def segment_state(self, base: int) -> tuple[SegmentHead, ProducerState]:
+        """A segment's header and the producer state at its end (a damaged one is an error:
+        the batches it replaced are gone)."""
+        path = self.segment_path(base)
+        head, fields = read_head(self.storage, path, self.url(path), base)
+        self._check_topic_id(head)
+        self._heads[base] = head
+        try:
+            return head, self.state_from_fields(fields, head.end_offset)
+        except ValueError as exc:
+            raise CorruptSegmentError(f"segment snapshot unusable: {exc}", self.url(path),
+                                      base) from None
 
     def segment_index(self, base: int) -> SegmentIndex:
         index = self._indexes.get(base)
@@ -471,14 +486,9 @@ class StateManager:
             from_segment = None
             if bases:
                 try:
-                    head, fields = self._read_segment_head(bases[-1])
+                    head, state = self.segment_state(bases[-1])
                 except FileNotFoundError:
                     continue
-                try:
-                    state = self.state_from_fields(fields, head.end_offset)
-                except ValueError as exc:
-                    raise CorruptSegmentError(f"segment snapshot unusable: {exc}",
-                                              self.url(head.path), head.base_offset) from None
                 from_segment = state, _Anchor(head.base_offset, head.path, head.anchor,
                                                       head.end_offset)
             for offset in reversed(self._snapshot_offsets()):
