@@ -274,15 +274,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     # gc
     gc = leaf_parser(
-        commands, "gc", help="remove what dead writers left behind",
-        description="Remove the temp files (.tmp-*) of local publishes whose process died "
-                    "between writing and linking them, once older than --temp-age. Safe "
-                    "while writers run: a temp name belongs to one publish call, is never "
-                    "read, and a writer stalled that long only sees its publish fail and "
-                    "retries it. Old coordinator state (transaction metadata versions, "
-                    "decisions, leases) is not collected yet.")
+        commands, "gc", help="remove coordinator state and leftovers nobody needs any more",
+        description="Remove what no reader or writer will use again, while they run: "
+                    "versions of transaction-metadata, group and lease chains superseded "
+                    "longer ago than --chain-age (the newest always stays); decisions no "
+                    "unfinished transaction follows (shared ones also older than "
+                    "--decision-age); leases of decided transactions; producer-id blocks "
+                    "but the newest; batch files and snapshots that segments cover; temp "
+                    "files (.tmp-*) of dead local publishes older than --temp-age. "
+                    "docs/protocol.md section 8 says why each removal is safe.")
+    gc.add_argument("--chain-age", metavar="SECONDS", type=_non_negative_int, default=3600,
+                    help="only chain versions whose successor is older than this "
+                         "(default 3600)")
+    gc.add_argument("--decision-age", metavar="SECONDS", type=_non_negative_int,
+                    default=7 * 24 * 3600,
+                    help="only decisions of shared transactions older than this "
+                         "(default 604800, 7 days)")
     gc.add_argument("--temp-age", metavar="SECONDS", type=_non_negative_int, default=3600,
                     help="only temp files older than this (default 3600)")
+    gc.add_argument("--verbose", action="store_true", help="also print every removed path")
+    _json_option(gc)
 
     # verify
     verify = leaf_parser(
@@ -737,10 +748,17 @@ def _shown(value: object) -> str:
 
 def _gc(args: argparse.Namespace) -> None:
     log = _open(args.root)
-    removed = log.storage.remove_temp_files(args.temp_age)
-    print(f"removed {len(removed)} temp file{'s' if len(removed) != 1 else ''}")
-    for path in removed:
-        print(path)
+    report = log.gc(chain_age_s=args.chain_age, decision_age_s=args.decision_age,
+                    temp_age_s=args.temp_age)
+    _print_table(("REMOVED", "OBJECTS"), [(kind, len(paths)) for kind, paths
+                                          in sorted(report.removed.items())], args.json)
+    if args.json:
+        return
+    total = sum(len(paths) for paths in report.removed.values())
+    print(f"removed {total} object{'s' if total != 1 else ''}")
+    if args.verbose:
+        for paths in report.removed.values():
+            print("\n".join(paths))
 
 
 def _verify(args: argparse.Namespace) -> None:
