@@ -78,7 +78,7 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
         if header.next_offset > stop or (run and size + len(data) > max_bytes):
             break
         control = decode_control(payload, header, url) if header.is_control else None
-        run.append((header, data.to_pybytes(), control))
+        run.append((header, data, control))  # buffers (mapped when large): no copy yet
         size += len(data)
         expected = header.next_offset
     if len(run) < max(min_batches, 1):
@@ -90,7 +90,7 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
     end_state.aborted = [a for a in end_state.aborted if a.last_offset >= log_start]
     last_header, last_data, _ = run[-1]
     fields = states.snapshot_fields(end_state, last_header.base_offset,
-                                    last_data[:ANCHOR_BYTES])
+                                    bytes(memoryview(last_data)[:ANCHOR_BYTES]))
     segment = encode_segment(states.topic_id, start, [(h, d) for h, d, _ in run], end_state,
                              fields, int(time.time() * 1000))
     if not states.storage.publish_if_absent(states.segment_path(start), segment):

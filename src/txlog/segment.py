@@ -117,7 +117,8 @@ def segment_bases(names: list[str]) -> list[int]:
     return sorted(int(s[:-n]) for s in names if s.endswith(SEGMENT_SUFFIX) and s[:-n].isdigit())
 
 
-def encode_segment(topic_id: str, base_offset: int, batches: list[tuple[BatchHeader, bytes]],
+def encode_segment(topic_id: str, base_offset: int,
+                   batches: list[tuple[BatchHeader, bytes | pa.Buffer]],
                    state: ProducerState, snapshot_fields: dict, created_ms: int) -> bytes:
     """A segment holding ``batches`` (headers and their whole bytes, consecutive from
     ``base_offset``) and ``state``, the producer state at their end."""
