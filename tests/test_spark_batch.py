@@ -364,3 +364,26 @@ def test_read_arrow_batches_match_core_read(spark, root):
     spark_rows = read(spark, root, subscribe="events").toArrow()
     assert spark_rows.num_rows == core.num_rows
     assert sorted(spark_rows.column("value").to_pylist()) == sorted(core.column("value").to_pylist())
+
+
+def test_reads_of_a_compacted_topic_start_at_its_log_start(spark, tmp_path):
+    root = tmp_path / "log"
+    log = Log(root, fsync=False)
+    log.create_topic("events", 1, {"segment.bytes": 4096, "retention.bytes": 16384})
+    producer = log.producer()
+    for i in range(60):
+        producer.send("events", f"v{i}".encode(), partition=0)
+        producer.flush()
+    log.compact("events", upto_lag=10)
+    start = log.apply_retention("events")[0].log_start
+    assert 0 < start < 50
+    values = [r.value for r in read(spark, root, subscribe="events").orderBy("offset").collect()]
+    assert values == [f"v{i}".encode() for i in range(start, 60)]
+    assert read(spark, root, subscribe="events", minPartitions="3").count() == 60 - start
+    with pytest.raises(Exception, match=f"starting offset 0 of events-0 is outside the readable "
+                                        f"offsets {start} to 60"):
+        read(spark, root, subscribe="events",
+             startingOffsets=json.dumps({"events": {"0": 0}})).collect()
+    lenient = read(spark, root, subscribe="events", failOnDataLoss="false",
+                   startingOffsets=json.dumps({"events": {"0": 0}}))
+    assert lenient.count() == 60 - start
