@@ -68,6 +68,13 @@ def _json_option(parser: argparse.ArgumentParser) -> None:
                         help="one JSON object per row instead of a table")
 
 
+def _partitions_option(parser: argparse.ArgumentParser) -> None:
+    """TOPIC and --partition of a maintenance command (see ``_maintained_partitions``)."""
+    parser.add_argument("topic", metavar="TOPIC", help="topic name")
+    parser.add_argument("--partition", metavar="N", type=_non_negative_int, action="append",
+                        help="only this partition (repeatable; default: all)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -271,9 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "per partition the segments made, the batches merged into them, their "
                     "bytes, and the partition's objects (segments and batch objects) before "
                     "and after.")
-    compact.add_argument("topic", metavar="TOPIC", help="topic name")
-    compact.add_argument("--partition", metavar="N", type=_non_negative_int, action="append",
-                         help="only this partition (repeatable; default: all)")
+    _partitions_option(compact)
     compact.add_argument("--min-batches", metavar="N", type=_positive_int,
                          default=DEFAULT_MIN_BATCHES,
                          help="make no segment of fewer batches than this "
@@ -293,9 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "batch objects are never deleted, so compact first). Prints per "
                     "partition the segments deleted, their bytes and the new log start "
                     "offset.")
-    retention.add_argument("topic", metavar="TOPIC", help="topic name")
-    retention.add_argument("--partition", metavar="N", type=_non_negative_int, action="append",
-                           help="only this partition (repeatable; default: all)")
+    _partitions_option(retention)
     _json_option(retention)
 
     # dump
