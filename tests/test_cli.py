@@ -71,8 +71,8 @@ def test_topics_create_list_describe_delete(tmp_path, capsys):
     assert "max.message.bytes=5000" in out and "message.timestamp.type=LogAppendTime" in out
     rows = table(out.split("config:", 1)[1].split("\n", 1)[1])
     assert rows[0] == ["PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET", "LAST-STABLE-OFFSET",
-                       "BATCHES", "BYTES"]
-    assert rows[1:] == [[str(p), "0", "0", "0", "0", "0"] for p in range(4)]
+                       "SEGMENTS", "SEGMENT-BYTES", "BATCHES", "BATCH-BYTES"]
+    assert rows[1:] == [[str(p), "0", "0", "0", "0", "0", "0", "0"] for p in range(4)]
     with Log(path).producer(linger_ms=60_000) as producer:
         for i in range(3):
             producer.send("a.b", b"x" * 100, partition=2)
@@ -83,7 +83,7 @@ def test_topics_create_list_describe_delete(tmp_path, capsys):
     stored = sum(os.path.getsize(os.path.join(path, "topics", "a.b", "2", name))
                  for name in os.listdir(os.path.join(path, "topics", "a.b", "2"))
                  if name.endswith(".batch"))
-    assert rows[3] == ["2", "0", "4", "4", "2", str(stored)]
+    assert rows[3] == ["2", "0", "4", "4", "0", "0", "2", str(stored)]
 
     code, out, _ = run(capsys, "--root", path, "topics", "alter", "z", "--partitions", "3")
     assert code == 0 and "z now has 3 partitions" in out
@@ -701,6 +701,8 @@ def test_long_commands_show_progress_on_a_terminal_only(root, tmp_path):
     code, out, err = stderr_on_a_terminal("verify")
     assert code == 0 and "verified 3/3 partitions" in err and out.startswith("TOPIC")
     code, out, err = stderr_on_a_terminal("dump", "events", "0")  # output to a file
-    assert code == 0 and "dumped 1 batches" in err and out.startswith("size: ")
+    assert code == 0 and "dumped 1 batches" in err and out.startswith("batch size: ")
+    code, out, err = stderr_on_a_terminal("compact", "events")
+    assert code == 0 and "compacted 3/3 partitions" in err and out.startswith("PARTITION")
     piped = subprocess.run([*command, "verify"], capture_output=True, text=True, timeout=120)
     assert piped.returncode == 0 and piped.stderr == ""  # quiet in pipes

@@ -17,9 +17,11 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .compaction import DEFAULT_MIN_BATCHES
 from .errors import TxlogError, UnknownPartitionError, UnknownTopicError
-from .log import Log
+from .log import TOPIC_DEFAULTS, Log
 from .scan import READ_COMMITTED, READ_UNCOMMITTED, bounds
+from .segment import HEADER_SIZE, SEGMENT_DIR, decode_head, segment_bases, segment_name
 
 PROG = "txlog"
 ROOT_ENV = "TXLOG_ROOT"
@@ -66,6 +68,13 @@ def _json_option(parser: argparse.ArgumentParser) -> None:
                         help="one JSON object per row instead of a table")
 
 
+def _partitions_option(parser: argparse.ArgumentParser) -> None:
+    """TOPIC and --partition of a maintenance command (see ``_maintained_partitions``)."""
+    parser.add_argument("topic", metavar="TOPIC", help="topic name")
+    parser.add_argument("--partition", metavar="N", type=_non_negative_int, action="append",
+                        help="only this partition (repeatable; default: all)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -104,20 +113,31 @@ def build_parser() -> argparse.ArgumentParser:
                              "CreateTime|LogAppendTime, max.message.bytes=N")
     describe = leaf_parser(
         topic_cmds, "describe", help="show a topic's settings and per-partition offsets",
-        description="Show a topic's partition count, settings, and for each partition its "
-                    "log start, log end and last stable offset, and how many batch objects "
-                    "and bytes it holds.")
+        description="Show a topic's partition count, its effective settings (Kafka's "
+                    "default marked where the topic sets none), and for each partition its "
+                    "log start, log end and last stable offset, and how many segments and "
+                    "batch objects (from the compacted end) it holds, with their bytes.")
     describe.add_argument("name", metavar="NAME", help="topic name")
     _json_option(describe)
     alter = leaf_parser(
-        topic_cmds, "alter", help="add partitions to a topic",
-        description="Add partitions to a topic (partitions are never removed). Existing "
+        topic_cmds, "alter", help="add partitions to a topic or change its retention and "
+                                  "segment settings",
+        description="Add partitions to a topic (partitions are never removed): existing "
                     "records stay where they are; keyed records sent from now on may hash "
-                    "to a new partition, as in Kafka. Readers subscribed to the topic, a "
-                    "streaming query included, pick the new partitions up.")
+                    "to a new partition, as in Kafka, and readers subscribed to the topic, "
+                    "a streaming query included, pick the new partitions up. And/or set or "
+                    "remove retention.ms, retention.bytes and segment.bytes (kafka-configs "
+                    "--alter --add-config/--delete-config); 'txlog compact' and 'txlog "
+                    "retention' read them.")
     alter.add_argument("name", metavar="NAME", help="topic name")
-    alter.add_argument("--partitions", metavar="N", type=_positive_int, required=True,
+    alter.add_argument("--partitions", metavar="N", type=_positive_int,
                        help="the new total number of partitions (more than now, at most 10000)")
+    alter.add_argument("--config", metavar="KEY=VALUE", type=_config_item, action="append",
+                       default=[],
+                       help="set a setting, repeatable: retention.ms=MS, retention.bytes=N "
+                            "(-1: no limit), segment.bytes=N (at least 1024)")
+    alter.add_argument("--delete-config", metavar="KEY", action="append", default=[],
+                       help="remove a setting, back to Kafka's default (repeatable)")
     delete = leaf_parser(
         topic_cmds, "delete", help="delete a topic and all of its data",
         description="Delete a topic: its description first (so no new writer starts), "
@@ -249,28 +269,69 @@ def build_parser() -> argparse.ArgumentParser:
     expire.add_argument("--max-idle-ms", metavar="N", type=_non_negative_int, required=True,
                         help="idle time in milliseconds after which an id is retired")
 
+    # compact
+    compact = leaf_parser(
+        commands, "compact", help="merge each partition's oldest batch objects into segments",
+        description="Copy each partition's oldest run of batch objects, byte for byte, into "
+                    "segments of at most the topic's segment.bytes, then delete the batch "
+                    "objects they replace. Safe while producers and consumers run. Prints "
+                    "per partition the segments made, the batches merged into them, their "
+                    "bytes, and the partition's objects (segments and batch objects) before "
+                    "and after.")
+    _partitions_option(compact)
+    compact.add_argument("--min-batches", metavar="N", type=_positive_int,
+                         default=DEFAULT_MIN_BATCHES,
+                         help="make no segment of fewer batches than this "
+                              f"(default {DEFAULT_MIN_BATCHES})")
+    compact.add_argument("--lag", metavar="N", type=_non_negative_int, default=0,
+                         help="leave the newest N offsets of each partition as batch objects "
+                              "(default 0)")
+    _json_option(compact)
+
+    # retention
+    retention = leaf_parser(
+        commands, "retention", help="delete the oldest segments that retention allows",
+        description="Apply the topic's retention.ms and retention.bytes: delete whole "
+                    "segments from each partition's log start while their newest record is "
+                    "older than retention.ms or the partition without them still holds "
+                    "retention.bytes (-1 disables a rule; the newest segment always stays; "
+                    "batch objects are never deleted, so compact first). Prints per "
+                    "partition the segments deleted, their bytes and the new log start "
+                    "offset.")
+    _partitions_option(retention)
+    _json_option(retention)
+
     # dump
     dump = leaf_parser(
         commands, "dump", help="print batch headers (and records) as stored, like "
                                "kafka-dump-log",
-        description="Print every batch object of a partition (or one object) as stored: "
-                    "base and last offset, record count, producer id and epoch, sequences, "
+        description="Print a partition's log as stored, from its log start: each segment "
+                    "(base and end offset, batch counts, section sizes, whether each of its "
+                    "checksums holds) followed by its batches, then the batch objects from "
+                    "the compacted end; and last, marked 'stray', any batch objects below "
+                    "the compacted end, which are not part of the log (leftovers compaction "
+                    "is deleting). Or one object, a batch or a segment. For every batch: base "
+                    "and last offset, record count, producer id and epoch, sequences, "
                     "transactional and control flags, marker type, timestamps, and whether "
-                    "its checksums hold. Works on a damaged log: a batch that fails a check "
-                    "is reported, not skipped, and the command exits 1 if any did.")
+                    "its checksums hold. Works on a damaged log: a batch or segment that "
+                    "fails a check is reported, not skipped, and the command exits 1 if any "
+                    "did.")
     dump.add_argument("topic", metavar="TOPIC", nargs="?", help="topic name")
     dump.add_argument("partition", metavar="PARTITION", nargs="?", type=_non_negative_int,
                       help="partition number")
     dump.add_argument("--object", metavar="PATH",
                       help="dump this one object instead (a path under the root, e.g. "
-                           "topics/t/0/00000000000000000000.batch)")
+                           "topics/t/0/00000000000000000000.batch or "
+                           "topics/t/0/segments/00000000000000000000.segment)")
     dump.add_argument("--from", dest="start", metavar="OFFSET", type=_non_negative_int,
                       default=0, help="start at the batch holding OFFSET")
     dump.add_argument("--max-batches", metavar="N", type=_positive_int,
-                      help="stop after N batches")
+                      help="stop after N batches (those inside segments count)")
     dump.add_argument("--records", action="store_true",
                       help="also print each record (offset, timestamp, key, value, headers)")
-    dump.add_argument("--json", action="store_true", help="one JSON object per batch")
+    dump.add_argument("--json", action="store_true",
+                      help="one JSON object per segment, batch or stray object, each with a "
+                           "'kind'")
 
     # gc
     gc = leaf_parser(
@@ -298,14 +359,22 @@ def build_parser() -> argparse.ArgumentParser:
     # verify
     verify = leaf_parser(
         commands, "verify", help="check every checksum and the log's invariants",
-        description="Replay every partition from its first batch and check what writers "
+        description="Replay every partition from its log start and check what writers "
                     "were held to: both checksums and the records of every batch, offsets "
-                    "contiguous from 0, no duplicate or out-of-sequence batch of an "
-                    "idempotent producer, every COMMIT marker backed by a decision that "
-                    "commits it. Changes nothing. Exits 1 if any check fails.")
+                    "contiguous, no duplicate or out-of-sequence batch of an idempotent "
+                    "producer, every COMMIT marker backed by a decision that commits it. "
+                    "Each segment is read once and must agree with itself: its header, "
+                    "snapshot, aborted-list and index checksums; each offset-index entry "
+                    "names a batch of that base, position and exact size; the time index is "
+                    "the running maximum of its data batches' timestamps; the aborted list "
+                    "is the transactions its ABORT markers end; its snapshot ends where it "
+                    "ends. Segments must be contiguous and the batch objects start at the "
+                    "compacted end. Changes nothing. Exits 1 if any check fails.")
     verify.add_argument("--topic", metavar="TOPIC", action="append",
                         help="only this topic (repeatable; default: every topic)")
-    verify.add_argument("--json", action="store_true", help="one JSON object per partition")
+    verify.add_argument("--json", action="store_true",
+                        help="one JSON object per partition (with 'strays': batch objects "
+                             "below the compacted end, not part of the log)")
 
     # producers
     producers = commands.add_parser("producers", help="show the producers of a topic's "
@@ -324,7 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
     _json_option(describe_producers)
 
     # groups
-    groups = commands.add_parser("groups", help="list groups, show their offsets and lag",
+    groups = commands.add_parser("groups", help="list groups, show their offsets and lag, "
+                                                "delete them",
                                  description="Inspect consumer groups.")
     group_cmds = groups.add_subparsers(dest="action", metavar="ACTION", required=True)
     leaf_parser(group_cmds, "list", help="print every group id, one per line",
@@ -337,6 +407,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "offset and the lag between the committed offset and the log end.")
     gdesc.add_argument("group", metavar="GROUP", help="group id")
     _json_option(gdesc)
+    gdelete = leaf_parser(
+        group_cmds, "delete", help="forget groups' committed offsets",
+        description="Delete consumer groups (kafka-consumer-groups --delete): their committed "
+                    "offsets are forgotten, so they are no longer listed or described, and "
+                    "a later commit starts them afresh. Stop the group's consumers first: "
+                    "nothing checks for them, and a streaming sink's <prefix>-sink group "
+                    "also records which micro-batches it wrote.")
+    gdelete.add_argument("group", metavar="GROUP", nargs="+", help="group id")
     return parser
 
 
@@ -428,13 +506,16 @@ def _topics(args: argparse.Namespace) -> None:
         for name in log.topics():
             print(name)
     elif args.action == "describe":
-        desc = log.describe_topic(args.name)
+        desc = log.describe_topic(args.name, refresh=True)
         header, rows = _offset_rows(log, desc.name, desc.partitions, sizes=True)
+        config = {**TOPIC_DEFAULTS, **desc.config}
+        defaults = sorted(k for k in config if k not in desc.config)
         if args.json:
             keys = [h.lower().replace("-", "_") for h in header]
             print(json.dumps({"topic": desc.name, "topic_id": desc.topic_id,
                               "partitions": desc.partitions, "created_ms": desc.created_ms,
-                              "config": desc.config,
+                              "config": dict(sorted(config.items())),
+                              "default_config_keys": defaults,
                               "partition_offsets": [dict(zip(keys, r, strict=True))
                                                     for r in rows]}))
             return
@@ -442,12 +523,19 @@ def _topics(args: argparse.Namespace) -> None:
         print(f"topic id: {desc.topic_id}")
         print(f"partitions: {desc.partitions}")
         print(f"created: {_utc(desc.created_ms)}")
-        settings = ", ".join(f"{k}={v}" for k, v in sorted(desc.config.items()))
-        print(f"config: {settings or '(defaults)'}")
+        print("config: " + ", ".join(f"{k}={v}" + (" (default)" if k in defaults else "")
+                                     for k, v in sorted(config.items())))
         _print_table(header, rows)
     elif args.action == "alter":
-        desc = log.create_partitions(args.name, args.partitions)
-        print(f"topic {desc.name} now has {desc.partitions} partitions")
+        if args.partitions is None and not args.config and not args.delete_config:
+            raise CommandError("give --partitions, --config or --delete-config")
+        if args.partitions is not None:
+            desc = log.create_partitions(args.name, args.partitions)
+            print(f"topic {desc.name} now has {desc.partitions} partitions")
+        if args.config or args.delete_config:
+            desc = log.alter_topic_config(args.name, dict(args.config), args.delete_config)
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(desc.config.items()))
+            print(f"topic {desc.name} config: {shown or '(defaults)'}")
     elif args.action == "delete":
         log.delete_topic(args.name)
         print(f"deleted topic {args.name}")
@@ -455,22 +543,40 @@ def _topics(args: argparse.Namespace) -> None:
 
 def _offset_rows(log: Log, topic: str, partitions: int, sizes: bool = False
                  ) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
-    """Per partition its offsets; with ``sizes`` also its log start, batches and bytes
-    (every batch header is read once)."""
+    """Per partition its offsets; with ``sizes`` also its log start and what it stores
+    (see ``_stored``)."""
     rows: list[tuple[Any, ...]] = []
     for p in range(partitions):
         b = bounds(log, topic, p)
         if not sizes:
             rows.append((p, b.end, b.stable))
             continue
-        part = log.partition(topic, p)
-        bases = part.base_offsets()
-        stored = sum(h.header_length + h.payload_length for h in map(part.header, bases))
-        rows.append((p, b.log_start, b.end, b.stable, len(bases), stored))
+        rows.append((p, b.log_start, b.end, b.stable, *_stored(log, topic, p)))
     if sizes:
         return ("PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET", "LAST-STABLE-OFFSET",
-                "BATCHES", "BYTES"), rows
+                "SEGMENTS", "SEGMENT-BYTES", "BATCHES", "BATCH-BYTES"), rows
     return ("PARTITION", "LOG-END-OFFSET", "LAST-STABLE-OFFSET"), rows
+
+
+def _stored(log: Log, topic: str, partition: int) -> tuple[int, int, int, int]:
+    """Segments and their bytes (from their headers), then batch objects from the
+    compacted end and their bytes (from their headers, cached by the partition):
+    never a whole segment or payload read."""
+    part = log.partition(topic, partition)
+    state = part.state()
+    tail = [r for r in part.batch_refs(part.compacted_end(), state=state) if not r.in_segment]
+    batch_bytes = sum(h.header_length + h.payload_length
+                      for h in (part.header(r.base) for r in tail))
+    directory = f"{part.dir}/{SEGMENT_DIR}"
+    heads = []
+    for base in segment_bases(log.storage.list(directory)):
+        path = f"{directory}/{segment_name(base)}"
+        try:
+            data = log.storage.read_prefix(path, HEADER_SIZE)
+        except FileNotFoundError:
+            continue  # retention deleted it since the listing
+        heads.append(decode_head(data, path, f"{log.root}/{path}", base))
+    return len(heads), sum(h.total_length for h in heads), len(tail), batch_bytes
 
 
 def _produce(args: argparse.Namespace) -> None:
@@ -690,8 +796,46 @@ def _transactions(args: argparse.Namespace) -> None:
               + (": " + ", ".join(dead) if dead else ""))
 
 
+def _maintained_partitions(log: Log, topic: str, chosen: list[int] | None) -> list[int]:
+    """The partitions a maintenance command works on, each checked to exist."""
+    desc = log.describe_topic(topic, refresh=True)
+    partitions = list(dict.fromkeys(chosen)) if chosen else list(range(desc.partitions))
+    for p in partitions:
+        log.partition(topic, p)  # an unknown partition fails here, named
+    return partitions
+
+
+def _compact(args: argparse.Namespace) -> None:
+    log = _open(args.root)
+    rows = []
+    partitions = _maintained_partitions(log, args.topic, args.partition)
+    with _Progress("compacted", "partitions") as progress:
+        for p in partitions:
+            segments, _, batches, _ = _stored(log, args.topic, p)
+            made = log.compact(args.topic, [p], args.min_batches, args.lag)[p]
+            after = _stored(log, args.topic, p)
+            rows.append((p, len(made), sum(c.batches for c in made),
+                         sum(c.bytes for c in made), segments + batches, after[0] + after[2]))
+            progress.update(len(rows), len(partitions))
+    _print_table(("PARTITION", "SEGMENTS-MADE", "BATCHES-MERGED", "BYTES", "OBJECTS-BEFORE",
+                  "OBJECTS-AFTER"), rows, args.json)
+
+
+def _retention(args: argparse.Namespace) -> None:
+    log = _open(args.root)
+    rows = []
+    partitions = _maintained_partitions(log, args.topic, args.partition)
+    with _Progress("retention applied to", "partitions") as progress:
+        for p in partitions:
+            done = log.apply_retention(args.topic, [p])[p]
+            rows.append((p, done.segments_deleted, done.bytes_deleted, done.log_start))
+            progress.update(len(rows), len(partitions))
+    _print_table(("PARTITION", "SEGMENTS-DELETED", "BYTES-DELETED", "LOG-START-OFFSET"), rows,
+                 args.json)
+
+
 def _dump(args: argparse.Namespace) -> None:
-    from .dump import dump_object, dump_partition
+    from .dump import SegmentDump, dump_object, dump_partition
 
     log = _open(args.root)
     if args.object is not None:
@@ -707,28 +851,42 @@ def _dump(args: argparse.Namespace) -> None:
         log.partition(args.topic, args.partition)  # a clear error for an unknown partition
         dumps = dump_partition(log, args.topic, args.partition, args.start, args.max_batches,
                                args.records)
-    damaged = 0
+    damaged = {"segment": 0, "batch": 0}
+    done = 0
     with _Progress("dumped", "batches", streams_output=True) as progress:
-        for done, d in enumerate(dumps, 1):
-            progress.update(done)
-            damaged += d.problem is not None
-            _print_dump(d, args.json)
-    if damaged:
-        raise CommandError(f"{damaged} batch{'es' if damaged != 1 else ''} failed a check")
+        for item in dumps:
+            inner = item.batches if isinstance(item, SegmentDump) else []
+            for d in [item, *inner]:
+                kind = d.as_dict()["kind"]
+                if kind == "batch":
+                    done += 1
+                    progress.update(done)
+                if kind != "stray" and d.problem is not None:
+                    damaged[kind] += 1
+                _print_dump(d, args.json, indent="  " if d is not item else "")
+    failed = [f"{n} {kind}{'es' if kind == 'batch' and n != 1 else 's' if n != 1 else ''}"
+              for kind, n in damaged.items() if n]
+    if failed:
+        raise CommandError(f"{' and '.join(failed)} failed a check")
 
 
-def _print_dump(d: Any, as_json: bool) -> None:
+def _print_dump(d: Any, as_json: bool, indent: str = "") -> None:
+    """One segment, batch or stray object: a JSON line, or ``kind key: value ...`` with a
+    segment's batches indented under it and each record on a ``|`` line."""
     fields = d.as_dict()
+    records = getattr(d, "records", None)
     if as_json:
-        if d.records is not None:
+        if records is not None:
             fields["records"] = _record_dicts(d)
         print(json.dumps(fields))
         return
-    print(" ".join(f"{k}: {_shown(v)}" for k, v in fields.items() if k != "path")
+    print(indent + fields["kind"] + " "
+          + " ".join(f"{k}: {'; '.join(v) if k == 'problems' else _shown(v)}"
+                     for k, v in fields.items() if k not in ("kind", "path"))
           + f" file: {d.path}")
-    if d.records is not None:
+    if records is not None:
         for record in _record_dicts(d):
-            print("| " + " ".join(f"{k}: {_shown(v)}" for k, v in record.items()))
+            print(indent + "| " + " ".join(f"{k}: {_shown(v)}" for k, v in record.items()))
 
 
 def _record_dicts(d: Any) -> list[dict[str, object]]:
@@ -769,12 +927,14 @@ def _verify(args: argparse.Namespace) -> None:
         reports = verify(log, args.topic, progress.update)
     if args.json:
         for r in reports:
-            print(json.dumps({"topic": r.topic, "partition": r.partition, "batches": r.batches,
-                              "records": r.records, "problems": r.problems}))
+            print(json.dumps({"topic": r.topic, "partition": r.partition,
+                              "segments": r.segments, "batches": r.batches,
+                              "records": r.records, "strays": r.strays,
+                              "problems": r.problems}))
     else:
-        _print_table(("TOPIC", "PARTITION", "BATCHES", "RECORDS", "PROBLEMS"),
-                     [(r.topic, r.partition, r.batches, r.records, len(r.problems))
-                      for r in reports])
+        _print_table(("TOPIC", "PARTITION", "SEGMENTS", "BATCHES", "RECORDS", "PROBLEMS"),
+                     [(r.topic, r.partition, r.segments, r.batches, r.records,
+                       len(r.problems)) for r in reports])
         for r in reports:
             for problem in r.problems:
                 print(f"{r.topic}-{r.partition}: {problem}")
@@ -810,6 +970,13 @@ def _groups(args: argparse.Namespace) -> None:
         for group in log.groups():
             print(group)
         return
+    if args.action == "delete":
+        from .groups import delete_group
+
+        for group in dict.fromkeys(args.group):
+            delete_group(log.storage, group)
+            print(f"deleted group {group}")
+        return
     committed = log.committed(args.group)
     if not committed:
         raise CommandError(f"group {args.group!r} has no committed offsets in {log.root}")
@@ -827,7 +994,8 @@ def _groups(args: argparse.Namespace) -> None:
 
 _COMMANDS = {"topics": _topics, "produce": _produce, "consume": _consume,
              "offsets": _offsets, "transactions": _transactions, "producers": _producers,
-             "dump": _dump, "verify": _verify, "gc": _gc, "groups": _groups}
+             "dump": _dump, "verify": _verify, "gc": _gc, "groups": _groups,
+             "compact": _compact, "retention": _retention}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,6 +6,15 @@ when their transaction completes; every application records, per
 transactional id, the generation (metadata version) it came from, so a
 process that rolls forward an old transaction late can never move offsets
 back over a newer commit.
+
+Deleting a group (kafka-consumer-groups --delete) publishes one more
+version, a tombstone: no offsets and ``deleted: true``.  Versions are never
+removed (the chain's exclusive publish relies on it), and the tombstone
+keeps the ``txn_marks``, so a late roll-forward of a transaction whose
+offsets were applied before the delete cannot bring them back.  The next
+commit starts the group afresh; that includes a transaction decided before
+the delete whose offsets are only applied after it, exactly as if it had
+committed after the delete.
 """
 
 from __future__ import annotations
@@ -13,11 +22,15 @@ from __future__ import annotations
 import time
 
 from .chain import VersionChain
-from .errors import InvalidConfigError
+from .errors import InvalidConfigError, TxlogError
 from .names import validate_name
 from .storage import Storage
 
 GROUP_DIR = "coordinator/groups"
+
+
+class UnknownGroupError(TxlogError):
+    """The group has never committed offsets, or was deleted (Kafka's GroupIdNotFound)."""
 
 
 def _chain(storage: Storage, group_id: str) -> VersionChain:
@@ -46,9 +59,29 @@ def _encode(offsets: dict[tuple[str, int], int], marks: dict[str, int]) -> dict:
             "txn_marks": marks, "time_ms": int(time.time() * 1000)}
 
 
+def _live(value: dict | None) -> bool:
+    return value is not None and not value.get("deleted", False)
+
+
 def group_ids(storage: Storage) -> list[str]:
-    """Every group that has committed offsets, sorted."""
-    return sorted(storage.list(GROUP_DIR))
+    """Every group that has committed offsets and is not deleted, sorted (reads the
+    newest version of each group)."""
+    return sorted(g for g in storage.list(GROUP_DIR) if _live(_chain(storage, g).latest()[1]))
+
+
+def delete_group(storage: Storage, group_id: str) -> None:
+    """Forget a group's committed offsets: publish a tombstone version of its chain.
+
+    UnknownGroupError if it has no version, or its newest is a tombstone already.
+    """
+    def step(version: int, value: dict | None) -> dict:
+        if not _live(value):
+            raise UnknownGroupError(f"group {group_id!r} does not exist"
+                                    + (" (it was deleted)" if value is not None else ""))
+        assert value is not None
+        return {**_encode({}, dict(value["txn_marks"])), "deleted": True}
+
+    _chain(storage, group_id).update(step)
 
 
 def committed_offsets(storage: Storage, group_id: str,
