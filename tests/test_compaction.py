@@ -270,3 +270,16 @@ def test_damaged_segment_is_an_error_naming_the_file(tmp_path: Path, caplog) -> 
     with pytest.raises(CorruptSegmentError, match="segment header checksum") as info:
         Log(tmp_path).partition("t", 0).end_offset()
     assert path.name in str(info.value)
+
+
+def test_a_batch_larger_than_a_segment_never_holds_compaction_back(tmp_path: Path) -> None:
+    log = Log(tmp_path, fsync=False)
+    log.create_topic("t", 1, {"segment.bytes": 3000})
+    producer = log.producer()
+    producer.send("t", b"x" * 2500, partition=0)  # alone it nearly fills a segment
+    producer.flush()
+    _fill(log, "t", 6)
+    made = log.compact("t")[0]
+    assert made[0].base_offset == 0 and made[0].batches == 1  # full, though below min_batches
+    assert log.partition("t", 0).compacted_end() == 7
+    assert log.partition("t", 0).read(0)[0].num_rows == 7

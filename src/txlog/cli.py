@@ -971,10 +971,8 @@ def _groups(args: argparse.Namespace) -> None:
             print(group)
         return
     if args.action == "delete":
-        from .groups import delete_group
-
         for group in dict.fromkeys(args.group):
-            delete_group(log.storage, group)
+            log.delete_group(group)
             print(f"deleted group {group}")
         return
     committed = log.committed(args.group)

@@ -68,6 +68,7 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
     run: list[tuple] = []
     size = 0
     expected = start
+    full = False  # the run ends because the next batch would not fit in max_bytes
     for ref in states.refs(start, stop, state):
         if ref.in_segment or ref.base != expected:
             break  # another compaction got ahead of this one: it has this run
@@ -75,13 +76,18 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
         url = states.url(ref.path)
         header = decode_header(data, url, ref.base)
         payload = payload_of(data, header, url)  # damage is never copied silently
-        if header.next_offset > stop or (run and size + len(data) > max_bytes):
+        if header.next_offset > stop:
+            break
+        if run and size + len(data) > max_bytes:
+            full = True
             break
         control = decode_control(payload, header, url) if header.is_control else None
         run.append((header, data, control))  # buffers (mapped when large): no copy yet
         size += len(data)
         expected = header.next_offset
-    if len(run) < max(min_batches, 1):
+    # A full run is compacted however few batches it has: every compaction starts
+    # here, so one large batch must never hold the partition back.
+    if not run or (len(run) < min_batches and not full):
         return None
     end_state = _state_at(states, start)
     for header, _, control in run:
@@ -174,5 +180,5 @@ def apply_retention(states: StateManager, retention_ms: int = -1, retention_byte
 def _tail_bytes(states: StateManager) -> int:
     state = states.state()
     refs = states.refs(states.compacted_end(), state.end_offset, state)
-    return sum(states.header(r.base).header_length + states.header(r.base).payload_length
-               for r in refs if not r.in_segment)
+    headers = (states.header(r.base) for r in refs if not r.in_segment)
+    return sum(h.header_length + h.payload_length for h in headers)

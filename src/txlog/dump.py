@@ -24,7 +24,7 @@ from .batch import (COMMIT, BatchHeader, ControlRecord, decode_control, decode_h
                     decode_records, payload_of)
 from .errors import CorruptBatchError, StorageError
 from .log import Log
-from .segment import (_HEADER, ABORTED_ENTRY, HEADER_SIZE, OFFSET_ENTRY, SEGMENT_DIR,
+from .segment import (ABORTED_ENTRY, HEADER_SIZE, OFFSET_ENTRY, SEGMENT_DIR,
                       SEGMENT_MAGIC, SEGMENT_SUFFIX, TIME_ENTRY, SegmentHead, decode_head,
                       segment_bases, segment_name)
 from .state_manager import ANCHOR_BYTES, BATCH_SUFFIX, named_offsets, offset_name
@@ -183,19 +183,20 @@ def decode_segment(data: pa.Buffer | bytes, path: str, url: str, base: int | Non
     Batches ending at or before ``start`` are walked past (their headers only).
     """
     view = memoryview(data)
-    if len(view) >= _HEADER.size and base is None:
-        base = _HEADER.unpack_from(view, 0)[2]  # an object not named by its base offset
+    if len(view) >= HEADER_SIZE and base is None:
+        base = int.from_bytes(view[8:16], "big", signed=True)  # an object not named by its base
     try:
         head = decode_head(view, path, url, -1 if base is None else base)
     except CorruptBatchError as exc:
         return SegmentDump(path, len(view), None, [exc.reason], {"header": False})
-    fields = _HEADER.unpack_from(view, 0)
     problems: list[str] = []
     if len(view) != head.total_length:
         problems.append(f"segment is {len(view)} bytes, its header promises {head.total_length}")
-    snap, snap_ok = _section(view, head.snapshot_start, head.snapshot_length, fields[9])
+    snap, snap_ok = _section(view, head.snapshot_start, head.snapshot_length,
+                                 head.snapshot_crc)
     aborted, aborted_ok = _section(view, head.aborted_start,
-                                   head.aborted_count * ABORTED_ENTRY.itemsize, fields[11])
+                                   head.aborted_count * ABORTED_ENTRY.itemsize,
+                                   head.aborted_crc)
     index, index_ok = _section(view, head.index_start, head.index_length, head.index_crc)
     checksums = {"header": True, "snapshot": snap_ok, "aborted": aborted_ok, "index": index_ok}
     for what, ok in (("snapshot", snap_ok), ("aborted list", aborted_ok), ("index", index_ok)):

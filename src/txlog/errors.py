@@ -23,6 +23,10 @@ class TopicExistsError(TxlogError):
     pass
 
 
+class UnknownGroupError(TxlogError):
+    """The group has never committed offsets, or was deleted (Kafka's GroupIdNotFound)."""
+
+
 class UnknownTopicError(TxlogError, KeyError):
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""

@@ -22,15 +22,11 @@ from __future__ import annotations
 import time
 
 from .chain import VersionChain
-from .errors import InvalidConfigError, TxlogError
+from .errors import InvalidConfigError, UnknownGroupError
 from .names import validate_name
 from .storage import Storage
 
 GROUP_DIR = "coordinator/groups"
-
-
-class UnknownGroupError(TxlogError):
-    """The group has never committed offsets, or was deleted (Kafka's GroupIdNotFound)."""
 
 
 def _chain(storage: Storage, group_id: str) -> VersionChain:

@@ -444,6 +444,13 @@ class Log:
 
         return group_ids(self.storage)
 
+    def delete_group(self, group_id: str) -> None:
+        """Forget a group's committed offsets (kafka-consumer-groups --delete): a new version
+        of its chain marks it deleted; a later commit starts it afresh."""
+        from .groups import delete_group
+
+        delete_group(self.storage, group_id)
+
     def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
         """Plain, non-transactional offset commit for a group."""
         from .groups import commit_offsets

@@ -56,7 +56,9 @@ class SegmentHead:
     topic_id: str
     created_ms: int
     snapshot_length: int
+    snapshot_crc: int
     aborted_count: int
+    aborted_crc: int
     index_crc: int
     data_length: int
     anchor: bytes  # magic and header checksum: what identifies this object
@@ -161,8 +163,8 @@ def decode_head(data: bytes, path: str, url: str, base_offset: int) -> SegmentHe
     """The fixed header of a segment, checked (``data`` holds at least its first bytes)."""
     if len(data) < HEADER_SIZE:
         raise CorruptSegmentError("segment header truncated", url, base_offset)
-    (magic, crc, base, end, count, data_count, topic_id, created, snap_len, _snap_crc,
-     aborted_count, _aborted_crc, index_crc, reserved, data_length) = \
+    (magic, crc, base, end, count, data_count, topic_id, created, snap_len, snap_crc,
+     aborted_count, aborted_crc, index_crc, reserved, data_length) = \
         _HEADER.unpack_from(data, 0)
     if magic != SEGMENT_MAGIC:
         raise CorruptSegmentError(f"not a segment (magic {magic!r})", url, base_offset)
@@ -175,7 +177,8 @@ def decode_head(data: bytes, path: str, url: str, base_offset: int) -> SegmentHe
         raise CorruptSegmentError(f"inconsistent segment header (offsets {base} to {end}, "
                                   f"{count} batches)", url, base_offset)
     return SegmentHead(path, base, end, count, data_count, topic_id.hex(), created, snap_len,
-                       aborted_count, index_crc, data_length, bytes(data[:8]))
+                       snap_crc, aborted_count, aborted_crc, index_crc, data_length,
+                       bytes(data[:8]))
 
 
 def _section(data: bytes | pa.Buffer, start: int, length: int, crc: int, what: str, url: str,
@@ -199,10 +202,10 @@ def read_head(storage: Storage, path: str, url: str, base_offset: int
     """
     data = storage.read_prefix(path, HEAD_READ_SIZE)
     head = decode_head(data, path, url, base_offset)
-    _, _, _, _, _, _, _, _, snap_len, snap_crc, _, _, _, _, _ = _HEADER.unpack_from(data, 0)
-    if len(data) < HEADER_SIZE + snap_len:
-        data = storage.read_prefix(path, HEADER_SIZE + snap_len)
-    snapshot = _section(data, HEADER_SIZE, snap_len, snap_crc, "snapshot", url, base_offset)
+    if len(data) < HEADER_SIZE + head.snapshot_length:
+        data = storage.read_prefix(path, HEADER_SIZE + head.snapshot_length)
+    snapshot = _section(data, HEADER_SIZE, head.snapshot_length, head.snapshot_crc, "snapshot",
+                        url, base_offset)
     fields = msgpack.unpackb(snapshot)
     if not isinstance(fields, dict):
         raise CorruptSegmentError("segment snapshot is not a map", url, base_offset)
@@ -237,10 +240,8 @@ def read_index(storage: Storage, head: SegmentHead, url: str) -> SegmentIndex:
 def read_aborted(storage: Storage, head: SegmentHead, url: str) -> list[AbortedTransaction]:
     """The transactions whose ABORT marker lies in this segment (for verify and dump)."""
     length = head.aborted_count * ABORTED_ENTRY.itemsize
-    data = storage.read_range(head.path, 0, head.index_start)
-    _, _, _, _, _, _, _, _, _, _, _, aborted_crc, _, _, _ = _HEADER.unpack_from(data, 0)
-    raw = _section(data, head.aborted_start, length, aborted_crc, "aborted list", url,
-                   head.base_offset)
+    data = storage.read_range(head.path, head.aborted_start, length)
+    raw = _section(data, 0, length, head.aborted_crc, "aborted list", url, head.base_offset)
     arr = np.frombuffer(raw, dtype=ABORTED_ENTRY)
     return [AbortedTransaction(int(p), int(f), int(la))
             for p, f, la in zip(arr["producer_id"], arr["first"], arr["last"])]
