@@ -75,7 +75,11 @@ def wait_for_kill_moment(proc: subprocess.Popen, root: str, rng: random.Random,
 
 
 def run(root: str, kills: int, records: int, delivery: str, seed: int,
-        stop_at_first_duplicate: bool = False, log_path: str | None = None) -> dict:
+        stop_at_first_duplicate: bool = False, log_path: str | None = None,
+        every_kill_after_a_write: bool = False) -> dict:
+    """Kill the query ``kills`` times, alternately at a random moment and right after
+    the sink grew (every time after a write with ``every_kill_after_a_write``: the
+    moment at which an at-least-once sink duplicates, whatever the machine's speed)."""
     rng = random.Random(seed)
     log = Log(root)
     pipeline.setup(log)
@@ -92,7 +96,9 @@ def run(root: str, kills: int, records: int, delivery: str, seed: int,
         for i in range(kills):
             proc = start_query(root, delivery, out)
             try:
-                moments.append(wait_for_kill_moment(proc, root, rng, i % 2 == 0, 30))
+                moments.append(wait_for_kill_moment(proc, root, rng,
+                                                    every_kill_after_a_write or i % 2 == 0,
+                                                    60))
             finally:
                 kill(proc)
             if stop_at_first_duplicate and pipeline.check(root)["duplicated"]:

@@ -28,7 +28,7 @@ def test_exactly_once_survives_repeated_driver_kills(tmp_path):
 def test_the_same_kills_duplicate_records_at_least_once(tmp_path):
     report = harness.run(str(tmp_path / "log"), kills=5, records=5_000,
                          delivery="at_least_once", seed=7, stop_at_first_duplicate=True,
-                         log_path=str(tmp_path / "spark.log"))
+                         log_path=str(tmp_path / "spark.log"), every_kill_after_a_write=True)
     assert report["duplicated"] > 0, report
     assert report["missing"] == 0  # at least once: nothing lost either
     assert not exactly_once(report)
