@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+from xml.sax.saxutils import escape
 
 REGION = "us-east-1"
 # Distinctive on purpose: the credential tests grep every log line, error and
@@ -48,6 +49,7 @@ class Fault:
     code: str
     after: bool = False  # apply the request first, then answer with the error
     times: int = 1
+    message: str = "injected by the test server"
     hits: int = 0
 
 
@@ -88,6 +90,10 @@ class MotoS3:
         from moto.moto_server.werkzeug_app import MotoRequestHandler, create_backend_app
         from werkzeug.serving import make_server
 
+        class QuietHandler(MotoRequestHandler):
+            def log_request(self, *args: Any, **kwargs: Any) -> None:
+                pass  # a line per request would flood every test's captured log
+
         # moto's S3 application itself: its usual front (DomainDispatcherApplication)
         # works out the service of every request anew, scanning moto's package
         # directory each time (a third of the cost of a request), and this
@@ -101,7 +107,7 @@ class MotoS3:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         self._server = make_server("127.0.0.1", port, app, threaded=True,
-                                   request_handler=MotoRequestHandler)
+                                   request_handler=QuietHandler)
         self.endpoint = f"http://127.0.0.1:{port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
                                         name="moto-s3")
@@ -204,7 +210,7 @@ def _keep(start_response: Callable, fault: Fault | None) -> Callable:
 
 def _error(start_response: Callable, fault: Fault) -> list[bytes]:
     body = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{fault.code}</Code>'
-            f"<Message>injected by the test server</Message>"
+            f"<Message>{escape(fault.message)}</Message>"
             f"<RequestId>{uuid.uuid4().hex}</RequestId></Error>").encode()
     start_response(f"{fault.status} Injected", [("Content-Type", "application/xml"),
                                                 ("Content-Length", str(len(body)))])

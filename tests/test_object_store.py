@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
-import threading
+import traceback
 import uuid
+from collections.abc import Callable
 
 import pytest
 
 from txlog import Log, StorageError, UnsupportedStorageError
-from txlog.storage import (FsspecStorage, StorageRequestError, Storage, open_storage,
-                           redact, register_secrets)
+from txlog.storage import (FsspecStorage, StorageRequestError, open_storage, redact,
+                           register_secrets)
 
 from s3_server import ACCESS_KEY, SECRET_KEY, Fault
 
@@ -189,6 +189,12 @@ def test_listing_cache_cannot_be_turned_on(s3_server, s3_root) -> None:
         open_storage(s3_root, dict(s3_server.storage_options, use_listings_cache=True))
 
 
+@pytest.mark.parametrize("url", ["s3://", "s3:///", "s3a://"])
+def test_root_without_a_bucket_is_refused(url: str) -> None:
+    with pytest.raises(StorageError, match="must name a bucket"):
+        open_storage(url, {})
+
+
 # --- 16 processes race for one name, 100 times -----------------------------------------------
 
 RACERS = 16
@@ -228,3 +234,78 @@ def test_sixteen_processes_race_for_each_slot_exactly_one_wins(s3_server, s3_roo
         assert store.read(f"slot/{trial:03d}") == f"racer {winners[0]}".encode()
     # The races were real: different processes won different slots.
     assert len({me for me in range(RACERS) for t in range(TRIALS) if outcomes[me][t]}) > 1
+
+
+# --- credentials never leak ------------------------------------------------------------------
+
+TOKEN = "txlogTestSessionToken/IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJH"
+
+
+def _failures(*calls: Callable[[], object]) -> list[BaseException]:
+    caught = []
+    for call in calls:
+        with pytest.raises(Exception) as info:
+            call()
+        caught.append(info.value)
+    return caught
+
+
+def test_credentials_never_reach_logs_errors_reprs_or_objects(s3_server, caplog) -> None:
+    secrets = (ACCESS_KEY, SECRET_KEY, TOKEN)
+    options = dict(s3_server.storage_options, token=TOKEN)
+    bucket = s3_server.create_bucket()  # the test's own boto3 client: not under test
+    root = f"s3://{bucket}/log"
+    caplog.set_level(logging.DEBUG)  # every logger, botocore's signed-request dumps included
+
+    log = Log(root, storage_options=options)
+    log.create_topic("t", 2)
+    with log.producer() as producer:
+        producer.send("t", b"plain", partition=0)
+    txn = log.producer(transactional_id="cred-test")
+    txn.init_transactions()
+    txn.begin_transaction()
+    txn.send("t", b"in a transaction", partition=1)
+    txn.commit_transaction()
+    consumer = log.consumer(auto_offset_reset="earliest")
+    consumer.assign([("t", 0), ("t", 1)])
+    assert sorted(r.value for r in consumer.poll()) == [b"in a transaction", b"plain"]
+    assert log.read("t", 1).column("value").to_pylist() == [b"in a transaction"]
+
+    # Errors that carry the storage configuration or the store's own words.
+    s3_server.inject(Fault(lambda m, k: k.endswith("echo"), 403, "SignatureDoesNotMatch",
+                           message=f"The request signature we calculated does not match. "
+                                   f"StringToSign: AWS4 {ACCESS_KEY} token {TOKEN}"))
+    errors = _failures(
+        lambda: Log(f"s3://no-such-{uuid.uuid4().hex[:8]}/log", storage_options=options),
+        lambda: log.storage.read("echo"),
+        lambda: open_storage(root, dict(options, use_listings_cache=True)),
+        lambda: open_storage(root, dict(options, client_kwargs="not a dict")).list(""),
+        lambda: log.storage.publish_if_absent("empty", b""))
+    assert isinstance(errors[1], StorageRequestError) and "SignatureDoesNotMatch" in str(errors[1])
+    texts = [repr(log), repr(log.storage), str(log.storage)]
+    for exc in errors:
+        texts.append("".join(traceback.format_exception(exc)))
+    assert "***" in repr(log.storage)
+    texts += [caplog.text] + [r.getMessage() for r in caplog.records]
+    assert any("x-amz-security-token" in t.lower() for t in texts), \
+        "botocore's header dump should be in the debug log (else this test checks nothing)"
+    objects = s3_server.objects(bucket)
+    assert any(k.endswith(".batch") for k in objects)
+    for secret in secrets:
+        for text in texts:
+            assert secret not in text, [line for line in text.splitlines() if secret in line]
+        for key, data in objects.items():
+            assert secret.encode() not in data, key
+            assert secret not in key
+
+
+def test_redaction_covers_nested_options_and_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "environment-token-value")
+    register_secrets({"client_kwargs": {"aws_secret_access_key": "nested-secret-value"},
+                      "region_name": "eu-west-1"})
+    text = "a nested-secret-value, an environment-token-value, eu-west-1"
+    assert redact(text) == "a ***, an ***, eu-west-1"
+    record = logging.getLogger("txlog.test").makeRecord(
+        "txlog.test", logging.INFO, __file__, 1, "sent %s", ("nested-secret-value",), None)
+    # Loggers build records through the factory; makeRecord is what they call.
+    assert "nested-secret-value" not in record.getMessage()

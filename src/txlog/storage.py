@@ -703,4 +703,7 @@ def open_storage(url: str | os.PathLike[str], storage_options: dict[str, Any] | 
         raise StorageError(f"{url}: cannot set up the {package} filesystem with storage "
                            f"options {redacted_options(options)}: {type(exc).__name__}: "
                            f"{redact(str(exc))}") from None
+    if not root.strip("/"):
+        raise StorageError(f"{url}: an object-store root must name a bucket or container "
+                           f"(and optionally a prefix in it), as in {protocol}://bucket/prefix")
     return FsspecStorage(fs, root, url, options)
