@@ -119,14 +119,3 @@ def s3_server():
 def s3_root(s3_server) -> str:
     """A fresh bucket on the test S3 endpoint; the log root is a prefix inside it."""
     return f"s3://{s3_server.create_bucket()}/log"
-
-
-@pytest.fixture(params=["file", "memory", "s3"])
-def any_root(request, tmp_path) -> tuple[str, dict]:
-    """(root, storage_options) of a fresh log on each backend: a directory, memory://, S3."""
-    if request.param == "file":
-        return f"file://{tmp_path / 'log'}", {}
-    if request.param == "memory":
-        return f"memory://{uuid.uuid4().hex}", {}
-    server = request.getfixturevalue("s3_server")
-    return f"s3://{server.create_bucket()}/log", server.storage_options
