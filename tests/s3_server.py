@@ -176,9 +176,9 @@ class MotoS3:
         method = environ["REQUEST_METHOD"]
         path = environ.get("PATH_INFO", "")
         query = environ.get("QUERY_STRING", "")
-        target = path.lstrip("/")
         kind = request_kind(method, path, query)
-        bucket = target.split("/", 1)[0]
+        target = path.lstrip("/") + (f"?{query}" if kind == "LIST" else "")
+        bucket = target.split("/", 1)[0].split("?", 1)[0]
         with self._state_lock:
             self.counts[kind] += 1
             if self.recording:

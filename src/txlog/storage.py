@@ -312,6 +312,7 @@ _SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"
 MIN_SECRET_LENGTH = 4  # shorter values would be scrubbed out of ordinary words
 REDACTED = "***"
 _secrets: set[str] = set()
+_secrets_longest_first: tuple[str, ...] = ()  # replaced whole, so readers need no lock
 _secrets_lock = threading.Lock()
 _scrubber_installed = False
 
@@ -339,9 +340,7 @@ def redact(text: str) -> str:
     botocore's debug log prints signed request headers (the access key id,
     the session token), and a server's error message may echo a request.
     """
-    if not _secrets:
-        return text
-    for secret in sorted(_secrets, key=len, reverse=True):
+    for secret in _secrets_longest_first:
         text = text.replace(secret, REDACTED)
     return text
 
@@ -363,7 +362,7 @@ def register_secrets(storage_options: dict[str, Any] | None) -> None:
     place that sees the records of every logger (botocore's included) before
     any handler formats them; it is installed only once a credential is known.
     """
-    global _scrubber_installed
+    global _scrubber_installed, _secrets_longest_first
     values = _secret_values(storage_options or {})
     values |= {os.environ[name] for name in _SECRET_ENV if os.environ.get(name)}
     values = {v for v in values if len(v) >= MIN_SECRET_LENGTH}
@@ -371,6 +370,7 @@ def register_secrets(storage_options: dict[str, Any] | None) -> None:
         if values <= _secrets:
             return
         _secrets.update(values)
+        _secrets_longest_first = tuple(sorted(_secrets, key=len, reverse=True))
         if _scrubber_installed:
             return
         _scrubber_installed = True
@@ -440,6 +440,11 @@ class FsspecStorage(Storage):
         self.root = root.rstrip("/")
         self.url = url
         self._shown_options = redacted_options(dict(storage_options or {}))
+        # s3fs's pipe_file(mode="create") is one conditional PutObject (and aborts a
+        # multipart upload whose completion is refused, where a file opened "xb"
+        # leaves it behind).  fsspec's generic pipe_file(mode="create") checks and
+        # then writes, which is not exclusive: every other backend opens "xb".
+        self._native_create = type(fs).__module__.split(".")[0] == "s3fs"
         # The probe's verdict is per store, and the same URL may name two stores
         # (another endpoint); the options tell them apart (kept as a digest only).
         digest = hashlib.sha256(repr(sorted((storage_options or {}).items(), key=str))
@@ -484,8 +489,11 @@ class FsspecStorage(Storage):
         full = self._abs(path)
         for attempt in range(CONFLICT_ATTEMPTS):
             try:
-                with self.fs.open(full, "xb") as f:
-                    f.write(data)
+                if self._native_create:
+                    self.fs.pipe_file(full, data, mode="create")
+                else:
+                    with self.fs.open(full, "xb") as f:
+                        f.write(data)
                 return True
             except FileExistsError:
                 return False
