@@ -258,7 +258,7 @@ class Plan:
     incarnations: dict[int, list[Incarnation]] = field(default_factory=dict)
 
 
-def make_plan(seed: int, scale: int, logs: Path) -> Plan:
+def make_plan(seed: int, scale: int, logs: Path, finish_txns: int | None = None) -> Plan:
     rng = random.Random(f"{seed}/plan")
     plan = Plan()
     victim = rng.randrange(WRITERS)  # killed mid-transaction and never restarted
@@ -282,7 +282,7 @@ def make_plan(seed: int, scale: int, logs: Path) -> Plan:
                 inc.kill_delay = rng.uniform(0.1, 1.0 + 0.5 * scale)
                 inc.txns = 1000 * scale  # killed long before
             else:
-                inc.txns = 12 * scale
+                inc.txns = 12 * scale if finish_txns is None else finish_txns
             incs.append(inc)
         plan.incarnations[w] = incs
     return plan
@@ -296,8 +296,11 @@ def spawn(role_args: list[str], common: list[str], out: Path) -> subprocess.Pope
 
 class Supervisor:
     def __init__(self, root: Path, seed: int, scale: int, fsync: bool,
-                 log_url: str | None = None, reader_idle: float = POLL_S) -> None:
+                 log_url: str | None = None, reader_idle: float = POLL_S,
+                 finish_txns: int | None = None, writers_deadline: float | None = None
+                 ) -> None:
         self.root = root
+        self.writers_deadline = writers_deadline
         self.reader_idle = reader_idle
         # The log itself may live elsewhere (an object store); histories stay in root.
         self.log_url = log_url or str(root / "log")
@@ -306,7 +309,7 @@ class Supervisor:
         self.fsync = fsync
         self.logs = root / "jepsen-history"
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.plan = make_plan(seed, scale, self.logs)
+        self.plan = make_plan(seed, scale, self.logs, finish_txns)
         self.common = ["--root", self.log_url, "--seed", str(seed)] + \
             (["--fsync"] if fsync else [])
         self.problems: list[str] = []  # infrastructure failures (not consistency violations)
@@ -397,7 +400,7 @@ class Supervisor:
                 if r == 0:
                     args.append("--abort-expired")
                 readers.append(spawn(args, self.common, self.logs / f"reader-{r}.stderr"))
-            self.run_writers(deadline_s=40.0 * self.scale)
+            self.run_writers(deadline_s=self.writers_deadline or 40.0 * self.scale)
             writers_done = time.monotonic()
             self.settle(deadline_s=TXN_TIMEOUT_MS / 1000 + 20)
             (self.root / STOP_FILE).touch()
@@ -638,6 +641,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fsync", action="store_true",
                         help="fsync every publish (SIGKILL alone does not need it)")
     parser.add_argument("--keep", action="store_true", help="keep a temporary root")
+    parser.add_argument("--finish-txns", type=int,
+                        help="transactions of each writer's last, unkilled incarnation "
+                             "(default 12 x scale); fewer where each costs more, as on an "
+                             "object store")
+    parser.add_argument("--writers-deadline", type=float,
+                        help="seconds all writers' incarnations may take before the run "
+                             "fails (default 40 x scale)")
     # internal: the child roles
     parser.add_argument("--role", default="supervisor", choices=["supervisor", "writer", "reader"])
     parser.add_argument("--writer", type=int)
@@ -664,8 +674,10 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.root or tempfile.mkdtemp(prefix="jepsen-txn-"))
     if (root / "log").exists():
         parser.error(f"{root}/log already exists: give an empty --root")
+    if args.finish_txns is not None and args.finish_txns < 1:
+        parser.error("--finish-txns must be at least 1")
     code = Supervisor(root, args.seed, args.scale, args.fsync, args.log,
-                      args.reader_idle).run()
+                      args.reader_idle, args.finish_txns, args.writers_deadline).run()
     if temporary and code == 0 and not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     elif temporary:

@@ -26,9 +26,13 @@ SCRIPT = Path(__file__).with_name("jepsen_txn.py")
 SEED = 1
 SCALE = 5  # ~25-35 s on two cores; raise --scale by hand for longer runs
 # On S3 (moto's server in this process) every storage call is an HTTP request of a few
-# milliseconds, so the run is smaller (~30 s) and idle readers poll less often.
+# milliseconds, so the run is smaller (~25 s): the least scale, writers' last
+# incarnations commit fewer transactions, idle readers poll less often, and the
+# writers' deadline allows for a loaded machine.
+S3_ARGS = ["--finish-txns", "4", "--reader-idle", "0.05", "--writers-deadline", "120"]
 S3_SCALE = 1
-S3_READER_IDLE_S = 0.05
+# A run that committed fewer than this checked too little to count.
+MIN_COMMITTED = {"file": 21, "s3": 8}
 
 
 def _run(root: Path, scale: int, extra: list[str], env: dict[str, str] | None = None
@@ -64,14 +68,14 @@ def backend_run(request, tmp_path) -> tuple[Path, str, int]:
         return request.getfixturevalue("jepsen_run")
     server = request.getfixturevalue("s3_server")
     # The children reach the store through the AWS environment variables.
-    return _run(tmp_path, S3_SCALE, ["--log", f"s3://{server.create_bucket()}/log",
-                                     "--reader-idle", str(S3_READER_IDLE_S)],
+    return _run(tmp_path, S3_SCALE, ["--log", f"s3://{server.create_bucket()}/log", *S3_ARGS],
                 env={**os.environ, **server.env})
 
 
-def test_jepsen_transactions_hold_under_kills(backend_run) -> None:
+def test_jepsen_transactions_hold_under_kills(backend_run, request) -> None:
     """No aborted, intermediate or lost read, no duplicate, one order -- with SIGKILLs."""
     root, output, code = backend_run
+    backend = request.node.callspec.params["backend_run"]
     print(output)
     assert code == 0, output
     assert "RESULT: OK" in output
@@ -79,7 +83,7 @@ def test_jepsen_transactions_hold_under_kills(backend_run) -> None:
     assert stats and int(stats.group(2)) >= 2, output  # faults really hit open transactions
     assert "stall-decided" in output  # and one crash right at the commit point
     committed = int(re.search(r"transactions: (\d+) committed", output).group(1))
-    assert committed > 20, output
+    assert committed >= MIN_COMMITTED[backend], output
 
 
 # --- the checker must be able to fail ----------------------------------------------------------
