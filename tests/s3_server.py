@@ -8,8 +8,10 @@ aiobotocore, HTTP.  Three things are added around moto's WSGI application:
 * **Writes are serialised.**  moto checks the condition and then stores the
   object as two separate steps without a lock, so two concurrent
   conditional PUTs of one name can both succeed on moto (AWS applies the
-  condition atomically).  One lock around every mutating request restores
-  the store's guarantee; reads stay concurrent.
+  condition atomically): without this lock, 16 processes racing for 100
+  names each saw two winners for one name in one of four runs.  One lock
+  around every mutating request restores the store's guarantee; reads stay
+  concurrent.
 * **Requests are counted** by kind (PUT, GET, HEAD, LIST, DELETE), which is
   what an object store bills.
 * **Faults can be injected** per request: an error answer instead of the

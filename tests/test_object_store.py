@@ -64,7 +64,8 @@ def test_storage_contract_on_s3(store: FsspecStorage, s3_server) -> None:
     assert sorted(store.list("d/x")) == ["deep", "one"]
     assert store.list("nowhere") == []
     for call in (lambda: store.read("d/x/none"), lambda: store.read_prefix("d/x/none", 4),
-                 lambda: store.read_range("d/x/none", 0, 4)):
+                 lambda: store.read_range("d/x/none", 0, 4),
+                 lambda: store.read_range("d/x/none", 0, 0)):
         with pytest.raises(FileNotFoundError):
             call()
     with pytest.raises(StorageError, match="empty object"):

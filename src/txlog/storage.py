@@ -296,9 +296,6 @@ class StorageRequestError(StorageError, OSError):
         self.code = code
         self.status = status
 
-    def __str__(self) -> str:  # OSError would prefix an errno when given two arguments
-        return str(self.args[0]) if self.args else ""
-
 
 # Option names whose values are credentials, in fsspec backends' spellings
 # (s3fs key/secret/token, botocore aws_*, adlfs account_key/sas_token/
@@ -529,16 +526,17 @@ class FsspecStorage(Storage):
 
     def _probe(self) -> str | None:
         probe = f"{PROBE_DIR}/{uuid.uuid4().hex}"
-        try:
-            first = self._put_if_absent(probe, b"txlog conditional-write probe 1")
-            second = self._put_if_absent(probe, b"txlog conditional-write probe 2") \
-                if first else False
-        finally:
+        first = self._put_if_absent(probe, b"txlog conditional-write probe 1")
+        second = False
+        if first:
             try:
-                self.delete(probe)
-            except OSError as exc:  # an inert object in a directory nothing lists
-                logger.warning("could not delete the probe object %s/%s: %s", self.url, probe,
-                               exc)
+                second = self._put_if_absent(probe, b"txlog conditional-write probe 2")
+            finally:
+                try:
+                    self.delete(probe)
+                except OSError as exc:  # an inert object in a directory nothing lists
+                    logger.warning("could not delete the probe object %s/%s: %s", self.url,
+                                   probe, exc)
         if not first:
             return (f"{self.url}: the store answered that a brand-new object name "
                     f"({probe}) already exists, so it cannot tell a free name from a taken "
@@ -576,6 +574,8 @@ class FsspecStorage(Storage):
 
     def read_range(self, path: str, start: int, length: int) -> pa.Buffer:
         if length <= 0:
+            if not self.exists(path):  # as on the other backends, an absent object is an error
+                raise self._not_found(path)
             return pa.py_buffer(b"")
         try:
             return pa.py_buffer(self.fs.cat_file(self._abs(path), start=start,
