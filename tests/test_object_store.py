@@ -213,6 +213,9 @@ def _racer(root: str, options: dict, barrier, results, me: int) -> None:
 
 
 def test_sixteen_processes_race_for_each_slot_exactly_one_wins(s3_server, s3_root) -> None:
+    # fork: the racers start with this process's imports loaded; spawned ones would
+    # each import txlog, pyarrow and s3fs again (~10 s more on two cores).  A racer
+    # opens its own S3 client (fsspec drops inherited instances and event loops).
     ctx = multiprocessing.get_context("fork")
     barrier = ctx.Barrier(RACERS)
     results = ctx.Queue()
