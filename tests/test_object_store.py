@@ -190,6 +190,18 @@ def test_listing_cache_cannot_be_turned_on(s3_server, s3_root) -> None:
         open_storage(s3_root, dict(s3_server.storage_options, use_listings_cache=True))
 
 
+def test_missing_backend_package_is_named_with_how_to_install_it() -> None:
+    pytest.importorskip("fsspec")
+    try:
+        import adlfs  # noqa: F401
+        pytest.skip("adlfs is installed here")
+    except ImportError:
+        pass
+    with pytest.raises(StorageError, match="the adlfs package is needed for abfs:// roots; "
+                                           "install it with pip install adlfs"):
+        open_storage("abfs://container/log", {})
+
+
 @pytest.mark.parametrize("url", ["s3://", "s3:///", "s3a://"])
 def test_root_without_a_bucket_is_refused(url: str) -> None:
     with pytest.raises(StorageError, match="must name a bucket"):
