@@ -98,3 +98,24 @@ def spark_submit(script: str | os.PathLike[str], *args: str,
                  **kwargs) -> subprocess.CompletedProcess[str]:
     """``spark-submit script args``, run to its end through run_python."""
     return run_python(spark_submit_args(script, *args), **kwargs)
+
+
+# --- object stores ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 on a free local port for the whole run (see s3_server.py), started on first use."""
+    pytest.importorskip("moto.server", reason="needs the test extra: pip install -e '.[test]'")
+    pytest.importorskip("s3fs", reason="needs the s3 extra: pip install -e '.[s3]'")
+    from s3_server import MotoS3
+
+    server = MotoS3().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_root(s3_server) -> str:
+    """A fresh bucket on the test S3 endpoint; the log root is a prefix inside it."""
+    return f"s3://{s3_server.create_bucket()}/log"

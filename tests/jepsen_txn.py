@@ -1,6 +1,6 @@
 """A Jepsen-style test of txlog transactions: real processes, real SIGKILLs, one checker.
 
-    python tests/jepsen_txn.py --scale N [--root DIR] [--seed S]
+    python tests/jepsen_txn.py --scale N [--root DIR] [--log URL] [--seed S]
 
 What runs (all separate OS processes on one log root):
 
@@ -226,7 +226,7 @@ def run_reader(args: argparse.Namespace) -> int:
             positions = {tp: 0 for tp in tps}
             out.write(f"S {session}\n")
         if not records:
-            time.sleep(POLL_S)
+            time.sleep(args.reader_idle)
     out.write("D\n")
     out.flush()
     return 0
@@ -258,7 +258,7 @@ class Plan:
     incarnations: dict[int, list[Incarnation]] = field(default_factory=dict)
 
 
-def make_plan(seed: int, scale: int, logs: Path) -> Plan:
+def make_plan(seed: int, scale: int, logs: Path, finish_txns: int | None = None) -> Plan:
     rng = random.Random(f"{seed}/plan")
     plan = Plan()
     victim = rng.randrange(WRITERS)  # killed mid-transaction and never restarted
@@ -282,7 +282,7 @@ def make_plan(seed: int, scale: int, logs: Path) -> Plan:
                 inc.kill_delay = rng.uniform(0.1, 1.0 + 0.5 * scale)
                 inc.txns = 1000 * scale  # killed long before
             else:
-                inc.txns = 12 * scale
+                inc.txns = 12 * scale if finish_txns is None else finish_txns
             incs.append(inc)
         plan.incarnations[w] = incs
     return plan
@@ -295,15 +295,22 @@ def spawn(role_args: list[str], common: list[str], out: Path) -> subprocess.Pope
 
 
 class Supervisor:
-    def __init__(self, root: Path, seed: int, scale: int, fsync: bool) -> None:
+    def __init__(self, root: Path, seed: int, scale: int, fsync: bool,
+                 log_url: str | None = None, reader_idle: float = POLL_S,
+                 finish_txns: int | None = None, writers_deadline: float | None = None
+                 ) -> None:
         self.root = root
+        self.writers_deadline = writers_deadline
+        self.reader_idle = reader_idle
+        # The log itself may live elsewhere (an object store); histories stay in root.
+        self.log_url = log_url or str(root / "log")
         self.seed = seed
         self.scale = scale
         self.fsync = fsync
         self.logs = root / "jepsen-history"
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.plan = make_plan(seed, scale, self.logs)
-        self.common = ["--root", str(root / "log"), "--seed", str(seed)] + \
+        self.plan = make_plan(seed, scale, self.logs, finish_txns)
+        self.common = ["--root", self.log_url, "--seed", str(seed)] + \
             (["--fsync"] if fsync else [])
         self.problems: list[str] = []  # infrastructure failures (not consistency violations)
         self.kills: list[tuple[str, str]] = []  # (incarnation, mode)
@@ -365,7 +372,7 @@ class Supervisor:
 
     def settle(self, deadline_s: float) -> None:
         """Wait until no transaction is undecided (the victim's only by its timeout)."""
-        log = open_log(str(self.root / "log"), self.fsync)
+        log = open_log(self.log_url, self.fsync)
         deadline = time.monotonic() + deadline_s
         while True:
             log.abort_expired_transactions()
@@ -381,18 +388,19 @@ class Supervisor:
         from txlog import Log
 
         started = time.monotonic()
-        log = Log(str(self.root / "log"), fsync=self.fsync)
+        log = Log(self.log_url, fsync=self.fsync)
         log.create_topic(TOPIC, PARTITIONS)
         readers = []
         try:
             for r in range(READERS):
                 args = ["--role", "reader", "--reader", str(r), "--history",
                         str(self.logs / f"reader-{r}.txt"), "--deadline",
-                        str(120 + 60 * self.scale), "--stop", str(self.root / STOP_FILE)]
+                        str(120 + 60 * self.scale), "--stop", str(self.root / STOP_FILE),
+                        "--reader-idle", str(self.reader_idle)]
                 if r == 0:
                     args.append("--abort-expired")
                 readers.append(spawn(args, self.common, self.logs / f"reader-{r}.stderr"))
-            self.run_writers(deadline_s=40.0 * self.scale)
+            self.run_writers(deadline_s=self.writers_deadline or 40.0 * self.scale)
             writers_done = time.monotonic()
             self.settle(deadline_s=TXN_TIMEOUT_MS / 1000 + 20)
             (self.root / STOP_FILE).touch()
@@ -411,7 +419,7 @@ class Supervisor:
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait()
-        final = final_read(str(self.root / "log"), self.fsync)
+        final = final_read(self.log_url, self.fsync)
         outcome = check(self.plan, self.logs, final)
         outcome.problems[:0] = self.problems
         self.report(outcome, started, writers_done)
@@ -419,7 +427,8 @@ class Supervisor:
 
     def report(self, outcome: "Outcome", started: float, writers_done: float) -> None:
         s = outcome.stats
-        print(f"jepsen_txn: seed={self.seed} scale={self.scale} root={self.root}")
+        print(f"jepsen_txn: seed={self.seed} scale={self.scale} root={self.root} "
+              f"log={self.log_url}")
         print(f"  writers {WRITERS}, readers {READERS}, partitions {PARTITIONS}, "
               f"timeout {TXN_TIMEOUT_MS} ms; writers ran {writers_done - started:.1f}s, "
               f"total {time.monotonic() - started:.1f}s")
@@ -623,11 +632,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=int, default=1,
                         help="multiplies kills and transactions per writer (default 1)")
-    parser.add_argument("--root", help="directory for the log and histories (default: temp)")
+    parser.add_argument("--root", help="directory for the log and histories (default: temp); "
+                                       "for the writer and reader roles, the log's URL")
+    parser.add_argument("--log", help="the log's root URL instead of ROOT/log, e.g. "
+                                      "s3://bucket/prefix (credentials and endpoint from the "
+                                      "environment); it must hold no log yet")
     parser.add_argument("--seed", type=int, default=20240611)
     parser.add_argument("--fsync", action="store_true",
                         help="fsync every publish (SIGKILL alone does not need it)")
     parser.add_argument("--keep", action="store_true", help="keep a temporary root")
+    parser.add_argument("--finish-txns", type=int,
+                        help="transactions of each writer's last, unkilled incarnation "
+                             "(default 12 x scale); fewer where each costs more, as on an "
+                             "object store")
+    parser.add_argument("--writers-deadline", type=float,
+                        help="seconds all writers' incarnations may take before the run "
+                             "fails (default 40 x scale)")
     # internal: the child roles
     parser.add_argument("--role", default="supervisor", choices=["supervisor", "writer", "reader"])
     parser.add_argument("--writer", type=int)
@@ -638,6 +658,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reader", type=int)
     parser.add_argument("--abort-expired", action="store_true")
     parser.add_argument("--deadline", type=float, default=300.0)
+    parser.add_argument("--reader-idle", type=float, default=POLL_S,
+                        help="seconds an idle reader waits before polling again (default "
+                             f"{POLL_S}); on an object store every poll costs requests")
     parser.add_argument("--history")
     parser.add_argument("--stop", help="readers drain and exit once this file exists")
     args = parser.parse_args(argv)
@@ -651,7 +674,10 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.root or tempfile.mkdtemp(prefix="jepsen-txn-"))
     if (root / "log").exists():
         parser.error(f"{root}/log already exists: give an empty --root")
-    code = Supervisor(root, args.seed, args.scale, args.fsync).run()
+    if args.finish_txns is not None and args.finish_txns < 1:
+        parser.error("--finish-txns must be at least 1")
+    code = Supervisor(root, args.seed, args.scale, args.fsync, args.log,
+                      args.reader_idle, args.finish_txns, args.writers_deadline).run()
     if temporary and code == 0 and not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     elif temporary:

@@ -26,12 +26,13 @@ import json
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from ..errors import InvalidConfigError, InvalidNameError
 from ..names import validate_name
 from ..scan import EARLIEST, LATEST, PositionSpec, Subscription
+from ..storage import is_secret_option
 
 log = logging.getLogger(__name__)
 
@@ -308,13 +309,73 @@ def _check_spelling(opts: _Opts) -> None:
     certainly a typo that would otherwise be silently ignored.
     """
     for lower in opts.keys():
-        if lower in _ALL_KNOWN or lower.startswith("kafka."):
+        if lower in _ALL_KNOWN or lower.startswith("kafka.") or \
+                lower.startswith(STORAGE_PREFIX) or lower == STORAGE_JSON:
             continue
+        if lower.startswith("txlog."):
+            raise _fail(opts.spelled(lower), f"unknown option; storage options are spelled "
+                                             f"'{STORAGE_PREFIX}<name>' or given as a JSON "
+                                             f"object in '{STORAGE_JSON}'")
         close = difflib.get_close_matches(lower, _ALL_KNOWN, n=1, cutoff=0.85)
         if close:
             proper = next(n for n in (*_READ_NAMES, *_WRITE_NAMES, *_KAFKA_ONLY, *_SPARK_PASSED)
                           if n.lower() == close[0])
             raise _fail(opts.spelled(lower), f"unknown option; did you mean '{proper}'?")
+
+
+# --- storage options -------------------------------------------------------
+
+STORAGE_PREFIX = "txlog.storage."
+STORAGE_JSON = "txlog.storage_options"
+
+
+def _storage_options(opts: _Opts) -> dict[str, Any]:
+    """The fsspec backend's arguments (endpoint, region, credentials) for an object-store root.
+
+    Executors open the log themselves, and the data source's options are what
+    reaches them (a Python worker does not see the driver's Python objects), so
+    ``Log(root, storage_options=...)`` has its Spark twin here:
+    ``txlog.storage.<name>`` sets argument ``<name>``, dots nest
+    (``txlog.storage.client_kwargs.region_name``), and ``true``/``false``
+    become booleans (a backend flag such as ``anon`` would take the string
+    "false" as true).  Anything else that needs a type (numbers, lists) goes in
+    ``txlog.storage_options`` as a JSON object.  Values never appear in an
+    error: they may be credentials.
+    """
+    options: dict[str, Any] = {}
+    raw_json = opts.get(STORAGE_JSON)
+    if raw_json is not None:
+        try:
+            parsed = json.loads(raw_json)
+        except ValueError as exc:
+            raise _fail(STORAGE_JSON, f"is not valid JSON ({exc.msg} at character "
+                                      f"{exc.pos}); expected an object such as "
+                                      '{"endpoint_url": "https://..."}') from None
+        if not isinstance(parsed, dict):
+            raise _fail(STORAGE_JSON, f"expected a JSON object of storage options, got a "
+                                      f"JSON {type(parsed).__name__}")
+        options.update(parsed)
+    for lower in sorted(opts.keys()):
+        if not lower.startswith(STORAGE_PREFIX):
+            continue
+        name = opts.spelled(lower)[len(STORAGE_PREFIX):]
+        parts = name.split(".")
+        if any(not part for part in parts):
+            raise _fail(opts.spelled(lower), "is not a storage option name: give "
+                                             f"'{STORAGE_PREFIX}<name>[.<name>...]'")
+        raw = opts.get(lower) or ""
+        value: Any = {"true": True, "false": False}.get(raw.strip().lower(), raw)
+        where = options
+        for depth, part in enumerate(parts[:-1]):
+            where = where.setdefault(part, {})
+            if not isinstance(where, dict):
+                raise _fail(opts.spelled(lower), f"'{'.'.join(parts[:depth + 1])}' is "
+                                                 "already set to a value that is not an object")
+        if parts[-1] in where:
+            raise _fail(opts.spelled(lower), f"storage option '{name}' is given twice (also in "
+                                             f"'{STORAGE_JSON}' or with other dots)")
+        where[parts[-1]] = value
+    return options
 
 
 def _path(opts: _Opts) -> str:
@@ -350,6 +411,9 @@ class ReadOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int | None = None
     max_bytes_per_trigger: int | None = None
+    # The fsspec backend's arguments for an object-store path (credentials included:
+    # kept out of repr and comparisons).
+    storage_options: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @staticmethod
     def parse(options: Mapping[str, str], streaming: bool) -> ReadOptions:
@@ -409,6 +473,7 @@ class ReadOptions:
             min_offsets_per_trigger=min_offsets,
             max_trigger_delay_ms=delay,
             max_bytes_per_trigger=max_bytes,
+            storage_options=_storage_options(opts),
         )
 
 
@@ -503,6 +568,7 @@ class WriteOptions:
     batch_size: int | None = None
     group_id: str | None = None
     checkpoint_location: str | None = None
+    storage_options: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @staticmethod
     def parse(options: Mapping[str, str], streaming: bool) -> WriteOptions:
@@ -573,6 +639,7 @@ class WriteOptions:
             batch_size=batch_size,
             group_id=group_id,
             checkpoint_location=checkpoint,
+            storage_options=_storage_options(opts),
         )
 
 

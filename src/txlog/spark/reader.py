@@ -159,7 +159,7 @@ class TxlogBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         o = self.options
-        log = Log(o.path, create=False)
+        log = Log(o.path, storage_options=o.storage_options, create=False)
         subscribed = o.subscription.partitions(log)
         for spec, what in ((o.starting, "starting"), (o.ending, "ending")):
             scan.check_named_partitions(spec, subscribed, what)
@@ -193,7 +193,7 @@ def read_ranges(options: ReadOptions, schema: pa.Schema, ranges: Sequence[scan.O
     """A task's planned ranges as record batches of exactly Spark's ``schema``."""
     if not ranges:
         return
-    log = Log(options.path, create=False)
+    log = Log(options.path, storage_options=options.storage_options, create=False)
     for r in ranges:
         for batch in scan.read_range(log, r, options.isolation_level, options.include_headers):
             # Only the headers' list and struct field names and nullability differ

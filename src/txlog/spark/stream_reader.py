@@ -55,7 +55,8 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _log(self) -> Log:
         log = getattr(self, "_cached_log", None)
         if log is None:
-            log = self._cached_log = Log(self.options.path, create=False)
+            log = self._cached_log = Log(self.options.path, create=False,
+                                         storage_options=self.options.storage_options)
         return log
 
     def __getstate__(self) -> dict:

@@ -308,7 +308,8 @@ def _members(messages: list[WriterCommitMessage | None]) -> list[TransactionMemb
 
 
 def _open(options: WriteOptions) -> Log:
-    return Log(options.path, create=options.create_topics)
+    return Log(options.path, storage_options=options.storage_options,
+               create=options.create_topics)
 
 
 def _ensure_topic(log: Log, options: WriteOptions, topic: str) -> None:
