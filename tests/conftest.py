@@ -115,6 +115,30 @@ def s3_server():
     server.stop()
 
 
+MEMORY_IS_ONE_PROCESS = pytest.mark.skip(
+    reason="memory:// is a dictionary inside one process: other processes cannot share it "
+           "(test_threads_with_separate_logs_on_one_root covers memory:// with threads)")
+
+
+def _root(request: pytest.FixtureRequest, tmp_path: Path):
+    from helpers_core import make_root
+
+    server = request.getfixturevalue("s3_server") if request.param == "s3" else None
+    return make_root(request.param, tmp_path, server)
+
+
+@pytest.fixture(params=["file", pytest.param("memory", marks=MEMORY_IS_ONE_PROCESS), "s3"])
+def proc_root(request, tmp_path):
+    """A root on each backend for tests whose writers are separate processes."""
+    return _root(request, tmp_path)
+
+
+@pytest.fixture(params=["file", "memory", "s3"])
+def any_root(request, tmp_path):
+    """A root on each backend (helpers_core.Root)."""
+    return _root(request, tmp_path)
+
+
 @pytest.fixture
 def s3_root(s3_server) -> str:
     """A fresh bucket on the test S3 endpoint; the log root is a prefix inside it."""

@@ -17,8 +17,9 @@ import os
 import signal
 import sys
 import time
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -29,7 +30,7 @@ from txlog.batch import (CONTROL_BIT, RECORD_SCHEMA, TRANSACTIONAL_BIT, BatchHea
                          payload_of)
 from txlog.partition import BATCH_SUFFIX
 from txlog.segment import decode_head
-from txlog.storage import TMP_PREFIX, Storage
+from txlog.storage import TMP_PREFIX, Storage, open_storage
 
 HELPER = os.path.abspath(__file__)
 START_DEADLINE_S = 60.0
@@ -219,6 +220,48 @@ def read_chain(root: str | os.PathLike[str], topic: str, partition: int) -> list
         out.append(_chain_batch(path, path.read_bytes(), base))
         expected = out[-1].header.next_offset
     return out
+
+
+# --- log roots on every backend ---------------------------------------------------------
+
+
+@dataclass
+class Root:
+    """A fresh log root on one backend, as the parent and its children open it."""
+
+    backend: str
+    url: str
+    options: dict = field(default_factory=dict)
+    env: dict[str, str] | None = None  # children's environment (None: inherit)
+
+    def log(self) -> Log:
+        return Log(self.url, storage_options=self.options)
+
+    def chain(self, topic: str, partition: int, scratch: Path) -> list[ChainBatch]:
+        """read_chain over a copy of the partition's batches and segments (the local root
+        itself on disk)."""
+        if self.backend == "file":
+            return read_chain(self.url[len("file://"):], topic, partition)
+        store = open_storage(self.url, self.options)
+        copy = scratch / f"copy-{uuid.uuid4().hex[:8]}"
+        for sub, suffix in (("", BATCH_SUFFIX), ("/segments", ".segment")):
+            directory = f"topics/{topic}/{partition}{sub}"
+            target = copy / "topics" / topic / (str(partition) + sub)
+            target.mkdir(parents=True)
+            for name in store.list(directory):
+                if name.endswith(suffix):
+                    (target / name).write_bytes(store.read(f"{directory}/{name}"))
+        return read_chain(copy, topic, partition)
+
+
+def make_root(backend: str, tmp_path: Path, s3_server=None) -> Root:
+    """A fresh root: ``file``, ``memory`` or ``s3`` (on the test server, tests/s3_server.py)."""
+    if backend == "file":
+        return Root("file", f"file://{tmp_path / 'log'}")
+    if backend == "memory":
+        return Root("memory", f"memory://{uuid.uuid4().hex}")
+    return Root("s3", f"s3://{s3_server.create_bucket()}/log", s3_server.storage_options,
+                {**os.environ, **s3_server.env})
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:

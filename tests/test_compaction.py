@@ -283,3 +283,22 @@ def test_a_batch_larger_than_a_segment_never_holds_compaction_back(tmp_path: Pat
     assert made[0].base_offset == 0 and made[0].batches == 1  # full, though below min_batches
     assert log.partition("t", 0).compacted_end() == 7
     assert log.partition("t", 0).read(0)[0].num_rows == 7
+
+
+def test_compaction_retention_and_gc_on_every_backend(any_root, tmp_path: Path) -> None:
+    log = any_root.log()
+    log.create_topic("t", 1, {"segment.bytes": 4000})
+    _mixed(log, "t")
+    before = _everything(log, "t")
+    log.compact("t", upto_lag=5)
+    log.gc(chain_age_s=0)
+    assert _everything(log, "t") == before
+    fresh = any_root.log() if any_root.backend != "memory" else log
+    assert _everything(fresh, "t") == before
+    chain = any_root.chain("t", 0, tmp_path)  # an independent walk of what is stored
+    assert chain[-1].header.next_offset == fresh.partition("t", 0).end_offset()
+    log.alter_topic_config("t", {"retention.bytes": 8000})
+    start = log.apply_retention("t")[0].log_start
+    assert 0 < start == any_root.log().partition("t", 0).log_start()
+    with pytest.raises(OffsetOutOfRangeError):
+        any_root.log().partition("t", 0).read(0)

@@ -19,17 +19,14 @@ import json
 import os
 import subprocess
 import threading
-import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 
 from txlog import Log
-from txlog.storage import open_storage
 
-from helpers_core import ChainBatch, child, read_chain, wait_for
+from helpers_core import Root, child, make_root, wait_for
 
 WORKERS = 4
 RECORDS_PER_BATCH = 3
@@ -38,59 +35,6 @@ RECORDS_PER_BATCH = 3
 BATCHES_PER_WORKER = {"file": 600, "s3": 12, "memory": 0}
 KEYED_RECORDS = {"file": 250, "s3": 8, "memory": 0}
 THREAD_SENDS = {"file": 100, "memory": 100, "s3": 12}
-
-MEMORY_IS_ONE_PROCESS = pytest.mark.skip(
-    reason="memory:// is a dictionary inside one process: other processes cannot share it "
-           "(test_threads_with_separate_logs_on_one_root covers memory:// with threads)")
-
-
-@dataclass
-class Root:
-    """A fresh log root on one backend, as the parent and its children open it."""
-
-    backend: str
-    url: str
-    options: dict = field(default_factory=dict)
-    env: dict[str, str] | None = None  # children's environment (None: inherit)
-
-    def log(self) -> Log:
-        return Log(self.url, storage_options=self.options)
-
-    def chain(self, topic: str, partition: int, scratch: Path) -> list[ChainBatch]:
-        """read_chain over a copy of the partition's objects (the local root itself on disk)."""
-        if self.backend == "file":
-            return read_chain(self.url[len("file://"):], topic, partition)
-        store = open_storage(self.url, self.options)
-        copy = scratch / f"copy-{uuid.uuid4().hex[:8]}"
-        directory = f"topics/{topic}/{partition}"
-        target = copy / "topics" / topic / str(partition)
-        target.mkdir(parents=True)
-        for name in store.list(directory):
-            if name.endswith(".batch"):
-                (target / name).write_bytes(store.read(f"{directory}/{name}"))
-        return read_chain(copy, topic, partition)
-
-
-def _root(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Root:
-    if backend == "file":
-        return Root("file", f"file://{tmp_path / 'log'}")
-    if backend == "memory":
-        return Root("memory", f"memory://{uuid.uuid4().hex}")
-    server = request.getfixturevalue("s3_server")
-    return Root("s3", f"s3://{server.create_bucket()}/log", server.storage_options,
-                {**os.environ, **server.env})
-
-
-@pytest.fixture(params=["file", pytest.param("memory", marks=MEMORY_IS_ONE_PROCESS), "s3"])
-def proc_root(request, tmp_path) -> Root:
-    """A root for tests whose writers are separate processes."""
-    return _root(request.param, request, tmp_path)
-
-
-@pytest.fixture(params=["file", "memory", "s3"])
-def any_root(request, tmp_path) -> Root:
-    return _root(request.param, request, tmp_path)
-
 
 def run_children(tmp_path: Path, commands: list[list[str]], timeout: float = 240,
                  env: dict[str, str] | None = None) -> list[dict]:
@@ -230,14 +174,11 @@ def test_threads_with_separate_logs_on_one_root(any_root: Root, tmp_path: Path) 
             assert values[offset] == value
 
 
-@pytest.mark.parametrize("proc_root", [
-    "file", pytest.param("memory", marks=MEMORY_IS_ONE_PROCESS),
-    pytest.param("s3", marks=pytest.mark.skip(
-        reason="claiming a block is one publish; 16 processes racing for each of 100 names "
-               "on S3 is test_object_store.py's race test, and four more processes here "
-               "would cost their start-up (~7 s) for nothing new"))], indirect=True)
-def test_producer_id_blocks_are_unique_across_processes(proc_root: Root,
-                                                        tmp_path: Path) -> None:
+def test_producer_id_blocks_are_unique_across_processes(tmp_path: Path) -> None:
+    """On a local root only: claiming a block is one publish, and 16 processes racing for
+    each of 100 names on S3 is test_object_store.py's race test (memory:// cannot be
+    shared between processes)."""
+    proc_root = make_root("file", tmp_path)
     processes = 4
     proc_root.log()
     per_process = 1500  # crosses a block boundary in every process
