@@ -6,11 +6,11 @@ JVM that the worker launched, with Python workers of its own: driver and
 tasks meet only in the log's storage.  One cluster and one application serve
 the module, because each start costs seconds of the ~60 s it may take.
 
-The log's location is the ``store`` fixture, so that the same tests run
-against an object store (an ``s3://`` root on a local endpoint) by changing
-that fixture alone: a root URL, the storage options this process opens it
-with, the options every Spark read and write gets, and the environment of
-the cluster and its drivers.
+The log lives on S3 (the test endpoint, tests/s3_server.py), as a cluster's
+would: the ``store`` fixture gives its root URL, the storage options this
+process opens it with, the options every Spark read and write gets, and the
+environment of the cluster and its drivers (changing that fixture alone moves
+the tests to another store).
 """
 
 from __future__ import annotations
@@ -60,9 +60,20 @@ class Store:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Store:
-    """A local directory as a ``file://`` URL: on one machine every executor reaches it."""
-    return Store(root=(tmp_path_factory.mktemp("cluster-store")).as_uri())
+def store(s3_server) -> Store:
+    """A bucket on the test S3 endpoint (moto, tests/s3_server.py): the driver and the
+    executor JVMs' Python workers reach it as a cluster reaches S3.  The retried job
+    passes the endpoint and credentials as ``txlog.storage.*`` options; the batch
+    pipeline example opens its root with no options, so the cluster's environment
+    carries them too (the AWS variables botocore reads)."""
+    options = s3_server.storage_options
+    spark_options = {"txlog.storage.endpoint_url": options["endpoint_url"],
+                     "txlog.storage.key": options["key"],
+                     "txlog.storage.secret": options["secret"],
+                     "txlog.storage.client_kwargs.region_name":
+                         options["client_kwargs"]["region_name"]}
+    return Store(root=f"s3://{s3_server.create_bucket()}/cluster", storage_options=options,
+                 spark_options=spark_options, env=s3_server.env)
 
 
 @pytest.fixture(scope="module")
