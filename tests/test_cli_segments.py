@@ -198,10 +198,10 @@ def _rewrite_index(root: str, path: str, change) -> None:
     times = np.frombuffer(data, TIME_ENTRY, head.data_batch_count,
                           head.index_start + split).copy()
     change(offsets, times)
-    index = offsets.tobytes() + times.tobytes()
-    data[head.index_start:head.data_start] = index
+    data[head.index_start:head.data_start] = offsets.tobytes() + times.tobytes()
     fields = list(_HEADER.unpack_from(data, 0))
-    fields[12] = crc32c.crc32c(index)
+    fields[12] = crc32c.crc32c(offsets.tobytes())
+    fields[13] = crc32c.crc32c(times.tobytes())
     packed = _HEADER.pack(*fields)
     data[:HEADER_SIZE] = packed[:4] + crc32c.crc32c(packed[8:]).to_bytes(4, "big") + packed[8:]
     open(full, "wb").write(bytes(data))
@@ -225,10 +225,10 @@ def test_verify_names_the_segment_and_offset_of_each_damage(compacted):
 
     # one byte of the offset index: the low byte of entry 1's size
     damaged = bytearray(pristine)
-    damaged[head.index_start + OFFSET_ENTRY.itemsize + 19] ^= 0x01
+    damaged[head.index_start + 2 * OFFSET_ENTRY.itemsize - 1] ^= 0x01
     open(full, "wb").write(bytes(damaged))
     found = problems()
-    assert f"{path}: segment index checksum mismatch (or truncated)" in found
+    assert f"{path}: segment offset index checksum mismatch (or truncated)" in found
     b1 = batches[1]
     assert any(p.startswith(f"{path} offset 1 (position {b1['position']}): offset-index "
                             f"entry 1 says base 1") and p.endswith(f"is {b1['size']} bytes")

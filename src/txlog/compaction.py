@@ -159,8 +159,8 @@ def apply_retention(states: StateManager, retention_ms: int = -1, retention_byte
     doomed = []
     for head in heads[:-1]:
         by_size = retention_bytes >= 0 and total - head.total_length >= retention_bytes
-        index = states.segment_index(head.base_offset)
-        newest = int(index.max_timestamps[-1]) if len(index.max_timestamps) else head.created_ms
+        newest = states.time_index(head.base_offset).newest
+        newest = head.created_ms if newest is None else newest
         by_time = retention_ms >= 0 and newest < now_ms - retention_ms
         if not (by_size or by_time):
             break

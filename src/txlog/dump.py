@@ -197,9 +197,16 @@ def decode_segment(data: pa.Buffer | bytes, path: str, url: str, base: int | Non
     aborted, aborted_ok = _section(view, head.aborted_start,
                                    head.aborted_count * ABORTED_ENTRY.itemsize,
                                    head.aborted_crc)
-    index, index_ok = _section(view, head.index_start, head.index_length, head.index_crc)
+    offset_index, offsets_ok = _section(view, head.index_start, head.offset_index_length,
+                                        head.index_crc)
+    time_index, times_ok = _section(view, head.time_index_start,
+                                    head.index_length - head.offset_index_length,
+                                    head.time_index_crc)
+    index_ok = offsets_ok and times_ok
+    index = bytes(offset_index) + bytes(time_index)
     checksums = {"header": True, "snapshot": snap_ok, "aborted": aborted_ok, "index": index_ok}
-    for what, ok in (("snapshot", snap_ok), ("aborted list", aborted_ok), ("index", index_ok)):
+    for what, ok in (("snapshot", snap_ok), ("aborted list", aborted_ok),
+                     ("offset index", offsets_ok), ("time index", times_ok)):
         if not ok:
             problems.append(f"segment {what} checksum mismatch (or truncated)")
     snapshot = None

@@ -31,7 +31,8 @@ SEGMENT_MAGIC = b"TXS\x01"
 SEGMENT_SUFFIX = ".segment"
 SEGMENT_DIR = "segments"
 # magic, header crc, base, end, batch count, data batch count, topic id, created ms,
-# snapshot length, snapshot crc, aborted count, aborted crc, index crc, reserved, data length
+# snapshot length, snapshot crc, aborted count, aborted crc, offset index crc,
+# time index crc, data length
 _HEADER = struct.Struct(">4sI qqII16sq IIIIII Q")
 HEADER_SIZE = _HEADER.size  # 88
 HEAD_READ_SIZE = 64 * 1024  # the header and, for a few hundred producers, the snapshot
@@ -59,7 +60,8 @@ class SegmentHead:
     snapshot_crc: int
     aborted_count: int
     aborted_crc: int
-    index_crc: int
+    index_crc: int  # of the offset index
+    time_index_crc: int
     data_length: int
     anchor: bytes  # magic and header checksum: what identifies this object
 
@@ -77,8 +79,16 @@ class SegmentHead:
 
     @property
     def index_length(self) -> int:
-        return self.batch_count * OFFSET_ENTRY.itemsize + \
-            self.data_batch_count * TIME_ENTRY.itemsize
+        """Both indexes: the offset index, then the time index."""
+        return self.offset_index_length + self.data_batch_count * TIME_ENTRY.itemsize
+
+    @property
+    def offset_index_length(self) -> int:
+        return self.batch_count * OFFSET_ENTRY.itemsize
+
+    @property
+    def time_index_start(self) -> int:
+        return self.index_start + self.offset_index_length
 
     @property
     def data_start(self) -> int:
@@ -91,22 +101,33 @@ class SegmentHead:
 
 @dataclass(frozen=True, slots=True)
 class SegmentIndex:
-    """The offset and time indexes of one segment, as arrays to bisect."""
+    """The offset index of one segment, as arrays to bisect."""
 
     bases: np.ndarray  # int64, strictly increasing, bases[0] == base_offset
     positions: np.ndarray  # int64, from the segment's start
     sizes: np.ndarray  # int64
-    max_timestamps: np.ndarray  # int64, running maximum over data batches
-    time_bases: np.ndarray  # int64, the data batch each time entry describes
 
     def find(self, offset: int) -> int:
         """Index of the batch holding ``offset`` (logarithmic)."""
         return int(np.searchsorted(self.bases, offset, side="right")) - 1
 
+
+@dataclass(frozen=True, slots=True)
+class TimeIndex:
+    """The time index of one segment: read only by lookups by time and retention."""
+
+    max_timestamps: np.ndarray  # int64, running maximum over data batches
+    bases: np.ndarray  # int64, the data batch each entry describes
+
     def first_reaching(self, timestamp_ms: int) -> int | None:
         """Base of the first data batch whose records reach ``timestamp_ms``, if any."""
         i = int(np.searchsorted(self.max_timestamps, timestamp_ms, side="left"))
-        return int(self.time_bases[i]) if i < len(self.time_bases) else None
+        return int(self.bases[i]) if i < len(self.bases) else None
+
+    @property
+    def newest(self) -> int | None:
+        """The largest timestamp of the segment's data batches (None without data)."""
+        return int(self.max_timestamps[-1]) if len(self.max_timestamps) else None
 
 
 def segment_name(base_offset: int) -> str:
@@ -150,11 +171,13 @@ def encode_segment(topic_id: str, base_offset: int,
     start = HEADER_SIZE + len(snapshot) + len(aborted_bytes) + \
         len(batches) * OFFSET_ENTRY.itemsize + len(times) * TIME_ENTRY.itemsize
     offsets["position"] = start + np.concatenate(([0], np.cumsum(sizes)[:-1]))
-    index = offsets.tobytes() + times.tobytes()
+    offset_index, time_index = offsets.tobytes(), times.tobytes()
+    index = offset_index + time_index
     fields = _HEADER.pack(
         SEGMENT_MAGIC, 0, base_offset, end, len(batches), len(times), bytes.fromhex(topic_id),
         created_ms, len(snapshot), crc32c.crc32c(snapshot), len(aborted),
-        crc32c.crc32c(aborted_bytes), crc32c.crc32c(index), 0, data_length)
+        crc32c.crc32c(aborted_bytes), crc32c.crc32c(offset_index), crc32c.crc32c(time_index),
+        data_length)
     header = fields[:4] + crc32c.crc32c(fields[8:]).to_bytes(4, "big") + fields[8:]
     return b"".join([header, snapshot, aborted_bytes, index, *(data for _, data in batches)])
 
@@ -164,7 +187,7 @@ def decode_head(data: bytes, path: str, url: str, base_offset: int) -> SegmentHe
     if len(data) < HEADER_SIZE:
         raise CorruptSegmentError("segment header truncated", url, base_offset)
     (magic, crc, base, end, count, data_count, topic_id, created, snap_len, snap_crc,
-     aborted_count, aborted_crc, index_crc, reserved, data_length) = \
+     aborted_count, aborted_crc, index_crc, time_index_crc, data_length) = \
         _HEADER.unpack_from(data, 0)
     if magic != SEGMENT_MAGIC:
         raise CorruptSegmentError(f"not a segment (magic {magic!r})", url, base_offset)
@@ -173,12 +196,12 @@ def decode_head(data: bytes, path: str, url: str, base_offset: int) -> SegmentHe
     if base != base_offset:
         raise CorruptSegmentError(f"segment header says base offset {base}, its name "
                                   f"{base_offset}", url, base_offset)
-    if end <= base or count < 1 or data_count > count or count > end - base or reserved:
+    if end <= base or count < 1 or data_count > count or count > end - base:
         raise CorruptSegmentError(f"inconsistent segment header (offsets {base} to {end}, "
                                   f"{count} batches)", url, base_offset)
     return SegmentHead(path, base, end, count, data_count, topic_id.hex(), created, snap_len,
-                       snap_crc, aborted_count, aborted_crc, index_crc, data_length,
-                       bytes(data[:8]))
+                       snap_crc, aborted_count, aborted_crc, index_crc, time_index_crc,
+                       data_length, bytes(data[:8]))
 
 
 def _section(data: bytes | pa.Buffer, start: int, length: int, crc: int, what: str, url: str,
@@ -213,12 +236,11 @@ def read_head(storage: Storage, path: str, url: str, base_offset: int
 
 
 def read_index(storage: Storage, head: SegmentHead, url: str) -> SegmentIndex:
-    """The offset and time indexes of a segment, checked against its header."""
-    raw = storage.read_range(head.path, head.index_start, head.index_length)
-    data = _section(raw, 0, head.index_length, head.index_crc, "index", url, head.base_offset)
-    split = head.batch_count * OFFSET_ENTRY.itemsize
+    """The offset index of a segment (not its time index), checked against its header."""
+    raw = storage.read_range(head.path, head.index_start, head.offset_index_length)
+    data = _section(raw, 0, head.offset_index_length, head.index_crc, "offset index", url,
+                    head.base_offset)
     offsets = np.frombuffer(data, dtype=OFFSET_ENTRY, count=head.batch_count)
-    times = np.frombuffer(data, dtype=TIME_ENTRY, offset=split, count=head.data_batch_count)
     bases = offsets["base"].astype(np.int64)
     positions = offsets["position"].astype(np.int64)
     sizes = offsets["size"].astype(np.int64)
@@ -228,13 +250,23 @@ def read_index(storage: Storage, head: SegmentHead, url: str) -> SegmentIndex:
             or ends[-1] != head.total_length):
         raise CorruptSegmentError("segment offset index does not describe its data", url,
                                   head.base_offset)
+    return SegmentIndex(bases, positions, sizes)
+
+
+def read_time_index(storage: Storage, head: SegmentHead, index: SegmentIndex,
+                    url: str) -> TimeIndex:
+    """The time index of a segment, checked against its header and offset index."""
+    length = head.data_batch_count * TIME_ENTRY.itemsize
+    raw = storage.read_range(head.path, head.time_index_start, length)
+    data = _section(raw, 0, length, head.time_index_crc, "time index", url, head.base_offset)
+    times = np.frombuffer(data, dtype=TIME_ENTRY, count=head.data_batch_count)
     max_ts = times["max_timestamp"].astype(np.int64)
-    time_bases = times["base"].astype(np.int64)
-    if np.any(np.diff(max_ts) < 0) or np.any(np.diff(time_bases) <= 0) or \
-            not np.all(np.isin(time_bases, bases)):
+    bases = times["base"].astype(np.int64)
+    if np.any(np.diff(max_ts) < 0) or np.any(np.diff(bases) <= 0) or \
+            not np.all(np.isin(bases, index.bases)):
         raise CorruptSegmentError("segment time index is not monotonic or names batches the "
                                   "offset index does not have", url, head.base_offset)
-    return SegmentIndex(bases, positions, sizes, max_ts, time_bases)
+    return TimeIndex(max_ts, bases)
 
 
 def read_aborted(storage: Storage, head: SegmentHead, url: str) -> list[AbortedTransaction]:

@@ -28,8 +28,8 @@ from .batch import HEADER_READ_SIZE, BatchHeader, ControlRecord, decode_control,
 from .errors import CorruptBatchError, InconsistentTopicIdError, OffsetOutOfRangeError, \
     StorageError, UnknownTopicError
 from .producer_state import ProducerState
-from .segment import SEGMENT_DIR, CorruptSegmentError, SegmentHead, SegmentIndex, read_head, \
-    read_header, read_index, segment_bases, segment_name
+from .segment import SEGMENT_DIR, CorruptSegmentError, SegmentHead, SegmentIndex, TimeIndex, \
+    read_head, read_header, read_index, read_time_index, segment_bases, segment_name
 from .storage import Storage
 from .topic_ids import current_topic_id
 
@@ -124,6 +124,7 @@ class StateManager:
         self._compacted_end = 0
         self._heads: dict[int, SegmentHead] = {}
         self._indexes: dict[int, SegmentIndex] = {}
+        self._time_indexes: dict[int, TimeIndex] = {}
 
     # --- paths and headers ----------------------------------------------------
 
@@ -221,6 +222,15 @@ class StateManager:
         if index is None:
             head = self.segment_head(base)
             index = self._indexes[base] = read_index(self.storage, head, self.url(head.path))
+        return index
+
+    def time_index(self, base: int) -> TimeIndex:
+        """A segment's time index (lookups by time and retention only need it)."""
+        index = self._time_indexes.get(base)
+        if index is None:
+            head = self.segment_head(base)
+            index = self._time_indexes[base] = read_time_index(
+                self.storage, head, self.segment_index(base), self.url(head.path))
         return index
 
     def _segment_refs(self, base: int, start: int, end: int) -> list[BatchRef]:
@@ -340,7 +350,7 @@ class StateManager:
         of the batch objects after them."""
         with self.lock:
             for base in self.list_segments():
-                hit = self.segment_index(base).first_reaching(timestamp_ms)
+                hit = self.time_index(base).first_reaching(timestamp_ms)
                 if hit is not None:
                     return hit if hit < end else None
             for base in self._tail_bases(state):
