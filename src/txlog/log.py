@@ -103,8 +103,8 @@ class Log:
         self._check_root(create)
         self._lock = threading.Lock()
         self._topics: dict[str, TopicDescription] = {}
-        self._counts: dict[str, VersionChain] = {}  # per topic: partitions added since creation
-        self._configs: dict[str, VersionChain] = {}  # per topic: its altered config
+        # Per topic, by (topic, chain path): partitions added, config altered since creation.
+        self._topic_chains: dict[tuple[str, str], VersionChain] = {}
         self._partitions: dict[tuple[str, int], PartitionLog] = {}
         self.producer_ids = ProducerIdAllocator(self.storage)
         from .coordinator import TransactionCoordinator
@@ -191,35 +191,27 @@ class Log:
             self._topics[name] = desc
         return desc
 
-    def _count_chain(self, name: str) -> VersionChain:
+    def _topic_chain(self, name: str, path: str) -> VersionChain:
         with self._lock:
-            chain = self._counts.get(name)
+            chain = self._topic_chains.get((name, path))
             if chain is None:
-                chain = self._counts[name] = VersionChain(self.storage,
-                                                          partition_count_path(name))
+                chain = self._topic_chains[(name, path)] = VersionChain(self.storage, path)
             return chain
+
+    def _latest_of(self, desc: TopicDescription, path: str) -> dict | None:
+        """The newest version of one of the topic's chains, if it is this incarnation's."""
+        _, value = self._topic_chain(desc.name, path).latest()
+        return value if value is not None and value.get("topic_id") == desc.topic_id else None
 
     def _partition_count(self, desc: TopicDescription) -> int:
         """Partitions of this incarnation: the created ones, or more if some were added."""
-        _, value = self._count_chain(desc.name).latest()
-        if value is None or value.get("topic_id") != desc.topic_id:
-            return desc.partitions
-        return max(desc.partitions, value["count"])
-
-    def _config_chain(self, name: str) -> VersionChain:
-        with self._lock:
-            chain = self._configs.get(name)
-            if chain is None:
-                chain = self._configs[name] = VersionChain(self.storage,
-                                                           topic_config_path(name))
-            return chain
+        value = self._latest_of(desc, partition_count_path(desc.name))
+        return desc.partitions if value is None else max(desc.partitions, value["count"])
 
     def _altered_config(self, desc: TopicDescription) -> dict[str, Any] | None:
         """The topic's config as last altered, None if never altered (``topic.json``'s holds)."""
-        _, value = self._config_chain(desc.name).latest()
-        if value is None or value.get("topic_id") != desc.topic_id:
-            return None
-        return dict(value["config"])
+        value = self._latest_of(desc, topic_config_path(desc.name))
+        return None if value is None else dict(value["config"])
 
     def alter_topic_config(self, name: str, set: dict[str, Any] | None = None,
                            delete: list[str] | tuple[str, ...] = ()) -> TopicDescription:
@@ -243,7 +235,7 @@ class Log:
             config = {k: v for k, v in {**current, **checked}.items() if k not in delete}
             return {"config": config, "topic_id": desc.topic_id}
 
-        self._config_chain(name).update(step)
+        self._topic_chain(name, topic_config_path(name)).update(step)
         return self.describe_topic(name, refresh=True)
 
     def create_partitions(self, name: str, total: int) -> TopicDescription:
@@ -274,7 +266,7 @@ class Log:
                     f"some); the new total must be more than that, not {total}")
             return {"count": total, "topic_id": desc.topic_id}
 
-        self._count_chain(name).update(step)
+        self._topic_chain(name, partition_count_path(name)).update(step)
         return self.describe_topic(name, refresh=True)
 
     def delete_topic(self, name: str) -> None:
@@ -290,8 +282,8 @@ class Log:
         self.storage.delete_tree(f"topics/{name}")
         with self._lock:
             self._topics.pop(name, None)
-            self._counts.pop(name, None)
-            self._configs.pop(name, None)
+            for key in [k for k in self._topic_chains if k[0] == name]:
+                del self._topic_chains[key]
             for key in [k for k in self._partitions if k[0] == name]:
                 del self._partitions[key]
 
@@ -336,7 +328,8 @@ class Log:
             desc = self._topics.get(topic)
             if desc is not None and desc.topic_id == topic_id:
                 del self._topics[topic]
-                self._counts.pop(topic, None)
+                for key in [k for k in self._topic_chains if k[0] == topic]:
+                    del self._topic_chains[key]
             for key in [k for k, part in self._partitions.items()
                         if k[0] == topic and part.topic_id == topic_id]:
                 del self._partitions[key]
