@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 import msgpack
 
 from .chain import VERSION_DIGITS
-from .compaction import retire_batches
 from .coordinator import COMPLETE, DECISION_DIR, LEASE_DIR, TXN_DIR, TxnState
 from .groups import GROUP_DIR
 from .log import Log
@@ -104,11 +103,8 @@ def collect(log: Log, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
         report.add("producer-id blocks", f"{BLOCK_DIR}/{name}")
     for topic in log.topics():
         for p in range(log.describe_topic(topic, refresh=True).partitions):
-            states = log.partition(topic, p)._states
-            end = states.compacted_end(refresh=True)
-            if end:
-                for path in retire_batches(states, end):
-                    report.add("batch objects under segments", path)
+            for path in log.partition(topic, p).remove_leftovers():
+                report.add("batch and snapshot objects segments hold", path)
     for path in storage.remove_temp_files(temp_age_s):
         report.add("temp files", path)
     return report

@@ -16,7 +16,7 @@ import pyarrow as pa
 from .appender import PUBLISH_ATTEMPTS, Appender, AppendResult
 from .batch import BatchHeader
 from .compaction import DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted, Retained, \
-    apply_retention, compact
+    apply_retention, compact, retire_batches
 from .columns import SPARK_TIMESTAMP, empty_table, spark_schema, to_spark_table
 from .producer_state import AbortedIndex, ProducerState
 from .reads import OutcomeResolver, Piece, Reader
@@ -128,6 +128,11 @@ class PartitionLog:
                 ) -> Compacted | None:
         """Merge the oldest run of batch objects into one segment (compaction.py)."""
         return compact(self._states, max_bytes, min_batches, upto)
+
+    def remove_leftovers(self) -> list[str]:
+        """Delete batch objects and snapshots the segments cover (a compaction killed
+        half-way, or strays); returns their paths."""
+        return retire_batches(self._states, self._states.compacted_end(refresh=True))
 
     def apply_retention(self, retention_ms: int = -1, retention_bytes: int = -1,
                         now_ms: int | None = None) -> Retained:
