@@ -93,6 +93,28 @@ def test_one_request_per_publish_and_lookup(store: FsspecStorage, s3_server) -> 
     s3_server.reset_counts()
     store.list("a"), store.delete("a/b")
     assert s3_server.counts == {"LIST": 1, "DELETE": 1}
+    s3_server.reset_counts()
+    assert store.list("a/missing") == []  # s3fs's ls would list "a/" too, page by page
+    assert s3_server.counts == {"LIST": 1}
+
+
+def test_a_fresh_process_finds_the_log_end_with_lists_independent_of_its_size(
+        s3_server, s3_root) -> None:
+    """Neither the batches nor their number are listed to find a partition's end."""
+    lists = []
+    for batches in (10, 40):
+        root = f"{s3_root}-{batches}"
+        log = Log(root, storage_options=s3_server.storage_options)
+        log.create_topic("t", 1)
+        producer = log.producer()
+        for _ in range(batches):
+            producer.send("t", b"x", partition=0)
+            producer.flush()
+        s3_server.reset_counts()
+        assert Log(root, storage_options=s3_server.storage_options).partition(
+            "t", 0).end_offset() == batches
+        lists.append(s3_server.counts.get("LIST", 0))
+    assert lists[0] == lists[1] <= 6, lists
 
 
 def test_conflict_409_is_retried(store: FsspecStorage, s3_server) -> None:

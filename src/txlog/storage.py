@@ -603,13 +603,25 @@ class FsspecStorage(Storage):
     def list(self, directory: str) -> list[str]:
         where = self._abs(directory) if directory else self.root
         try:
-            entries = self.fs.ls(where, detail=False)
+            entries = self._ls(where)
         except FileNotFoundError:
             return []
         except Exception as exc:
             raise self._error("listing", directory or ".", exc) from None
         names = [e.rstrip("/").rsplit("/", 1)[-1] for e in entries]
         return [n for n in names if not n.startswith(TMP_PREFIX)]
+
+    def _ls(self, where: str) -> list[str]:
+        """One listing of ``where``.  s3fs's ``ls`` of an empty prefix lists the parent
+        too, to tell a missing directory from a file: for a partition's absent
+        ``segments/`` that is every batch of the partition, page by page.  Its own
+        one-level listing (``_lsdir``) is taken where there is one."""
+        lsdir = getattr(self.fs, "_lsdir", None)
+        if lsdir is None or not hasattr(self.fs, "loop"):
+            return self.fs.ls(where, detail=False)
+        from fsspec.asyn import sync
+
+        return [e["name"] for e in sync(self.fs.loop, lsdir, where.rstrip("/"), refresh=True)]
 
     def delete(self, path: str) -> None:
         try:
