@@ -6,7 +6,6 @@ once) is in test_maintenance_loop.py.
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 

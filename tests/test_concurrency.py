@@ -16,7 +16,6 @@ copying the partition's objects into a directory and reading them there.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import threading
 from pathlib import Path
@@ -24,7 +23,6 @@ from pathlib import Path
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 
-from txlog import Log
 
 from helpers_core import Root, child, make_root, wait_for
 

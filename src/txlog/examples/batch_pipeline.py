@@ -17,7 +17,6 @@ batch job has no memory of earlier runs (the streaming pipeline has).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 

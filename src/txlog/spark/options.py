@@ -32,7 +32,6 @@ from typing import Any, Literal
 from ..errors import InvalidConfigError, InvalidNameError
 from ..names import validate_name
 from ..scan import EARLIEST, LATEST, PositionSpec, Subscription
-from ..storage import is_secret_option
 
 log = logging.getLogger(__name__)
 
