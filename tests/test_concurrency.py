@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 
-
 from helpers_core import Root, child, make_root, wait_for
 
 WORKERS = 4
