@@ -21,7 +21,6 @@ from .compaction import DEFAULT_MIN_BATCHES
 from .errors import TxlogError, UnknownPartitionError, UnknownTopicError
 from .log import TOPIC_DEFAULTS, Log
 from .scan import READ_COMMITTED, READ_UNCOMMITTED, bounds
-from .segment import HEADER_SIZE, SEGMENT_DIR, decode_head, segment_bases, segment_name
 
 PROG = "txlog"
 ROOT_ENV = "TXLOG_ROOT"
@@ -281,7 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
     _partitions_option(compact)
     compact.add_argument("--min-batches", metavar="N", type=_positive_int,
                          default=DEFAULT_MIN_BATCHES,
-                         help="make no segment of fewer batches than this "
+                         help="make no segment of fewer batches than this, unless the "
+                              "next batch would not fit in segment.bytes "
                               f"(default {DEFAULT_MIN_BATCHES})")
     compact.add_argument("--lag", metavar="N", type=_non_negative_int, default=0,
                          help="leave the newest N offsets of each partition as batch objects "
@@ -551,32 +551,11 @@ def _offset_rows(log: Log, topic: str, partitions: int, sizes: bool = False
         if not sizes:
             rows.append((p, b.end, b.stable))
             continue
-        rows.append((p, b.log_start, b.end, b.stable, *_stored(log, topic, p)))
+        rows.append((p, b.log_start, b.end, b.stable, *log.partition(topic, p).stored()))
     if sizes:
         return ("PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET", "LAST-STABLE-OFFSET",
                 "SEGMENTS", "SEGMENT-BYTES", "BATCHES", "BATCH-BYTES"), rows
     return ("PARTITION", "LOG-END-OFFSET", "LAST-STABLE-OFFSET"), rows
-
-
-def _stored(log: Log, topic: str, partition: int) -> tuple[int, int, int, int]:
-    """Segments and their bytes (from their headers), then batch objects from the
-    compacted end and their bytes (from their headers, cached by the partition):
-    never a whole segment or payload read."""
-    part = log.partition(topic, partition)
-    state = part.state()
-    tail = [r for r in part.batch_refs(part.compacted_end(), state=state) if not r.in_segment]
-    batch_bytes = sum(h.header_length + h.payload_length
-                      for h in (part.header(r.base) for r in tail))
-    directory = f"{part.dir}/{SEGMENT_DIR}"
-    heads = []
-    for base in segment_bases(log.storage.list(directory)):
-        path = f"{directory}/{segment_name(base)}"
-        try:
-            data = log.storage.read_prefix(path, HEADER_SIZE)
-        except FileNotFoundError:
-            continue  # retention deleted it since the listing
-        heads.append(decode_head(data, path, f"{log.root}/{path}", base))
-    return len(heads), sum(h.total_length for h in heads), len(tail), batch_bytes
 
 
 def _produce(args: argparse.Namespace) -> None:
@@ -811,9 +790,9 @@ def _compact(args: argparse.Namespace) -> None:
     partitions = _maintained_partitions(log, args.topic, args.partition)
     with _Progress("compacted", "partitions") as progress:
         for p in partitions:
-            segments, _, batches, _ = _stored(log, args.topic, p)
+            segments, _, batches, _ = log.partition(args.topic, p).stored()
             made = log.compact(args.topic, [p], args.min_batches, args.lag)[p]
-            after = _stored(log, args.topic, p)
+            after = log.partition(args.topic, p).stored()
             rows.append((p, len(made), sum(c.batches for c in made),
                          sum(c.bytes for c in made), segments + batches, after[0] + after[2]))
             progress.update(len(rows), len(partitions))

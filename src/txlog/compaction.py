@@ -55,8 +55,9 @@ class Retained:
 def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
             min_batches: int = DEFAULT_MIN_BATCHES, upto: int | None = None
             ) -> Compacted | None:
-    """Copy the oldest run of batch objects (at most ``max_bytes``, at least
-    ``min_batches`` of them, below ``upto`` if given) into a segment.
+    """Copy the oldest run of batch objects (at most ``max_bytes``, below ``upto`` if
+    given; at least ``min_batches`` of them unless ``max_bytes`` cut the run) into a
+    segment.
 
     Returns None when there is too little to compact or another process
     compacted the same run first.  Open transactions need no care: batches
@@ -151,11 +152,10 @@ def apply_retention(states: StateManager, retention_ms: int = -1, retention_byte
     -1 disables a rule.  The newest segment always stays.
     """
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    bases = states.list_segments()
-    if len(bases) < 2 or (retention_ms < 0 and retention_bytes < 0):
-        return Retained(0, 0, bases[0] if bases else 0)
-    heads = [states.segment_head(b) for b in bases]
-    total = sum(h.total_length for h in heads) + _tail_bytes(states)
+    heads = states.segment_heads()
+    if len(heads) < 2 or (retention_ms < 0 and retention_bytes < 0):
+        return Retained(0, 0, heads[0].base_offset if heads else 0)
+    total = sum(h.total_length for h in heads) + states.tail_sizes(states.state())[1]
     doomed = []
     for head in heads[:-1]:
         by_size = retention_bytes >= 0 and total - head.total_length >= retention_bytes
@@ -175,10 +175,3 @@ def apply_retention(states: StateManager, retention_ms: int = -1, retention_byte
         logger.info("%s-%d: retention deleted %d segments; log start offset now %d",
                     states.topic, states.partition, len(doomed), log_start)
     return Retained(len(doomed), sum(h.total_length for h in doomed), log_start)
-
-
-def _tail_bytes(states: StateManager) -> int:
-    state = states.state()
-    refs = states.refs(states.compacted_end(), state.end_offset, state)
-    headers = (states.header(r.base) for r in refs if not r.in_segment)
-    return sum(h.header_length + h.payload_length for h in headers)

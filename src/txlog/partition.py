@@ -69,10 +69,12 @@ class PartitionLog:
     def end_offset(self) -> int:
         return self.state().end_offset
 
-    def base_offsets(self, state: ProducerState | None = None) -> list[int]:
-        """Base offsets of every batch from the log start to ``state``'s end (default: the
-        log end), sorted.  Reads every segment's index: ``batch_refs`` finds a range."""
-        return self._states.base_offsets(state or self.state())
+    def stored(self) -> tuple[int, int, int, int]:
+        """What the partition occupies: segments and their bytes (from their headers), then
+        batch objects from the compacted end and their bytes (from their headers)."""
+        heads = self._states.segment_heads()
+        batches, batch_bytes = self._states.tail_sizes(self.state())
+        return len(heads), sum(h.total_length for h in heads), batches, batch_bytes
 
     def batch_refs(self, start: int, end: int | None = None,
                    state: ProducerState | None = None) -> list[BatchRef]:

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from .batch import BatchHeader
 from .errors import CorruptBatchError
-from .producer_state import AbortedTransaction, ProducerState
+from .producer_state import ProducerState
 from .storage import Storage
 
 SEGMENT_MAGIC = b"TXS\x01"
@@ -267,13 +267,3 @@ def read_time_index(storage: Storage, head: SegmentHead, index: SegmentIndex,
         raise CorruptSegmentError("segment time index is not monotonic or names batches the "
                                   "offset index does not have", url, head.base_offset)
     return TimeIndex(max_ts, bases)
-
-
-def read_aborted(storage: Storage, head: SegmentHead, url: str) -> list[AbortedTransaction]:
-    """The transactions whose ABORT marker lies in this segment (for verify and dump)."""
-    length = head.aborted_count * ABORTED_ENTRY.itemsize
-    data = storage.read_range(head.path, head.aborted_start, length)
-    raw = _section(data, 0, length, head.aborted_crc, "aborted list", url, head.base_offset)
-    arr = np.frombuffer(raw, dtype=ABORTED_ENTRY)
-    return [AbortedTransaction(int(p), int(f), int(la))
-            for p, f, la in zip(arr["producer_id"], arr["first"], arr["last"])]

@@ -159,11 +159,15 @@ class StateManager:
 
     # --- segments -------------------------------------------------------------
 
+    def _listed_segments(self) -> list[int]:
+        """Bases of the segments in storage now (one listing, no header read)."""
+        return segment_bases(self.storage.list(f"{self.dir}/{SEGMENT_DIR}"))
+
     def list_segments(self) -> list[int]:
         """List the segments again (they come and go under compaction and retention)."""
         with self.lock:
             for _ in range(RELOADS):
-                bases = segment_bases(self.storage.list(f"{self.dir}/{SEGMENT_DIR}"))
+                bases = self._listed_segments()
                 try:
                     end = self.segment_head(bases[-1]).end_offset if bases else 0
                 except FileNotFoundError:
@@ -361,9 +365,24 @@ class StateManager:
                     return base
         return None
 
-    def base_offsets(self, state: ProducerState) -> list[int]:
-        """All base offsets from the log start to the state's end (reads every segment index)."""
-        return [r.base for r in self.refs(self.log_start(), state.end_offset, state)]
+    def segment_heads(self) -> list[SegmentHead]:
+        """The segments' headers, oldest first, as listed now (one that retention deleted
+        since the listing is left out)."""
+        heads = []
+        for base in self.list_segments():
+            try:
+                heads.append(self.segment_head(base))
+            except FileNotFoundError:
+                continue
+        return heads
+
+    def tail_sizes(self, state: ProducerState) -> tuple[int, int]:
+        """The batch objects from the compacted end to the state's end: how many, and their
+        bytes (from their cached headers, never a payload)."""
+        bases = [r.base for r in self.refs(self._compacted_end, state.end_offset, state)
+                 if not r.in_segment]
+        return len(bases), sum(h.header_length + h.payload_length
+                               for h in map(self.header, bases))
 
     # --- producer state -------------------------------------------------------
 
@@ -416,7 +435,7 @@ class StateManager:
                     return True
             except FileNotFoundError:
                 pass
-        elif not segment_bases(self.storage.list(f"{self.dir}/{SEGMENT_DIR}")):
+        elif not self._listed_segments():
             current = current_topic_id(self.storage, self.topic)
             if current != self.topic_id:
                 self._stale(current)
@@ -424,7 +443,7 @@ class StateManager:
         current = current_topic_id(self.storage, self.topic)
         if current != self.topic_id:
             self._stale(current)
-        compacted = bool(segment_bases(self.storage.list(f"{self.dir}/{SEGMENT_DIR}")))
+        compacted = bool(self._listed_segments())
         (logger.debug if compacted else logger.warning)(
             "%s-%d: %s of the cached state changed or vanished (%s); reloading",
             self.topic, self.partition, anchor.path if anchor else "the empty prefix",
