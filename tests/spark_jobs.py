@@ -21,12 +21,23 @@ executor JVMs.  One application, so that its executors start once:
 2. runs the batch pipeline example (``txlog.examples.batch_pipeline``, its
    command-line entry point) on PIPELINE_ROOT with 2,000 orders, which prints
    ``exactly once: OK`` and stops the session.
+
+``spark_jobs.py sink-safety ROOT SCRATCH``: the stream sink's safety scenarios in one
+application (one JVM start), each printing ``<scenario>: {json}``: two queries with
+one prefix (``two-queries``), a deleted checkpoint restarted with startingOffsets
+latest and earliest (``reset-latest``, ``reset-earliest``), and a micro-batch that
+fails in every attempt after writing (``failing-batch``).
+
+``spark_jobs.py commit-faults ROOT``: batch writes whose marker writes fail, made to
+fail by tests/faults/sitecustomize.py (on PYTHONPATH, so in every Python worker
+too): once (``once: {json}``), then always (``always: {json}``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -169,5 +180,209 @@ def cluster(root: str, topic: str, rows: str, markers: str, options_json: str,
     return batch_pipeline.main([pipeline_root, "--orders", "2000"])
 
 
+# --- the stream sink's safety --------------------------------------------------------------
+
+
+def _produce(log, topic: str, values: list[str]) -> None:
+    producer = log.producer(linger_ms=3_600_000)
+    for v in values:
+        producer.send(topic, v.encode(), key=v.encode())
+    producer.flush()
+    producer.close()
+
+
+def _committed_values(log, topic: str) -> list[str]:
+    out: list[str] = []
+    for p in range(log.describe_topic(topic).partitions):
+        out += [v.decode() for v in log.read(topic, p).column("value").to_pylist()]
+    return sorted(out)
+
+
+def _copy(spark, root: str, source: str, sink: str, prefix: str, checkpoint: str,
+          reading: dict[str, str] | None = None, writing: dict[str, str] | None = None):
+    """A stream copying ``source`` into ``sink`` exactly once, as a user writes it."""
+    reader = spark.readStream.format("txlog").option("path", root).option("subscribe", source)
+    for key, value in {"startingOffsets": "earliest", **(reading or {})}.items():
+        reader = reader.option(key, value)
+    writer = reader.load().select("key", "value").writeStream.format("txlog") \
+        .option("path", root).option("topic", sink).option("transactional.id.prefix", prefix) \
+        .option("checkpointLocation", checkpoint)
+    for key, value in (writing or {}).items():
+        writer = writer.option(key, value)
+    return writer
+
+
+def _error_text(exc: BaseException) -> str:
+    return str(exc)
+
+
+def two_queries(spark, log, root: str, scratch: str) -> dict:
+    """Query A runs; query B starts with A's prefix and another checkpoint; A goes on."""
+    for topic in ("a-in", "b-in", "two-out"):
+        log.create_topic(topic, partitions=2)
+    _produce(log, "a-in", [f"a{i}" for i in range(200)])
+    _produce(log, "b-in", [f"b{i}" for i in range(200)])
+    a = _copy(spark, root, "a-in", "two-out", "shared", f"{scratch}/ck-a",
+              reading={"maxOffsetsPerTrigger": "50"}).trigger(processingTime="200 milliseconds") \
+        .start()
+    a.processAllAvailable()
+    b = _copy(spark, root, "b-in", "two-out", "shared", f"{scratch}/ck-b",
+              reading={"maxOffsetsPerTrigger": "50"}).trigger(processingTime="200 milliseconds") \
+        .start()
+    try:
+        b.processAllAvailable()
+        b_error = None
+    except Exception as exc:  # noqa: BLE001 - the error is the result
+        b_error = _error_text(exc)
+    b.stop()
+    _produce(log, "a-in", [f"a{i}" for i in range(200, 400)])
+    a.processAllAvailable()
+    a_error = a.exception()
+    a.stop()
+    return {"a_query": str(a.id), "b_query": str(b.id), "b_error": b_error,
+            "a_error": None if a_error is None else str(a_error),
+            "out": _committed_values(log, "two-out")}
+
+
+def reset(spark, log, root: str, scratch: str, starting: str) -> dict:
+    """A query's checkpoint is deleted and the query restarted with the same prefix."""
+    source, sink, prefix = f"r-{starting}-in", f"r-{starting}-out", f"reset-{starting}"
+    checkpoint = f"{scratch}/ck-{starting}"
+    for topic in (source, sink):
+        log.create_topic(topic, partitions=2)
+    _produce(log, source, [f"old{i}" for i in range(100)])
+    first = _copy(spark, root, source, sink, prefix, checkpoint,
+                  reading={"maxOffsetsPerTrigger": "25"}).trigger(availableNow=True).start()
+    first.awaitTermination()
+    shutil.rmtree(checkpoint)
+    new: list[str] = []
+    if starting == "earliest":
+        new = [f"new{i}" for i in range(60)]
+        _produce(log, source, new)
+
+    def run(**writing: str) -> tuple[str, str | None, list[str]]:
+        query = _copy(spark, root, source, sink, prefix, checkpoint,
+                      reading={"startingOffsets": starting}, writing=writing) \
+            .trigger(processingTime="200 milliseconds").start()
+        produced: list[str] = []
+        try:
+            query.processAllAvailable()
+            if starting == "latest":  # records that arrive while the new query runs
+                for r in range(3):
+                    batch = [f"new{r}-{i}" for i in range(20)]
+                    _produce(log, source, batch)
+                    produced += batch
+                    query.processAllAvailable()
+            error = None
+        except Exception as exc:  # noqa: BLE001 - the error is the result
+            error = _error_text(exc)
+        query.stop()
+        return str(query.id), error, produced
+
+    out_before = _committed_values(log, sink)
+    query_id, refused, produced = run()
+    out_after_refusal = _committed_values(log, sink)
+    taken_over = None
+    if refused is not None:
+        _, taken_over, produced = run(takeOverFrom=str(first.id))
+    return {"first_query": str(first.id), "new_query": query_id, "refused": refused,
+            "take_over_error": taken_over, "old": [f"old{i}" for i in range(100)],
+            "new": new + produced, "written_while_refused":
+                len(out_after_refusal) - len(out_before), "out": _committed_values(log, sink)}
+
+
+def failing_batch(spark, log, root: str, scratch: str) -> dict:
+    """Every attempt of a micro-batch's task writes part of its rows, then fails."""
+    log.create_topic("fb-in", partitions=1)
+    log.create_topic("fb-out", partitions=2)
+    _produce(log, "fb-in", [f"v{i}" for i in range(300)] + ["poison"])
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
+    try:
+        query = spark.readStream.format("txlog").option("path", root) \
+            .option("subscribe", "fb-in").option("startingOffsets", "earliest").load() \
+            .selectExpr("key", "value",
+                        "CASE WHEN CAST(value AS STRING) = 'poison' THEN 99 END AS partition") \
+            .writeStream.format("txlog").option("path", root).option("topic", "fb-out") \
+            .option("transactional.id.prefix", "failing").option("batch.size", "1024") \
+            .option("checkpointLocation", f"{scratch}/ck-failing") \
+            .trigger(availableNow=True).start()
+        try:
+            query.awaitTermination()
+            error = None
+        except Exception as exc:  # noqa: BLE001 - the error is the result
+            error = _error_text(exc)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    # What a read_committed reader meets right after the query failed, with no timeout
+    # passed and no later micro-batch.
+    fresh = type(log)(root)
+    partitions = [(fresh.last_stable_offset("fb-out", p), fresh.end_offset("fb-out", p))
+                  for p in range(2)]
+    written = sum(fresh.read("fb-out", p, isolation_level="read_uncommitted").num_rows
+                  for p in range(2))
+    other = fresh.producer(transactional_id="other-writer")
+    other.init_transactions()
+    other.begin_transaction()
+    for i in range(10):
+        other.send("fb-out", f"other{i}".encode(), partition=i % 2)
+    other.commit_transaction()
+    other.close()
+    return {"error": error, "written": written, "lso_and_end": partitions,
+            "visible": _committed_values(type(log)(root), "fb-out")}
+
+
+def sink_safety(root: str, scratch: str) -> None:
+    from txlog import Log
+    from txlog.spark.session import spark_session
+
+    spark = spark_session("txlog-test-sink-safety")
+    log = Log(root)
+    scenarios = {
+        "two-queries": lambda: two_queries(spark, log, root, scratch),
+        "reset-latest": lambda: reset(spark, log, root, scratch, "latest"),
+        "reset-earliest": lambda: reset(spark, log, root, scratch, "earliest"),
+        "failing-batch": lambda: failing_batch(spark, log, root, scratch),
+    }
+    for name, scenario in scenarios.items():
+        print(f"{name}: {json.dumps(scenario())}", flush=True)
+    spark.stop()
+
+
+def commit_faults(root: str) -> None:
+    """Batch jobs whose commit meets failing marker writes (tests/faults/sitecustomize.py)."""
+    from txlog import Log
+    from txlog.spark.session import spark_session
+
+    faults = os.environ["TXLOG_TEST_MARKER_FAULTS"]
+    spark = spark_session("txlog-test-commit-faults")
+    log = Log(root)
+    for mode in ("once", "always"):
+        topic = f"faults-{mode}"
+        log.create_topic(topic, partitions=2)
+        with open(os.path.join(faults, "mode"), "w") as f:
+            f.write(mode)
+        try:
+            _rows(spark, 1_000, 2).write.format("txlog").mode("append").option("path", root) \
+                .option("topic", topic).option("transactional.id.prefix", f"faults-{mode}") \
+                .save()
+            error = None
+        except Exception as exc:  # noqa: BLE001 - the error is the result
+            error = _error_text(exc)
+        os.remove(os.path.join(faults, "mode"))  # marker writes work again
+        failed = sorted(n for n in os.listdir(faults) if n.startswith("failed-"))
+        # A read_committed Spark read, after the job and with marker writes working.
+        count = spark.read.format("txlog").option("path", root).option("subscribe", topic) \
+            .load().count()
+        fresh = Log(root)
+        print(f"{mode}: " + json.dumps({
+            "error": error, "marker_failures": len(failed), "read": count,
+            "lso_and_end": [(fresh.last_stable_offset(topic, p), fresh.end_offset(topic, p))
+                            for p in range(2)]}), flush=True)
+        for name in failed:
+            os.remove(os.path.join(faults, name))
+    spark.stop()
+
+
 if __name__ == "__main__":
-    sys.exit({"hang": hang, "connect": connect, "cluster": cluster}[sys.argv[1]](*sys.argv[2:]))
+    sys.exit({"hang": hang, "connect": connect, "cluster": cluster, "sink-safety": sink_safety,
+              "commit-faults": commit_faults}[sys.argv[1]](*sys.argv[2:]))

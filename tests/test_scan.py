@@ -8,6 +8,7 @@ from what the test itself wrote (the offsets the producer acknowledged).
 
 from __future__ import annotations
 
+import logging
 import random
 
 import pyarrow as pa
@@ -166,9 +167,12 @@ def test_plan_per_partition_offsets_with_sentinels(two_parts: Log) -> None:
     end = PositionSpec("offsets", offsets={(T, 0): LATEST, (T, 1): EARLIEST})
     # an end before the start gives an empty range at the start, never a negative one
     assert ranges_by_tp(plan(log, tps, start, end)) == {(T, 0): (5, 5), (T, 1): (1, 1)}
-    # an end past the log end is capped there
+    # an end past the log end fails, or with failOnDataLoss false is capped there
     end = PositionSpec("offsets", offsets={(T, 0): 1000, (T, 1): 1000})
-    assert ranges_by_tp(plan(log, tps, earliest(), end)) == {(T, 0): (0, 5), (T, 1): (0, 3)}
+    with pytest.raises(OffsetOutOfRangeError, match="ending offset 1000 of t-0"):
+        plan(log, tps, earliest(), end)
+    assert ranges_by_tp(plan(log, tps, earliest(), end, fail_on_data_loss=False)) == \
+        {(T, 0): (0, 5), (T, 1): (0, 3)}
 
 
 @pytest.mark.parametrize("bad", [-3, -100])
@@ -257,12 +261,26 @@ def test_timestamp_lookup_under_read_committed_ignores_records_past_the_lso(meml
 # --- plan(): the LSO and data loss --------------------------------------------------------
 
 
-def test_plan_end_is_capped_at_the_lso_and_moves_once_the_transaction_commits(open_txn) -> None:
+def test_plan_end_is_capped_at_the_lso_and_moves_once_the_transaction_commits(open_txn,
+                                                                              caplog) -> None:
     log, tx = open_txn
     tps = [(T, 0)]
     assert ranges_by_tp(plan(log, tps, earliest(), latest())) == {(T, 0): (0, 3)}
+    # An explicit end past the LSO is not shortened without a word: it fails, or
+    # (failOnDataLoss false) is clamped with a warning naming the partition.
     explicit_end = PositionSpec("offsets", offsets={(T, 0): 7})
-    assert ranges_by_tp(plan(log, tps, earliest(), explicit_end)) == {(T, 0): (0, 3)}
+    with pytest.raises(OffsetOutOfRangeError) as err:
+        plan(log, tps, earliest(), explicit_end)
+    msg = str(err.value)
+    assert "ending offset 7 of t-0" in msg and "0 to 3" in msg and "failOnDataLoss" in msg
+    assert "held at 3 by an open transaction" in msg
+    with caplog.at_level(logging.WARNING, logger="txlog.scan"):
+        assert ranges_by_tp(plan(log, tps, earliest(), explicit_end,
+                                 fail_on_data_loss=False)) == {(T, 0): (0, 3)}
+    assert any("ending offset 7 of t-0" in r.getMessage() and "reading up to 3" in
+               r.getMessage() for r in caplog.records)
+    assert ranges_by_tp(plan(log, tps, earliest(), explicit_end,
+                             isolation_level=READ_UNCOMMITTED)) == {(T, 0): (0, 7)}
     assert ranges_by_tp(plan(log, tps, earliest(), latest(),
                              isolation_level=READ_UNCOMMITTED)) == {(T, 0): (0, 7)}
     (rng,) = plan(log, tps, earliest(), latest())
@@ -594,3 +612,43 @@ def test_read_range_refuses_another_incarnation_of_the_topic(log: Log) -> None:
     # planned again, the new incarnation is read
     (again,) = plan(Log(log.root), [(T, 0)], earliest(), latest())
     assert values_of(list(read_range(log, again))) == ["new0", "new1", "new2", "new3"]
+
+
+# --- readers end expired transactions -------------------------------------------------------
+
+
+def test_a_reader_ends_an_expired_transaction_and_only_that(open_txn, monkeypatch) -> None:
+    import txlog.coordinator as coordinator_module
+
+    from txlog.scan import end_expired_transactions
+
+    log, tx = open_txn
+    end_expired_transactions(log, [(T, 0)])
+    assert read_limit(log, T, 0, READ_COMMITTED) == 3  # not expired: left alone
+    later = coordinator_module._now_ms() + 10 * 60_000 + 1
+    monkeypatch.setattr(coordinator_module, "_now_ms", lambda: later)
+    end_expired_transactions(log, [(T, 0)])
+    assert read_limit(log, T, 0, READ_COMMITTED) == log.end_offset(T, 0)
+    table = log.read(T, 0)
+    assert values_of(table) == ["p0", "p1", "p2", "p3", "p4"]  # the aborted records stay hidden
+
+
+def test_a_reader_that_may_not_write_only_logs_what_holds_it(open_txn, monkeypatch,
+                                                             caplog) -> None:
+    import txlog.coordinator as coordinator_module
+
+    from txlog.scan import end_expired_transactions
+
+    log, _ = open_txn
+    later = coordinator_module._now_ms() + 10 * 60_000 + 1
+    monkeypatch.setattr(coordinator_module, "_now_ms", lambda: later)
+
+    def read_only(*args, **kwargs):
+        raise PermissionError("injected: read-only credentials")
+
+    monkeypatch.setattr(log.storage, "publish_if_absent", read_only)
+    with caplog.at_level(logging.WARNING, logger="txlog.scan"):
+        end_expired_transactions(log, [(T, 0)])
+    assert read_limit(log, T, 0, READ_COMMITTED) == 3
+    assert any("t-0" in r.getMessage() and "may not write" in r.getMessage()
+               for r in caplog.records)

@@ -12,9 +12,11 @@ from __future__ import annotations
 import pytest
 
 import txlog.coordinator as coordinator_module
+import txlog.shared as shared_module
 from txlog import READ_COMMITTED, READ_UNCOMMITTED, Log
 from txlog.coordinator import TxnState
-from txlog.errors import DecisionConflictError, TransactionAbortedError, TxlogError
+from txlog.errors import (CommittedButIncompleteError, DecisionConflictError,
+                          TransactionAbortedError, TxlogError)
 from txlog.shared import MAX_PREFIX_LENGTH, SharedTransaction, check_prefix
 
 T = "t"
@@ -280,3 +282,69 @@ def test_a_plain_transaction_ignores_leases(topic_log: Log, clock: Clock) -> Non
     log.coordinator.renew_lease(meta.decision_id)
     assert log.coordinator.abort_expired() == ["plain"]
     assert stable_everywhere(log)
+
+
+# --- a COMMIT that stands is never reported as a failure --------------------------------------
+
+
+@pytest.fixture
+def failing_markers(monkeypatch):
+    """Marker writes fail the first ``left[0]`` times (-1: always), as a store error would."""
+    from txlog.partition import PartitionLog
+
+    monkeypatch.setattr(shared_module, "COMPLETE_FIRST_BACKOFF_S", 0.001)
+    left = [0]
+    original = PartitionLog.append_marker
+
+    def append_marker(self, *args, **kwargs):
+        if left[0] != 0:
+            left[0] -= 1
+            raise OSError("injected: the store refused the marker write")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(PartitionLog, "append_marker", append_marker)
+    return left
+
+
+def test_a_commit_whose_marker_write_fails_once_is_retried_and_succeeds(
+        topic_log: Log, failing_markers) -> None:
+    log = topic_log
+    job = SharedTransaction.start(log, "job", TIMEOUT_MS)
+    members = [write(job, log, "0-0", 0, ["a"]), write(job, log, "1-0", 1, ["b"])]
+    failing_markers[0] = 1
+    assert job.commit(log, members).commit
+    assert failing_markers[0] == 0  # the failure did happen
+    assert visible(log, 0) == ["a"] and visible(log, 1) == ["b"]
+    assert stable_everywhere(log) and ongoing(log, "job") == []
+
+
+def test_a_commit_whose_markers_keep_failing_says_the_records_are_committed(
+        topic_log: Log, failing_markers) -> None:
+    log = topic_log
+    job = SharedTransaction.start(log, "job", TIMEOUT_MS)
+    members = [write(job, log, "0-0", 0, ["a"]), write(job, log, "1-0", 1, ["b"])]
+    failing_markers[0] = -1
+    with pytest.raises(CommittedButIncompleteError) as raised:
+        job.commit(log, members)
+    first_line = str(raised.value).splitlines()[0]
+    assert "COMMITTED" in first_line and "must not be written again" in first_line
+    # Readers see the records already: the decision is the commit point.
+    assert visible(log, 0) == ["a"] and visible(log, 1) == ["b"]
+    failing_markers[0] = 0
+    assert job.abort(log, members).commit  # Spark's abort after the failed commit rolls it on
+    assert stable_everywhere(log) and ongoing(log, "job") == []
+
+
+def test_a_commit_that_fails_before_its_decision_still_fails(topic_log: Log,
+                                                             monkeypatch) -> None:
+    log = topic_log
+    job = SharedTransaction.start(log, "job", TIMEOUT_MS)
+    members = [write(job, log, "0-0", 0, ["a"])]
+
+    def refuse(*args, **kwargs):
+        raise OSError("injected: the decision could not be written")
+
+    monkeypatch.setattr(log.coordinator, "_decide", refuse)
+    with pytest.raises(OSError, match="decision could not be written"):
+        job.commit(log, members)
+    assert visible(log, 0) == []

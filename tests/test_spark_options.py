@@ -447,8 +447,8 @@ def test_group_id_is_for_streaming_queries_with_a_checkpoint():
 
 
 def test_streaming_exactly_once_needs_prefix():
-    write_fails({"path": "/p"}, True, "option 'transactional.id.prefix'", "exactly_once",
-                "at_least_once")
+    write_fails({"path": "/p", "checkpointLocation": "/ck"}, True,
+                "option 'transactional.id.prefix'", "exactly_once", "at_least_once")
     assert WriteOptions.parse({"path": "/p", "deliveryGuarantee": "at_least_once"},
                               streaming=True).transactional_id_prefix is None
     assert WriteOptions.parse({"path": "/p"}, streaming=False).transactional_id_prefix is None
@@ -481,3 +481,33 @@ def test_write_misspelling_and_read_options():
     write_fails({"path": "/p", "deliveryGuarantees": "x"}, False, "'deliveryGuarantee'")
     # A read option on a write is not a typo of a write option.
     assert WriteOptions.parse({"path": "/p", "minPartitions": "2"}, streaming=False).path == "/p"
+
+
+def test_streaming_exactly_once_needs_the_checkpoint_as_an_option():
+    write_fails({"path": "/p", "transactional.id.prefix": "q"}, True,
+                "option 'checkpointLocation'", "query's id", "spark.sql.streaming.checkpointLocation")
+    # Set through the session's conf, Spark passes the query's name: the error says the path.
+    write_fails({"path": "/p", "transactional.id.prefix": "q", "queryName": "alerts"}, True,
+                "option 'checkpointLocation'", "<that location>/alerts")
+    assert WriteOptions.parse({"path": "/p", "deliveryGuarantee": "at_least_once"},
+                              streaming=True).checkpoint_location is None
+
+
+def test_take_over_from_names_a_query_of_an_exactly_once_stream():
+    opts = WriteOptions.parse({"path": "/p", "transactional.id.prefix": "q",
+                               "checkpointLocation": "/ck",
+                               "takeOverFrom": " 547dcdda-3526-4df0-94eb-4550a2f16223 "},
+                              streaming=True)
+    assert opts.take_over_from == "547dcdda-3526-4df0-94eb-4550a2f16223"
+    write_fails({"path": "/p", "takeOverFrom": "x"}, False, "option 'takeOverFrom'",
+                "means nothing here")
+    write_fails({"path": "/p", "transactional.id.prefix": "q", "checkpointLocation": "/ck",
+                 "takeOverFrom": "a b"}, True, "option 'takeOverFrom'", "illegal characters")
+
+
+def test_readers_end_expired_transactions_unless_told_not_to():
+    assert ReadOptions.parse({"path": "/p", "subscribe": "t"}, streaming=False) \
+        .abort_expired_transactions
+    assert not ReadOptions.parse({"path": "/p", "subscribe": "t",
+                                  "abortExpiredTransactions": "false"}, streaming=True) \
+        .abort_expired_transactions

@@ -108,7 +108,9 @@ def test_stream_copies_exactly_the_committed_records(spark, root, tmp_path):
     committed += held
     assert sink_values(spark, root) == sorted(v.upper() for v in committed)
     # The sink recorded every micro-batch it committed, and left nothing open.
-    assert log.committed("copy-sink") == {("_batch", 0): progress[-1]["batchId"] + 1}
+    # (under the query's own id: docs/spark.md, "One query owns a prefix").
+    assert log.committed("copy-sink") == {(f"_batch.{progress[-1]['id']}", 0):
+                                          progress[-1]["batchId"] + 1}
     for p in range(2):
         assert log.last_stable_offset("dst", p) == log.end_offset("dst", p)
 
@@ -272,6 +274,26 @@ def test_new_topics_matching_the_pattern_are_read_from_their_beginning(root):
     assert (partition.ranges[0].start, partition.ranges[0].end) == (0, 2)
 
 
+@pytest.mark.parametrize("sweep", [True, False])
+def test_the_driver_ends_expired_transactions_unless_told_not_to(root, monkeypatch, sweep):
+    import txlog.coordinator as coordinator_module
+
+    log = Log(root)
+    produce_plain(log, ["a"])
+    stuck = log.producer(transactional_id="dead-writer", transaction_timeout_ms=1_000)
+    stuck.init_transactions()
+    stuck.begin_transaction()
+    stuck.send("src", b"never", partition=0).get()  # its producer dies here
+    produce_plain(log, ["b"])
+    options = {} if sweep else {"abortExpiredTransactions": "false"}
+    reader = driver_reader(root, startingOffsets="earliest", **options)
+    assert reader.reportLatestOffset()["src"]["0"] < log.end_offset("src", 0)
+    later = coordinator_module._now_ms() + 1_001
+    monkeypatch.setattr(coordinator_module, "_now_ms", lambda: later)
+    held = reader.reportLatestOffset()["src"]["0"] < Log(root).end_offset("src", 0)
+    assert held != sweep
+
+
 def test_lost_offsets_fail_or_are_skipped_by_option(root):
     log = Log(root)
     produce_plain(log, ["a", "b"])
@@ -298,4 +320,22 @@ def test_stream_writes_need_a_prefix_and_refuse_complete_mode(spark, root, tmp_p
         .option("checkpointLocation", str(tmp_path / "b")).start()
     with pytest.raises(Exception, match="outputMode 'append'"):
         complete.awaitTermination()
+    assert Log(root).end_offset("dst", 0) == Log(root).end_offset("dst", 1) == 0
+
+
+def test_a_checkpoint_set_only_in_the_session_conf_is_asked_for_as_an_option(spark, root,
+                                                                           tmp_path):
+    """Spark does not pass spark.sql.streaming.checkpointLocation to data sources; the sink
+    needs the checkpoint to know its query, so it asks for the option by name."""
+    produce_plain(Log(root), ["x"])
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "conf-ck"))
+    try:
+        query = stream(spark, root).select("value").writeStream.format("txlog") \
+            .option("path", str(root)).option("topic", "dst") \
+            .option("transactional.id.prefix", "conf-only").queryName("conf_only") \
+            .trigger(availableNow=True).start()
+        with pytest.raises(Exception, match="option 'checkpointLocation'.*conf_only"):
+            query.awaitTermination()
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
     assert Log(root).end_offset("dst", 0) == Log(root).end_offset("dst", 1) == 0

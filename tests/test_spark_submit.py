@@ -140,3 +140,22 @@ def test_stream_pipeline_with_python_m_runs_again_on_the_same_directory(tmp_path
     alerts = sum(log.read("alerts", p).num_rows for p in range(4))
     readings = sum(log.read("readings", p).num_rows for p in range(4))
     assert alerts == readings > 1500  # both runs' committed readings, each alerted once
+
+
+def test_a_dead_drivers_job_is_released_by_a_spark_reader_after_its_timeout(spark, tmp_path,
+                                                                             root):
+    proc = start_hanging_job(tmp_path, root, "reader-released", 5_000)
+    kill_driver(proc)
+    log = Log(root)
+    held = [p for p in range(4) if log.last_stable_offset("events", p) < log.end_offset("events", p)]
+    assert held  # the dead job's prepared transactions hold the LSO
+    # Wait (reading only) until the timeout has passed for every transaction holding it.
+    tps = [("events", p) for p in held]
+    wait_for(lambda: len(log.coordinator.find_hanging(tps)) >= len(held), 60,
+             "the dead job's transactions to outlive their timeout")
+    # No writer runs: one read_committed Spark read ends them, and reads nothing of them.
+    read = spark.read.format("txlog").option("path", str(root)).option("subscribe", "events")
+    assert read.load().count() == 0
+    log = Log(root)
+    for p in range(4):
+        assert log.last_stable_offset("events", p) == log.end_offset("events", p)

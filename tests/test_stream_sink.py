@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import pytest
 
-from txlog import READ_COMMITTED, READ_UNCOMMITTED, Log, TxlogError
+from txlog import READ_COMMITTED, READ_UNCOMMITTED, Log, SinkOwnerError, TxlogError
 from txlog.coordinator import TransactionCoordinator
-from txlog.sink import StreamSink
+from txlog.sink import StreamSink, batch_key
 
 T = "out"
 TIMEOUT_MS = 60_000
+QUERY = "0f1e2d3c-0000-4000-8000-000000000001"
 
 
 class Crash(BaseException):
@@ -46,7 +47,7 @@ def run_tasks(sink: StreamSink, log: Log, job, batch_id: int, rows: int = 3, att
 def new_run(root: str) -> tuple[Log, StreamSink]:
     """A fresh driver process: its own Log, the same prefix; it fences the last run."""
     log = Log(root)
-    sink = StreamSink("q", TIMEOUT_MS)
+    sink = StreamSink("q", TIMEOUT_MS, QUERY)
     sink.fence(log)
     return log, sink
 
@@ -143,7 +144,7 @@ def test_crash_before_the_decision(root: str, crash_point: str) -> None:
         producer = log.producer(transactional_id=sink.sink_id)
         producer.init_transactions()
         producer.begin_transaction(job.decision_id)
-        producer.send_offsets_to_transaction({("_batch", 0): 1}, sink.sink_id)
+        producer.send_offsets_to_transaction({batch_key(QUERY): 1}, sink.sink_id)
         producer.prepare_transaction()
     assert values(root, READ_UNCOMMITTED) == expected(0)
 
@@ -169,7 +170,7 @@ def test_a_slow_driver_is_fenced_by_the_next_run(root: str) -> None:
         if not old_sink.commit_batch(old_log, old_job, 0, old_members):
             raise TxlogError("refused")
     assert values(root) == expected(0)
-    assert Log(root).committed(sink.sink_id) == {("_batch", 0): 1}
+    assert Log(root).committed(sink.sink_id) == {batch_key(QUERY): 1}
     assert_nothing_hangs(root)
 
 
@@ -184,3 +185,124 @@ def test_group_offsets_commit_with_the_batch(root: str) -> None:
     sink.abort_batch(log, job, members)
     assert log.committed("readers") == {("in", 0): 10, ("in", 1): 7}
     assert values(root) == expected(0)
+
+
+# --- one query owns a prefix ----------------------------------------------------------------
+
+OTHER = "0f1e2d3c-0000-4000-8000-000000000002"
+
+
+def run_of(root: str, query: str, take_over_from: str | None = None) -> tuple[Log, StreamSink]:
+    log = Log(root)
+    sink = StreamSink("q", TIMEOUT_MS, query, take_over_from)
+    sink.fence(log)
+    return log, sink
+
+
+def commit(sink: StreamSink, log: Log, batch_id: int) -> bool:
+    job = sink.begin_batch()
+    return sink.commit_batch(log, job, batch_id, run_tasks(sink, log, job, batch_id))
+
+
+def test_a_second_query_on_the_prefix_is_refused_before_it_writes(root: str) -> None:
+    log, sink = run_of(root, QUERY)
+    assert commit(sink, log, 0) and commit(sink, log, 1)
+    with pytest.raises(SinkOwnerError) as refused:
+        run_of(root, OTHER)
+    message = str(refused.value)
+    assert QUERY in message and OTHER in message and "takeOverFrom" in message
+    assert (refused.value.owner, refused.value.query) == (QUERY, OTHER)
+    # The owner goes on as if nothing happened.
+    assert commit(sink, log, 2)
+    assert values(root) == expected(0, 1, 2)
+    assert Log(root).committed(sink.sink_id) == {batch_key(QUERY): 3}
+
+
+def test_a_reset_checkpoint_never_skips_its_batches_once_it_takes_over(root: str) -> None:
+    log, sink = run_of(root, QUERY)
+    for batch in range(3):
+        commit(sink, log, batch)
+    # The checkpoint is deleted: the query restarts with a new id and batch ids from 0.
+    with pytest.raises(SinkOwnerError):
+        run_of(root, OTHER)
+    log, new = run_of(root, OTHER, take_over_from=QUERY)
+    assert new.next_batch(log) == 0
+    for batch in range(2):
+        job = new.begin_batch()
+        assert new.commit_batch(log, job, batch, run_tasks(new, log, job, batch, rows=2))
+    assert values(root) == sorted(expected(0, 1, 2) + expected(0, 1, rows=2))
+    # Taking over is one way: the old query cannot come back, even naming the new one.
+    with pytest.raises(SinkOwnerError):
+        run_of(root, QUERY)
+    log, again = run_of(root, OTHER, take_over_from=QUERY)  # a restart keeps the option: fine
+    assert again.next_batch(log) == 2
+
+
+def test_an_owner_that_lost_the_prefix_cannot_commit(root: str) -> None:
+    old_log, old = run_of(root, QUERY)
+    commit(old, old_log, 0)
+    job = old.begin_batch()
+    members = run_tasks(old, old_log, job, 1)
+    log, new = run_of(root, OTHER, take_over_from=QUERY)
+    with pytest.raises(SinkOwnerError):
+        old.commit_batch(old_log, job, 1, members)
+    assert values(root) == expected(0)  # the old query's batch 1 was aborted
+    assert Log(root).committed(new.sink_id) == {batch_key(QUERY): 1}
+    assert_nothing_hangs(root)
+
+
+def test_two_queries_claiming_at_once_never_both_own_the_prefix(root: str) -> None:
+    import threading
+
+    outcomes: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def claim(query: str) -> None:
+        sink = StreamSink("q", TIMEOUT_MS, query)
+        barrier.wait()
+        try:
+            sink.claim(Log(root))
+            outcomes.append(query)
+        except SinkOwnerError:
+            pass
+
+    queries = [f"0f1e2d3c-0000-4000-8000-00000000001{i}" for i in range(8)]
+    threads = [threading.Thread(target=claim, args=(q,)) for q in queries]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(outcomes) == 1
+    from txlog.groups import group_owner
+    assert group_owner(Log(root).storage, "q-sink") == outcomes[0]
+
+
+def test_a_sink_written_before_owners_is_adopted_by_its_first_query(root: str) -> None:
+    log = Log(root)
+    log.commit_offsets("q-sink", {("_batch", 0): 5})  # what an older txlog recorded
+    log, sink = run_of(root, QUERY)
+    assert sink.next_batch(log) == 5
+    assert Log(root).committed("q-sink") == {batch_key(QUERY): 5}
+
+
+def test_a_failed_micro_batch_is_ended_at_once(root: str) -> None:
+    log, sink = run_of(root, QUERY)
+    job = sink.begin_batch()
+    run_tasks(sink, log, job, 0)  # prepared, never handed over: every task failed later
+    retry = job.join(log, "0-1")  # an attempt still open
+    retry.send(T, b"late", partition=0)
+    retry.flush()
+    assert not all(Log(root).partition(T, p).last_stable_offset() ==
+                   Log(root).partition(T, p).end_offset() for p in range(2))
+    # Spark's abort: a fresh writer (a new run of fence), no members, no decision id.
+    log, sink = run_of(root, QUERY)
+    sink.abort_batch(log, None, [])
+    assert_nothing_hangs(root)
+    other = Log(root).producer(transactional_id="someone-else")
+    other.init_transactions()
+    other.begin_transaction()
+    other.send(T, b"visible", partition=0)
+    other.commit_transaction()
+    assert values(root) == ["visible"]
+    assert commit(sink, log, 0)  # the replay writes the batch once
+    assert values(root) == sorted(expected(0) + ["visible"])

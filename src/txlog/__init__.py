@@ -1,7 +1,8 @@
 """txlog: a Kafka-style transactional log on plain storage."""
 
 from .consumer import Consumer, ConsumerRecord, OffsetAndTimestamp
-from .errors import (ConcurrentTransactionsError, CorruptBatchError, DecisionConflictError,
+from .errors import (CommittedButIncompleteError, ConcurrentTransactionsError, CorruptBatchError,
+                     DecisionConflictError, SinkOwnerError,
                      IllegalStateError, InconsistentTopicIdError, InvalidConfigError,
                      InvalidNameError, InvalidProducerEpochError, InvalidTransactionTimeoutError,
                      InvalidTxnStateError, LogFormatError,
@@ -23,4 +24,5 @@ __all__ = [
     "InvalidProducerEpochError", "ProducerFencedError", "InvalidTxnStateError",
     "InvalidTransactionTimeoutError", "TransactionAbortedError", "ConcurrentTransactionsError",
     "IllegalStateError", "DecisionConflictError", "InconsistentTopicIdError",
+    "SinkOwnerError", "CommittedButIncompleteError",
 ]

@@ -123,3 +123,32 @@ class ConcurrentTransactionsError(TxlogError):
 
 class IllegalStateError(TxlogError):
     """A client object was used in a state where the call makes no sense."""
+
+
+class SinkOwnerError(TxlogError):
+    """A stream sink's prefix belongs to another query (a Kafka producer would be fenced).
+
+    Two queries writing under one ``transactional.id.prefix`` would read each
+    other's committed batch ids as their own and skip batches; the sink
+    refuses instead, before anything is written.  ``owner`` is the query that
+    owns the prefix, ``query`` the one refused.
+    """
+
+    def __init__(self, message: str, prefix: str, owner: str, query: str) -> None:
+        super().__init__(message)
+        self.prefix = prefix
+        self.owner = owner
+        self.query = query
+
+
+class CommittedButIncompleteError(TxlogError):
+    """A transaction's COMMIT decision stands but rolling it forward kept failing.
+
+    The records are committed: readers see them as soon as any process
+    completes the transaction (a reader, a producer, ``txlog transactions
+    abort-expired``, the next job).  Writing them again would duplicate them.
+    """
+
+    def __init__(self, message: str, decision_id: str) -> None:
+        super().__init__(message)
+        self.decision_id = decision_id

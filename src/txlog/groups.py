@@ -15,11 +15,16 @@ offsets were applied before the delete cannot bring them back.  The next
 commit starts the group afresh; that includes a transaction decided before
 the delete whose offsets are only applied after it, exactly as if it had
 committed after the delete.
+
+A group may record an ``owner``: the one writer whose progress it holds (a
+stream sink's query, txlog.sink).  Every version carries it forward; a
+delete drops it with the offsets.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from .chain import VersionChain
 from .errors import InvalidConfigError, UnknownGroupError
@@ -50,9 +55,17 @@ def _as_map(value: dict | None) -> dict[tuple[str, int], int]:
     return {(t, p): o for t, p, o in value["offsets"]}
 
 
-def _encode(offsets: dict[tuple[str, int], int], marks: dict[str, int]) -> dict:
-    return {"offsets": [[t, p, o] for (t, p), o in sorted(offsets.items())],
-            "txn_marks": marks, "time_ms": int(time.time() * 1000)}
+def _encode(offsets: dict[tuple[str, int], int], marks: dict[str, int],
+            owner: str | None = None) -> dict:
+    value = {"offsets": [[t, p, o] for (t, p), o in sorted(offsets.items())],
+             "txn_marks": marks, "time_ms": int(time.time() * 1000)}
+    if owner is not None:
+        value["owner"] = owner
+    return value
+
+
+def _owner(value: dict | None) -> str | None:
+    return value.get("owner") if _live(value) else None  # type: ignore[union-attr]
 
 
 def _live(value: dict | None) -> bool:
@@ -96,7 +109,7 @@ def commit_offsets(storage: Storage, group_id: str, offsets: dict[tuple[str, int
     def step(version: int, value: dict | None) -> dict:
         merged = _as_map(value)
         merged.update(offsets)
-        return _encode(merged, dict(value["txn_marks"]) if value else {})
+        return _encode(merged, dict(value["txn_marks"]) if value else {}, _owner(value))
 
     _chain(storage, group_id).update(step)
 
@@ -112,6 +125,35 @@ def apply_transactional_offsets(storage: Storage, group_id: str,
         merged = _as_map(value)
         merged.update(offsets)
         marks[transactional_id] = generation
-        return _encode(merged, marks)
+        return _encode(merged, marks, _owner(value))
 
     _chain(storage, group_id).update(step)
+
+
+def group_owner(storage: Storage, group_id: str) -> str | None:
+    """The group's recorded owner (a stream sink's query), None if it has none."""
+    return _owner(_chain(storage, group_id).latest()[1])
+
+
+OwnerStep = Callable[[str | None, dict[tuple[str, int], int]],
+                     tuple[str, dict[tuple[str, int], int]] | None]
+
+
+def set_owner(storage: Storage, group_id: str, step: OwnerStep) -> str | None:
+    """Change a group's owner (and its offsets with it) in one version, or keep both.
+
+    ``step`` gets the current owner and offsets and returns the new pair, or
+    None to leave the group as it is; it may raise to refuse.  The chain's
+    exclusive publish serialises it with every commit and every other
+    claim, so two claimants can never both believe they own the group.
+    Returns the owner that stands afterwards.
+    """
+    def update(version: int, value: dict | None) -> dict | None:
+        changed = step(_owner(value), _as_map(value) if _live(value) else {})
+        if changed is None:
+            return None
+        owner, offsets = changed
+        return _encode(offsets, dict(value["txn_marks"]) if value else {}, owner)
+
+    _, value = _chain(storage, group_id).update(update)
+    return _owner(value)

@@ -12,6 +12,7 @@ incarnation of a topic is never read from another (KIP-516).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from .log import Log
     from .partition import PartitionLog
     from .producer_state import ProducerState
+
+logger = logging.getLogger(__name__)
 
 READ_COMMITTED = "read_committed"
 READ_UNCOMMITTED = "read_uncommitted"
@@ -177,6 +180,30 @@ def bounds(log: Log, topic: str, partition: int) -> PartitionBounds:
                            part.last_stable_offset(state), state.end_offset)
 
 
+def end_expired_transactions(log: Log, partitions: list[TopicPartition]) -> None:
+    """End the expired transactions that hold back these partitions' LSO.
+
+    A transaction whose producer died holds every read_committed reader
+    until its timeout (a shared one: its lease) has passed and some process
+    aborts it.  Producers of the partition do that, but a topic nobody
+    writes to any more would stay held, so readers do it too: aborting an
+    expired transaction is allowed to any process (docs/protocol.md 4.9),
+    and decided ones are only rolled forward.  A reader that may not write
+    to the log only logs what holds it.
+    """
+    for topic, partition in partitions:
+        part = log.partition(topic, partition)
+        state = part.state()
+        if part.last_stable_offset(state) >= state.end_offset:
+            continue  # nothing undecided holds it: the common case costs no request
+        try:
+            log.coordinator.abort_expired_in(topic, partition)
+        except PermissionError as exc:
+            logger.warning("%s-%d: its last stable offset is held by an open transaction, and "
+                           "this reader may not write to the log to end it if it has expired "
+                           "(%s)", topic, partition, exc)
+
+
 def _partition_limit(part: PartitionLog, state: ProducerState, isolation_level: str) -> int:
     return visible_end(isolation_level, state.end_offset, lambda: part.last_stable_offset(state))
 
@@ -271,9 +298,10 @@ def plan(log: Log, partitions: list[TopicPartition], start: PositionSpec,
 
     Below the LSO every transaction's outcome is fixed, so a range planned
     here reads the same records however often and wherever it is read.
-    A start past the visible end (or before the log start) is lost or
-    not-yet-written data: an error with ``fail_on_data_loss``, else the
-    range is clamped, as Spark's Kafka source does.
+    A start past the visible end (or before the log start), or an explicit
+    end past the visible end, is lost or not-yet-readable data: an error
+    with ``fail_on_data_loss``, else the range is clamped (with a warning
+    for the end), as Spark's Kafka source does for offsets out of range.
 
     With ``exact`` (a batch read), a per-partition map must name exactly the
     partitions read, as Spark requires: a partition left out would silently
@@ -289,7 +317,19 @@ def plan(log: Log, partitions: list[TopicPartition], start: PositionSpec,
         b = bounds(log, topic, partition)
         limit = b.limit(isolation_level)
         lo = _resolve(log, b, start, isolation_level, "starting position")
-        hi = min(_resolve(log, b, end, isolation_level, "ending position"), limit)
+        hi = _resolve(log, b, end, isolation_level, "ending position")
+        if hi > limit:
+            # Only an explicit ending offset can lie past the cap; a shorter range
+            # must not come back without a word (Spark's Kafka source fails or warns).
+            message = (f"ending offset {hi} of {topic}-{partition} is past the readable "
+                       f"offsets {b.log_start} to {limit} ({isolation_level}"
+                       + (f"; the last stable offset is held at {limit} by an open "
+                          "transaction" if limit < b.end else "") + ")")
+            if fail_on_data_loss:
+                raise OffsetOutOfRangeError(
+                    f"{message}; set failOnDataLoss to false to read up to {limit} instead")
+            logger.warning("%s; reading up to %d", message, limit)
+            hi = limit
         if lo < b.log_start or lo > limit:
             if fail_on_data_loss:
                 raise OffsetOutOfRangeError(

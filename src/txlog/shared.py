@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .coordinator import Decision, TransactionMember, TxnState
-from .errors import InvalidConfigError, TransactionAbortedError
+from .errors import CommittedButIncompleteError, InvalidConfigError, TransactionAbortedError
 from .names import validate_name
 
 if TYPE_CHECKING:
@@ -45,6 +46,10 @@ logger = logging.getLogger(__name__)
 # Transactional ids and decision ids also travel in batch headers (at most
 # 255 bytes there), so a prefix leaves room for what is appended to it.
 MAX_PREFIX_LENGTH = 200
+# Rolling a standing COMMIT forward is retried this often, waiting 0.1 s, then
+# twice as long each time (about 6 s in all), before the job is told it failed.
+COMPLETE_ATTEMPTS = 7
+COMPLETE_FIRST_BACKOFF_S = 0.1
 
 
 def check_prefix(prefix: str) -> str:
@@ -109,14 +114,51 @@ class SharedTransaction:
             thread.join()
 
     def commit(self, log: Log, members: list[TransactionMember]) -> Decision:
-        """Commit exactly ``members``; raises unless every one of them is committed."""
-        decision = log.coordinator.end_shared_transaction(self.decision_id, members, True)
-        self.end_orphans(log)
+        """Commit exactly ``members``; raises unless every one of them is committed.
+
+        Once the COMMIT decision stands the records are committed, whatever
+        fails afterwards: a failure while rolling it forward (markers, group
+        offsets) is retried with backoff rather than reported as a failed
+        job, which a user would run again and so duplicate.  Should it keep
+        failing, the error says the records are committed.
+        """
+        delay = COMPLETE_FIRST_BACKOFF_S
+        for attempt in range(1, COMPLETE_ATTEMPTS + 1):
+            try:
+                decision = log.coordinator.end_shared_transaction(self.decision_id, members, True)
+                self.end_orphans(log)
+                break
+            except TransactionAbortedError:
+                raise  # DecisionConflictError among them: nothing is committed
+            except Exception as exc:
+                if not self._commit_stands(log, members):
+                    raise  # undecided, or unknowable: the caller's failure, as before
+                if attempt == COMPLETE_ATTEMPTS:
+                    raise CommittedButIncompleteError(
+                        f"the job's records are COMMITTED and must not be written again: the "
+                        f"COMMIT decision of job transaction {self.decision_id!r} stands, but "
+                        f"completing it failed {attempt} times ({type(exc).__name__}: {exc}). "
+                        "Readers see them once any process rolls the transaction forward "
+                        "(a read_committed reader, a producer of the partition, `txlog "
+                        "transactions abort-expired`, the next job of the prefix).",
+                        self.decision_id) from exc
+                logger.warning("job transaction %s is committed; completing it failed (%s), "
+                               "retrying in %.1f s", self.decision_id, exc, delay)
+                time.sleep(delay)
+                delay *= 2
         if not decision.commit:
             raise TransactionAbortedError(
                 f"job transaction {self.decision_id!r} was aborted before it could commit "
                 f"({decision.reason or 'aborted'})")
         return decision
+
+    def _commit_stands(self, log: Log, members: list[TransactionMember]) -> bool:
+        try:
+            decision = log.coordinator.decision(self.decision_id)
+        except Exception:
+            return False
+        return decision is not None and \
+            all(decision.commits(m.producer_id, m.epoch) for m in members)
 
     def abort(self, log: Log, members: list[TransactionMember]) -> Decision:
         """Abort the job (a no-op answer if its commit already stands)."""
@@ -147,14 +189,31 @@ class SharedTransaction:
         producers must not share a transactional id: the newer one fences
         the older.
         """
-        mine = re.compile(re.escape(self.prefix) + r"\.[0-9a-f]{32}")
-        for txn_id in self._own_ids(log):
-            meta = log.coordinator.metadata(txn_id)
-            # The decision id's shape, not the transactional id's, says whose it is:
-            # "etl-" also starts the ids of a job with prefix "etl-2".
-            if meta is not None and meta.state == TxnState.ONGOING and \
-                    meta.decision_id != self.decision_id and mine.fullmatch(meta.decision_id):
-                logger.info("aborting %s, left open by an earlier job (decision %s)", txn_id,
-                            meta.decision_id)
-                log.coordinator.abort_open(txn_id, "left open by an earlier job of its prefix")
+        end_open_jobs(log, self.prefix, "left open by an earlier job of its prefix",
+                      keep=self.decision_id)
 
+
+def end_open_jobs(log: Log, prefix: str, reason: str, keep: str | None = None) -> list[str]:
+    """End every open job transaction of ``prefix`` (but decision ``keep``'s); returns their ids.
+
+    Undecided ones are aborted (a shared one whole), decided ones rolled
+    forward.  Only the caller knows that no live job of the prefix needs
+    them: the next job of a prefix (its predecessors are dead or fenced), or
+    a stream sink's owner whose micro-batch failed (its batches run one at a
+    time, and no other query writes under its prefix).
+    """
+    mine = re.compile(re.escape(prefix) + r"\.[0-9a-f]{32}")
+    head = f"{prefix}-"
+    ended = []
+    for txn_id in log.coordinator.transactional_ids():
+        if not txn_id.startswith(head):
+            continue
+        meta = log.coordinator.metadata(txn_id)
+        # The decision id's shape, not the transactional id's, says whose it is:
+        # "etl-" also starts the ids of a job with prefix "etl-2".
+        if meta is not None and meta.state == TxnState.ONGOING and \
+                meta.decision_id != keep and mine.fullmatch(meta.decision_id):
+            logger.info("ending %s, %s (decision %s)", txn_id, reason, meta.decision_id)
+            log.coordinator.abort_open(txn_id, reason)
+            ended.append(txn_id)
+    return ended

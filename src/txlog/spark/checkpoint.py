@@ -1,4 +1,9 @@
-"""What a txlog sink reads from the query's checkpoint: the source offsets of a micro-batch.
+"""What a txlog sink reads from the query's checkpoint: its query id, a micro-batch's source offsets.
+
+Spark writes ``<checkpointLocation>/metadata`` when a query first starts,
+``{"id": "<uuid>"}``: the query's identity across restarts (a fresh one
+after the checkpoint is deleted).  The sink records it as the owner of its
+``transactional.id.prefix`` (txlog.sink).
 
 Spark writes ``<checkpointLocation>/offsets/<batch id>`` before it runs the
 batch: a version line (``v1``), a line of batch metadata, then one line per
@@ -18,6 +23,26 @@ import fsspec
 from ..errors import InvalidConfigError
 
 TopicPartition = tuple[str, int]
+
+
+def query_id(checkpoint: str) -> str:
+    """The query id Spark keeps in the checkpoint's metadata file."""
+    path = f"{checkpoint.rstrip('/')}/metadata"
+    try:
+        with fsspec.open(path, "rt", encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise InvalidConfigError(
+            f"option checkpointLocation: {path} does not exist; the txlog sink reads the "
+            "query's id there (Spark writes it when the query starts): is checkpointLocation "
+            "the query's own?") from None
+    try:
+        found = json.loads(text.splitlines()[0])["id"]
+    except (IndexError, ValueError, KeyError, TypeError):
+        found = None
+    if not isinstance(found, str) or not found:
+        raise InvalidConfigError(f"{path} is not a Spark query metadata file (no query id)")
+    return found
 
 
 def source_offsets(checkpoint: str, batch_id: int) -> dict[TopicPartition, int]:

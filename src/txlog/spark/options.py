@@ -66,11 +66,12 @@ _READ_NAMES = (
     "startingOffsetsByTimestampStrategy", "failOnDataLoss", "minPartitions",
     "maxRecordsPerPartition", "includeHeaders", "isolation.level",
     "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "maxBytesPerTrigger",
+    "abortExpiredTransactions",
 )
 _WRITE_NAMES = (
     "path", "topic", "deliveryGuarantee", "transactional.id.prefix", "transaction.timeout.ms",
     "createTopics", "numPartitions", "compression", "batch.size", "groupId",
-    "checkpointLocation",
+    "checkpointLocation", "takeOverFrom", "queryName",
 )
 # Spark Kafka source options that mean nothing without a Kafka cluster; a
 # pipeline moved from format("kafka") may still carry them.
@@ -410,6 +411,7 @@ class ReadOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int | None = None
     max_bytes_per_trigger: int | None = None
+    abort_expired_transactions: bool = True
     # The fsspec backend's arguments for an object-store path (credentials included:
     # kept out of repr and comparisons).
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -472,6 +474,7 @@ class ReadOptions:
             min_offsets_per_trigger=min_offsets,
             max_trigger_delay_ms=delay,
             max_bytes_per_trigger=max_bytes,
+            abort_expired_transactions=_bool(opts, "abortExpiredTransactions", True),
             storage_options=_storage_options(opts),
         )
 
@@ -567,6 +570,7 @@ class WriteOptions:
     batch_size: int | None = None
     group_id: str | None = None
     checkpoint_location: str | None = None
+    take_over_from: str | None = None
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @staticmethod
@@ -626,6 +630,27 @@ class WriteOptions:
             raise _fail("groupId", "needs the query's option checkpointLocation (set on "
                                    "writeStream), where the offsets each micro-batch read "
                                    "are taken from")
+        if streaming and guarantee == "exactly_once" and checkpoint is None:
+            named = opts.get("queryName")
+            raise _fail("checkpointLocation",
+                        "a streaming write with deliveryGuarantee exactly_once needs it as an "
+                        "option of writeStream (.option(\"checkpointLocation\", ...)): the sink "
+                        "reads the query's id there, which says whether the query that owns "
+                        "transactional.id.prefix is this one. A location set only through "
+                        "spark.sql.streaming.checkpointLocation is not passed to data sources"
+                        + (f" (with it, query {named!r} checkpoints in <that location>/{named}: "
+                           "give that path as the option)" if named else ""))
+        take_over = None
+        if opts.get("takeOverFrom") is not None:
+            take_over = (opts.get("takeOverFrom") or "").strip()
+            if not streaming or guarantee != "exactly_once":
+                raise _fail("takeOverFrom", "names the streaming query whose "
+                                            "transactional.id.prefix an exactly_once stream "
+                                            "write takes over; it means nothing here")
+            try:
+                validate_name(take_over, "query id")
+            except InvalidNameError as exc:
+                raise _fail("takeOverFrom", str(exc)) from None
         return WriteOptions(
             path=path,
             topic=topic,
@@ -638,6 +663,7 @@ class WriteOptions:
             batch_size=batch_size,
             group_id=group_id,
             checkpoint_location=checkpoint,
+            take_over_from=take_over,
             storage_options=_storage_options(opts),
         )
 

@@ -164,6 +164,8 @@ class TxlogBatchReader(DataSourceReader):
         for spec, what in ((o.starting, "starting"), (o.ending, "ending")):
             scan.check_named_partitions(spec, subscribed, what)
         tps = [tp for tp in subscribed if self.pruning.keeps(tp)]
+        if o.abort_expired_transactions and o.isolation_level == scan.READ_COMMITTED:
+            scan.end_expired_transactions(log, tps)
         ranges = scan.plan(log, tps, o.starting, o.ending, o.isolation_level,
                            o.fail_on_data_loss, exact=False)
         ranges = [self._clip(log, r) for r in ranges]

@@ -84,8 +84,11 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _available(self) -> Positions:
         """How far each subscribed partition can be read now (LSO or log end)."""
         log = self._log()
-        return {tp: scan.read_limit(log, *tp, self.options.isolation_level)
-                for tp in self.options.subscription.partitions(log)}
+        o = self.options
+        tps = o.subscription.partitions(log)
+        if o.abort_expired_transactions and o.isolation_level == scan.READ_COMMITTED:
+            scan.end_expired_transactions(log, tps)
+        return {tp: scan.read_limit(log, *tp, o.isolation_level) for tp in tps}
 
     def _checked_start(self, start: Positions, available: Positions) -> Positions:
         """``start`` for every partition read now; new partitions start at their beginning.

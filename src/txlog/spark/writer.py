@@ -27,7 +27,7 @@ from ..log import Log
 from ..producer import Producer
 from ..shared import SharedTransaction
 from ..sink import StreamSink
-from .checkpoint import source_offsets
+from .checkpoint import query_id, source_offsets
 from .options import WriteOptions
 
 EXACTLY_ONCE = "exactly_once"
@@ -178,9 +178,11 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
     """One shared transaction per micro-batch, recorded with its batch id (txlog.sink).
 
     Spark builds this object anew on the driver for every micro-batch (the
-    copy its tasks get) and again for the batch's commit, so the constructor
-    only fences earlier runs of the sink and picks a fresh decision id; the
-    commit learns the decision its tasks joined from their messages.
+    copy its tasks get) and again for the batch's commit or abort, so the
+    constructor only claims the prefix for the query (its id read from the
+    checkpoint), fences earlier runs of the sink and picks a fresh decision
+    id; the commit learns the decision its tasks joined from their messages,
+    and the abort ends every open attempt of the prefix (StreamSink.abort_batch).
     """
 
     def __init__(self, options: WriteOptions, sink: StreamSink | None,
@@ -200,9 +202,12 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
         _check_write(options, schema)
         if options.delivery_guarantee != EXACTLY_ONCE:
             return cls(options, None, None)
-        assert options.transactional_id_prefix is not None  # required by WriteOptions.parse
+        # Both required by WriteOptions.parse for an exactly_once stream write.
+        assert options.transactional_id_prefix is not None
+        assert options.checkpoint_location is not None
         log = _open(options)
-        sink = StreamSink(options.transactional_id_prefix, options.transaction_timeout_ms)
+        sink = StreamSink(options.transactional_id_prefix, options.transaction_timeout_ms,
+                          query_id(options.checkpoint_location), options.take_over_from)
         sink.fence(log)
         return cls(options, sink, sink.begin_batch())
 
@@ -243,10 +248,11 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
         self.sink.commit_batch(log, job, batchId, members, groups)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self.sink is None:
+            return
         members = _members(messages)
-        if self.sink is None or not members:
-            return  # open attempts are ended by the next commit or their timeout
-        job = SharedTransaction(self.sink.prefix, members[0].decision_id, self.sink.timeout_ms)
+        job = SharedTransaction(self.sink.prefix, members[0].decision_id,
+                                self.sink.timeout_ms) if members else None
         self.sink.abort_batch(_open(self.options), job, members)
 
 
