@@ -306,3 +306,13 @@ def test_a_failed_micro_batch_is_ended_at_once(root: str) -> None:
     assert values(root) == ["visible"]
     assert commit(sink, log, 0)  # the replay writes the batch once
     assert values(root) == sorted(expected(0) + ["visible"])
+
+
+def test_a_deleted_sink_group_is_claimed_again_and_skips_nothing(root: str) -> None:
+    log, sink = run_of(root, QUERY)
+    commit(sink, log, 0)
+    log.delete_group(sink.sink_id)  # `txlog groups delete q-sink`: owner and batch ids go
+    assert commit(sink, log, 1)  # the running query owns the prefix again
+    with pytest.raises(SinkOwnerError):
+        run_of(root, OTHER)
+    assert values(root) == expected(0, 1)

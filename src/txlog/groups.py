@@ -139,14 +139,13 @@ OwnerStep = Callable[[str | None, dict[tuple[str, int], int]],
                      tuple[str, dict[tuple[str, int], int]] | None]
 
 
-def set_owner(storage: Storage, group_id: str, step: OwnerStep) -> str | None:
+def set_owner(storage: Storage, group_id: str, step: OwnerStep) -> None:
     """Change a group's owner (and its offsets with it) in one version, or keep both.
 
     ``step`` gets the current owner and offsets and returns the new pair, or
     None to leave the group as it is; it may raise to refuse.  The chain's
     exclusive publish serialises it with every commit and every other
     claim, so two claimants can never both believe they own the group.
-    Returns the owner that stands afterwards.
     """
     def update(version: int, value: dict | None) -> dict | None:
         changed = step(_owner(value), _as_map(value) if _live(value) else {})
@@ -155,5 +154,4 @@ def set_owner(storage: Storage, group_id: str, step: OwnerStep) -> str | None:
         owner, offsets = changed
         return _encode(offsets, dict(value["txn_marks"]) if value else {}, owner)
 
-    _, value = _chain(storage, group_id).update(update)
-    return _owner(value)
+    _chain(storage, group_id).update(update)

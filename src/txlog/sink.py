@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING
 
 from .coordinator import TransactionMember
 from .errors import SinkOwnerError
-from .groups import committed_offsets, group_owner, set_owner
+from .groups import committed_offsets, set_owner
 from .names import validate_name
 from .shared import SharedTransaction, check_prefix, end_open_jobs
 
@@ -119,11 +119,6 @@ class StreamSink:
 
         set_owner(log.storage, self.sink_id, step)
 
-    def check_owner(self, log: Log) -> None:
-        owner = group_owner(log.storage, self.sink_id)
-        if owner != self.query_id:
-            raise self._owned_by(owner or "(none: the sink group was deleted)")
-
     def _owned_by(self, owner: str) -> SinkOwnerError:
         return SinkOwnerError(
             f"transactional.id.prefix {self.prefix!r} is owned by streaming query {owner}; "
@@ -175,8 +170,10 @@ class StreamSink:
         Safe to call again.
         """
         try:
-            # Before the sink producer's init, which would fence the owner's.
-            self.check_owner(log)
+            # Before the sink producer's init, which would fence the owner's.  A claim
+            # that finds this query the owner only reads; one that finds no owner (the
+            # group was deleted) takes the prefix again, as a new query would.
+            self.claim(log)
         except SinkOwnerError:
             if members:
                 job.abort(log, members)
@@ -215,9 +212,9 @@ class StreamSink:
         failed batch or to dead runs.  A batch whose COMMIT stands is rolled
         forward instead (an ABORT request never overrides a decision).
         """
+        self.claim(log)
         if job is not None:
             job.abort(log, members)
-        self.check_owner(log)
         end_open_jobs(log, self.prefix, "its micro-batch failed")
 
     def _sink_producer(self, log: Log) -> Producer:
