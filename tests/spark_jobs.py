@@ -22,15 +22,14 @@ executor JVMs.  One application, so that its executors start once:
    command-line entry point) on PIPELINE_ROOT with 2,000 orders, which prints
    ``exactly once: OK`` and stops the session.
 
-``spark_jobs.py sink-safety ROOT SCRATCH``: the stream sink's safety scenarios in one
+``spark_jobs.py sink-safety ROOT SCRATCH``: the sink's safety scenarios in one
 application (one JVM start), each printing ``<scenario>: {json}``: two queries with
 one prefix (``two-queries``), a deleted checkpoint restarted with startingOffsets
-latest and earliest (``reset-latest``, ``reset-earliest``), and a micro-batch that
-fails in every attempt after writing (``failing-batch``).
-
-``spark_jobs.py commit-faults ROOT``: batch writes whose marker writes fail, made to
-fail by tests/faults/sitecustomize.py (on PYTHONPATH, so in every Python worker
-too): once (``once: {json}``), then always (``always: {json}``).
+latest and earliest (``reset-latest``, ``reset-earliest``), a micro-batch that
+fails in every attempt after writing (``failing-batch``), then batch writes whose
+marker writes fail once (``once``) and always (``always``), made to fail by
+tests/faults/sitecustomize.py (on PYTHONPATH, so in every Python worker too, with
+TXLOG_TEST_MARKER_FAULTS naming a scratch directory).
 """
 
 from __future__ import annotations
@@ -345,17 +344,15 @@ def sink_safety(root: str, scratch: str) -> None:
     }
     for name, scenario in scenarios.items():
         print(f"{name}: {json.dumps(scenario())}", flush=True)
+    commit_faults(spark, log, root)
     spark.stop()
 
 
-def commit_faults(root: str) -> None:
+def commit_faults(spark, log, root: str) -> None:
     """Batch jobs whose commit meets failing marker writes (tests/faults/sitecustomize.py)."""
     from txlog import Log
-    from txlog.spark.session import spark_session
 
     faults = os.environ["TXLOG_TEST_MARKER_FAULTS"]
-    spark = spark_session("txlog-test-commit-faults")
-    log = Log(root)
     for mode in ("once", "always"):
         topic = f"faults-{mode}"
         log.create_topic(topic, partitions=2)
@@ -380,9 +377,8 @@ def commit_faults(root: str) -> None:
                             for p in range(2)]}), flush=True)
         for name in failed:
             os.remove(os.path.join(faults, name))
-    spark.stop()
 
 
 if __name__ == "__main__":
-    sys.exit({"hang": hang, "connect": connect, "cluster": cluster, "sink-safety": sink_safety,
-              "commit-faults": commit_faults}[sys.argv[1]](*sys.argv[2:]))
+    sys.exit({"hang": hang, "connect": connect, "cluster": cluster,
+              "sink-safety": sink_safety}[sys.argv[1]](*sys.argv[2:]))

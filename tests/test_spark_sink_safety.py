@@ -31,10 +31,15 @@ def results(stdout: str) -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def sink_safety(tmp_path_factory) -> dict[str, dict]:
     scratch = tmp_path_factory.mktemp("sink-safety")
-    done = spark_submit(JOBS, "sink-safety", str(scratch / "log"), str(scratch), timeout=600)
+    faults = scratch / "faults"
+    faults.mkdir()
+    done = spark_submit(JOBS, "sink-safety", str(scratch / "log"), str(scratch), timeout=600,
+                        env={"TXLOG_TEST_MARKER_FAULTS": str(faults),
+                             "PYTHONPATH": os.pathsep.join(
+                                 [str(FAULTS), os.environ.get("PYTHONPATH", "")])})
     found = results(done.stdout)
-    assert set(found) == {"two-queries", "reset-latest", "reset-earliest", "failing-batch"}, \
-        done.stdout[-3000:] + done.stderr[-3000:]
+    assert set(found) == {"two-queries", "reset-latest", "reset-earliest", "failing-batch",
+                          "once", "always"}, done.stdout[-3000:] + done.stderr[-3000:]
     return found
 
 
@@ -79,16 +84,8 @@ def test_a_micro_batch_failing_in_every_attempt_holds_no_partition(sink_safety):
     assert r["visible"] == sorted(f"other{i}" for i in range(10))
 
 
-def test_a_batch_commit_whose_markers_fail_commits_or_says_it_did(tmp_path):
-    faults = tmp_path / "faults"
-    faults.mkdir()
-    done = spark_submit(JOBS, "commit-faults", str(tmp_path / "log"), timeout=600,
-                        env={"TXLOG_TEST_MARKER_FAULTS": str(faults),
-                             "PYTHONPATH": os.pathsep.join(
-                                 [str(FAULTS), os.environ.get("PYTHONPATH", "")])})
-    found = results(done.stdout)
-    assert set(found) == {"once", "always"}, done.stdout[-3000:] + done.stderr[-3000:]
-    once, always = found["once"], found["always"]
+def test_a_batch_commit_whose_markers_fail_commits_or_says_it_did(sink_safety):
+    once, always = sink_safety["once"], sink_safety["always"]
     # A marker write that fails once is retried: the job reports success.
     assert once["marker_failures"] == 1 and once["error"] is None
     assert once["read"] == 1_000

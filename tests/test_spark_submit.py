@@ -78,22 +78,6 @@ def test_killed_driver_leaves_nothing_visible_and_next_job_cleans_up(spark, tmp_
     assert committed_count(root, "events", 4) == 100
 
 
-def test_dead_drivers_job_is_aborted_once_its_timeout_passes(tmp_path, root):
-    proc = start_hanging_job(tmp_path, root, "dead", 5_000)
-    kill_driver(proc)
-    log = Log(root)
-
-    def settled() -> bool:
-        log.abort_expired_transactions()  # what producers and `txlog transactions` do
-        return all(log.last_stable_offset("events", p) == log.end_offset("events", p)
-                   for p in range(4))
-
-    # The hanging task renewed the job's lease until the kill: not expired yet.
-    assert not settled()
-    wait_for(settled, 60, "the dead job's transactions to time out")
-    assert committed_count(root, "events", 4) == 0
-
-
 def test_spark_connect_reads_and_writes(tmp_path):
     root = tmp_path / "log"
     out = run_python([str(JOBS), "connect", str(root)])
@@ -142,15 +126,17 @@ def test_stream_pipeline_with_python_m_runs_again_on_the_same_directory(tmp_path
     assert alerts == readings > 1500  # both runs' committed readings, each alerted once
 
 
-def test_a_dead_drivers_job_is_released_by_a_spark_reader_after_its_timeout(spark, tmp_path,
-                                                                             root):
-    proc = start_hanging_job(tmp_path, root, "reader-released", 5_000)
+def test_a_dead_drivers_job_is_aborted_by_a_spark_reader_once_its_timeout_passes(
+        spark, tmp_path, root):
+    proc = start_hanging_job(tmp_path, root, "dead", 5_000)
     kill_driver(proc)
     log = Log(root)
     held = [p for p in range(4) if log.last_stable_offset("events", p) < log.end_offset("events", p)]
     assert held  # the dead job's prepared transactions hold the LSO
-    # Wait (reading only) until the timeout has passed for every transaction holding it.
     tps = [("events", p) for p in held]
+    # The hanging task renewed the job's lease until the kill: not expired yet.
+    assert log.coordinator.find_hanging(tps) == []
+    # Wait, reading only, until the timeout has passed for every transaction holding it.
     wait_for(lambda: len(log.coordinator.find_hanging(tps)) >= len(held), 60,
              "the dead job's transactions to outlive their timeout")
     # No writer runs: one read_committed Spark read ends them, and reads nothing of them.
@@ -159,3 +145,4 @@ def test_a_dead_drivers_job_is_released_by_a_spark_reader_after_its_timeout(spar
     log = Log(root)
     for p in range(4):
         assert log.last_stable_offset("events", p) == log.end_offset("events", p)
+    assert committed_count(root, "events", 4) == 0
