@@ -60,8 +60,8 @@ import numpy as np
 import pyarrow as pa
 
 from txlog import Log
-from txlog.producer import RECORD_OVERHEAD
-from txlog.storage import LocalStorage
+from txlog.clients.producer import RECORD_OVERHEAD
+from txlog.storage.backends import LocalStorage
 
 KEY_SIZE = 8
 VALUE_SIZE = 100

@@ -15,9 +15,9 @@ import pytest
 from helpers_core import DelegatingStorage, read_chain, segment_files
 from txlog import Log
 from txlog.errors import CorruptBatchError, OffsetOutOfRangeError
-from txlog.scan import READ_UNCOMMITTED
-from txlog.segment import CorruptSegmentError
-from txlog.storage import LocalStorage
+from txlog.spark.planning import READ_UNCOMMITTED
+from txlog.format.segment import CorruptSegmentError
+from txlog.storage.backends import LocalStorage
 
 
 def _fill(log: Log, topic: str, batches: int, partition: int = 0, prefix: str = "v") -> None:
@@ -245,7 +245,7 @@ def test_offsets_for_times_and_chunked_reads_across_segments(tmp_path: Path) -> 
     fresh = Log(tmp_path)
     assert {ts: fresh.offsets_for_times("t", 0, ts) for ts in expected} == expected
     assert expected[10_250] == (25, 10_250)
-    from txlog.scan import OffsetRange, read_range
+    from txlog.spark.planning import OffsetRange, read_range
     topic_id = fresh.describe_topic("t").topic_id
     batches = list(read_range(fresh, OffsetRange("t", 0, topic_id, 3, 47), chunk_rows=6))
     assert pa.Table.from_batches(batches).column("offset").to_pylist() == list(range(3, 47))

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from txlog import Log
-from txlog.chain import VersionChain
-from txlog.coordinator import DECISION_DIR, LEASE_DIR, TXN_DIR
-from txlog.producer_ids import BLOCK_DIR
-from txlog.scan import READ_UNCOMMITTED
-from txlog.shared import SharedTransaction
+from txlog.storage.chain import VersionChain
+from txlog.transactions.coordinator import DECISION_DIR, LEASE_DIR, TXN_DIR
+from txlog.transactions.producer_ids import BLOCK_DIR
+from txlog.spark.planning import READ_UNCOMMITTED
+from txlog.exactly_once.shared_transaction import SharedTransaction
 
 T = "t"
 

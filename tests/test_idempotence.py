@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from txlog import InvalidProducerEpochError, Log, OutOfOrderSequenceError, StorageError
-from txlog.partition import BATCH_SUFFIX, PUBLISH_ATTEMPTS, SNAPSHOT_INTERVAL, PartitionLog
-from txlog.storage import LocalStorage
+from txlog.partition.partition_log import (BATCH_SUFFIX, PUBLISH_ATTEMPTS, SNAPSHOT_INTERVAL,
+                                           PartitionLog)
+from txlog.storage.backends import LocalStorage
 
 from helpers_core import AmbiguousStorage, data_header, read_chain, records_payload
 

@@ -1,4 +1,4 @@
-"""Tests of txlog.scan, the one read path: bounds, plan(), Subscription, split(), read_range().
+"""Tests of txlog.spark.planning, the one read path: bounds, plan(), Subscription, split(), read_range().
 
 These run without Spark: the Spark source only maps its options onto these
 functions, so what "earliest", "latest", a timestamp or the LSO mean is
@@ -13,12 +13,11 @@ import random
 import pyarrow as pa
 import pytest
 
-from txlog import (READ_COMMITTED, READ_UNCOMMITTED, InconsistentTopicIdError,
-                   InvalidConfigError, Log, OffsetOutOfRangeError, UnknownPartitionError,
-                   UnknownTopicError)
-from txlog.partition import PartitionLog
-from txlog.scan import (EARLIEST, LATEST, OffsetRange, PositionSpec, Subscription, bounds,
-                        check_isolation_level, plan, read_limit, read_range, split)
+from txlog import (READ_COMMITTED, READ_UNCOMMITTED, InconsistentTopicIdError, InvalidConfigError,
+                   Log, OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError)
+from txlog.partition.partition_log import PartitionLog
+from txlog.spark.planning import (EARLIEST, LATEST, OffsetRange, PositionSpec, Subscription, bounds,
+                                  check_isolation_level, plan, read_limit, read_range, split)
 
 T = "t"
 

@@ -1,4 +1,4 @@
-"""Tests of txlog.shared.SharedTransaction and decision leases, without Spark.
+"""Tests of txlog.exactly_once.shared_transaction.SharedTransaction and decision leases, without Spark.
 
 A shared transaction is what makes a Spark job exactly once: many producers
 (tasks) join one decision, and whoever ends the job commits exactly the
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-import txlog.coordinator as coordinator_module
+import txlog.transactions.coordinator as coordinator_module
 from txlog import READ_COMMITTED, READ_UNCOMMITTED, Log
-from txlog.coordinator import TxnState
+from txlog.transactions.coordinator import TxnState
 from txlog.errors import DecisionConflictError, TransactionAbortedError, TxlogError
-from txlog.shared import MAX_PREFIX_LENGTH, SharedTransaction, check_prefix
+from txlog.exactly_once.shared_transaction import MAX_PREFIX_LENGTH, SharedTransaction, check_prefix
 
 T = "t"
 TIMEOUT_MS = 10_000

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from txlog import Log, StorageError, UnsupportedStorageError
-from txlog.storage import TMP_PREFIX, LocalStorage, MemoryStorage, Storage, open_storage
+from txlog.storage.backends import TMP_PREFIX, LocalStorage, MemoryStorage, Storage, open_storage
 
 
 @pytest.fixture(params=["local", "memory"])

@@ -1,4 +1,4 @@
-"""Tests of txlog.sink.StreamSink, the exactly-once rule of a streaming sink, without Spark.
+"""Tests of txlog.exactly_once.stream_sink.StreamSink, the exactly-once rule of a streaming sink, without Spark.
 
 Each test plays what Spark does around a crash: a run writes micro-batch n
 with some task attempts and commits it (or dies somewhere on the way), and
@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from txlog import READ_COMMITTED, READ_UNCOMMITTED, Log, TxlogError
-from txlog.coordinator import TransactionCoordinator
-from txlog.sink import StreamSink
+from txlog.transactions.coordinator import TransactionCoordinator
+from txlog.exactly_once.stream_sink import StreamSink
 
 T = "out"
 TIMEOUT_MS = 60_000

@@ -22,13 +22,11 @@ import pytest
 from helpers_core import wait_for
 
 from txlog import (READ_UNCOMMITTED, ConcurrentTransactionsError, DecisionConflictError,
-                   IllegalStateError,
-                   InvalidTransactionTimeoutError, InvalidTxnStateError, Log,
-                   OutOfOrderSequenceError, Producer, ProducerFencedError,
-                   TransactionAbortedError)
-from txlog.batch import ABORT, COMMIT, BatchHeader, decode_control, decode_header, payload_of
-from txlog.coordinator import (MAX_EPOCH, MAX_TRANSACTION_TIMEOUT_MS, TransactionMetadata,
-                               TxnState)
+                   IllegalStateError, InvalidTransactionTimeoutError, InvalidTxnStateError, Log,
+                   OutOfOrderSequenceError, Producer, ProducerFencedError, TransactionAbortedError)
+from txlog.format.batch import ABORT, COMMIT, BatchHeader, decode_control, decode_header, payload_of
+from txlog.transactions.coordinator import (MAX_EPOCH, MAX_TRANSACTION_TIMEOUT_MS,
+                                            TransactionMetadata, TxnState)
 
 TOPIC = "events"
 DEADLINE_S = 20.0
@@ -473,7 +471,7 @@ def test_idle_transactional_id_expires_and_restarts_with_a_new_producer_id(log: 
 def test_another_producer_aborts_an_expired_transaction(log: Log, monkeypatch) -> None:
     """With no coordinator timer, producers writing to a partition abort expired
     transactions that hold its LSO back: a dead producer cannot stall readers."""
-    import txlog.producer as producer_module
+    import txlog.clients.producer as producer_module
 
     monkeypatch.setattr(producer_module, "EXPIRY_CHECK_INTERVAL_S", 0.0)
     log.create_topic(TOPIC, 1)
@@ -492,7 +490,7 @@ def test_another_producer_aborts_an_expired_transaction(log: Log, monkeypatch) -
 
 
 def test_another_producer_leaves_a_live_transaction_alone(log: Log, monkeypatch) -> None:
-    import txlog.producer as producer_module
+    import txlog.clients.producer as producer_module
 
     monkeypatch.setattr(producer_module, "EXPIRY_CHECK_INTERVAL_S", 0.0)
     log.create_topic(TOPIC, 1)

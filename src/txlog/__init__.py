@@ -1,16 +1,16 @@
 """txlog: a Kafka-style transactional log on plain storage."""
 
-from .consumer import Consumer, ConsumerRecord, OffsetAndTimestamp
+from .clients.consumer import Consumer, ConsumerRecord, OffsetAndTimestamp
 from .errors import (ConcurrentTransactionsError, CorruptBatchError, DecisionConflictError,
                      IllegalStateError, InconsistentTopicIdError, InvalidConfigError,
                      InvalidNameError, InvalidProducerEpochError, InvalidTransactionTimeoutError,
-                     InvalidTxnStateError, LogFormatError,
-                     OffsetOutOfRangeError, OutOfOrderSequenceError, ProducerFencedError,
-                     StorageError, TopicExistsError, TransactionAbortedError, TxlogError,
-                     UnknownPartitionError, UnknownTopicError, UnsupportedStorageError)
+                     InvalidTxnStateError, LogFormatError, OffsetOutOfRangeError,
+                     OutOfOrderSequenceError, ProducerFencedError, StorageError, TopicExistsError,
+                     TransactionAbortedError, TxlogError, UnknownPartitionError, UnknownTopicError,
+                     UnsupportedStorageError)
 from .log import Log, TopicDescription
-from .scan import READ_COMMITTED, READ_UNCOMMITTED
-from .producer import FutureRecordMetadata, Producer, RecordMetadata, SentBatch
+from .spark.planning import READ_COMMITTED, READ_UNCOMMITTED
+from .clients.producer import FutureRecordMetadata, Producer, RecordMetadata, SentBatch
 
 __version__ = "0.1.0"
 

@@ -11,23 +11,23 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import pyarrow as pa
 
-from . import scan
-from .chain import VersionChain
-from .errors import (InconsistentTopicIdError, InvalidConfigError, LogFormatError,
-                     TopicExistsError, UnknownPartitionError, UnknownTopicError)
-from .names import validate_name
-from .compaction import DEFAULT_MIN_BATCHES, Compacted, Retained
-from .partition import PartitionLog
-from .producer_ids import ProducerIdAllocator
-from .scan import READ_COMMITTED
-from .storage import Storage, open_storage
-from .topic_ids import (current_topic_id, new_topic_id, partition_count_path, read_topic_meta,
-                        topic_config_path, topic_id_of, topic_meta_path)
+from .spark import planning as scan
+from .storage.chain import VersionChain
+from .errors import (InconsistentTopicIdError, InvalidConfigError, LogFormatError, TopicExistsError,
+                     UnknownPartitionError, UnknownTopicError)
+from .storage.names import validate_name
+from .partition.compaction import DEFAULT_MIN_BATCHES, Compacted, Retained
+from .partition.partition_log import PartitionLog
+from .transactions.producer_ids import ProducerIdAllocator
+from .spark.planning import READ_COMMITTED
+from .storage.backends import Storage, open_storage
+from .format.topic_ids import (current_topic_id, new_topic_id, partition_count_path,
+                               read_topic_meta, topic_config_path, topic_id_of, topic_meta_path)
 
 if TYPE_CHECKING:
-    from .consumer import Consumer
-    from .gc import GcReport
-    from .producer import Producer
+    from .clients.consumer import Consumer
+    from .admin.gc import GcReport
+    from .clients.producer import Producer
 
 FORMAT_VERSION = 1
 ROOT_MARKER = "txlog.json"
@@ -107,7 +107,7 @@ class Log:
         self._topic_chains: dict[tuple[str, str], VersionChain] = {}
         self._partitions: dict[tuple[str, int], PartitionLog] = {}
         self.producer_ids = ProducerIdAllocator(self.storage)
-        from .coordinator import TransactionCoordinator
+        from .transactions.coordinator import TransactionCoordinator
 
         self.coordinator = TransactionCoordinator(self.storage, self.producer_ids.next_id,
                                                   self.partition)
@@ -404,17 +404,17 @@ class Log:
            temp_age_s: float = 3600.0, now_ms: int | None = None) -> "GcReport":
         """Remove coordinator state, compaction leftovers and temp files nobody needs any
         more, without changing what anyone reads (gc.py says why each removal is safe)."""
-        from .gc import collect
+        from .admin.gc import collect
 
         return collect(self, chain_age_s, decision_age_s, temp_age_s, now_ms)
 
     def producer(self, **config: Any) -> "Producer":
-        from .producer import Producer
+        from .clients.producer import Producer
 
         return Producer(self, **config)
 
     def consumer(self, **config: Any) -> "Consumer":
-        from .consumer import Consumer
+        from .clients.consumer import Consumer
 
         return Consumer(self, **config)
 
@@ -427,25 +427,25 @@ class Log:
     def committed(self, group_id: str, partitions: list[tuple[str, int]] | None = None
                   ) -> dict[tuple[str, int], int]:
         """The group's committed offsets (only those of committed transactions)."""
-        from .groups import committed_offsets
+        from .transactions.groups import committed_offsets
 
         return committed_offsets(self.storage, group_id, partitions)
 
     def groups(self) -> list[str]:
         """Every consumer group with committed offsets (a stream sink's groups included)."""
-        from .groups import group_ids
+        from .transactions.groups import group_ids
 
         return group_ids(self.storage)
 
     def delete_group(self, group_id: str) -> None:
         """Forget a group's committed offsets (kafka-consumer-groups --delete): a new version
         of its chain marks it deleted; a later commit starts it afresh."""
-        from .groups import delete_group
+        from .transactions.groups import delete_group
 
         delete_group(self.storage, group_id)
 
     def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
         """Plain, non-transactional offset commit for a group."""
-        from .groups import commit_offsets
+        from .transactions.groups import commit_offsets
 
         commit_offsets(self.storage, group_id, offsets)

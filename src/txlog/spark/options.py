@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import InvalidConfigError, InvalidNameError
-from ..names import validate_name
-from ..scan import EARLIEST, LATEST, PositionSpec, Subscription
+from ..storage.names import validate_name
+from .planning import EARLIEST, LATEST, PositionSpec, Subscription
 
 log = logging.getLogger(__name__)
 

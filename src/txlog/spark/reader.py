@@ -14,7 +14,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType,
                                StructField, StructType, TimestampType)
 
-from .. import scan
+from . import planning as scan
 from ..errors import InvalidConfigError
 from ..log import Log
 from .options import ReadOptions

@@ -23,7 +23,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
                                               ReadMaxRows, ReadMinRows,
                                               SupportsTriggerAvailableNow)
 
-from .. import scan
+from . import planning as scan
 from ..errors import OffsetOutOfRangeError, UnknownTopicError
 from ..log import Log
 from . import admission

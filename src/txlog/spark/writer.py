@@ -21,12 +21,12 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
                                     WriterCommitMessage)
 from pyspark.sql.types import StructType
 
-from ..coordinator import TransactionMember
+from ..transactions.coordinator import TransactionMember
 from ..errors import InvalidConfigError, TopicExistsError, UnknownTopicError
 from ..log import Log
-from ..producer import Producer
-from ..shared import SharedTransaction
-from ..sink import StreamSink
+from ..clients.producer import Producer
+from ..exactly_once.shared_transaction import SharedTransaction
+from ..exactly_once.stream_sink import StreamSink
 from .checkpoint import source_offsets
 from .options import WriteOptions
 

@@ -1,0 +1,177 @@
+"""Compaction and retention of one partition.
+
+Compaction copies the oldest run of batch objects after the segments into
+one new segment, then deletes the batch objects it covers; retention deletes
+whole segments from the log start.  Both run beside appenders and readers in
+other processes without stopping them.  What makes that safe is three rules
+(docs/protocol.md, section 7):
+
+* segments are contiguous and named by their base offset, so two compactors
+  of the same run race for one name and exactly one wins;
+* a segment is published before any batch object it covers is deleted, and
+  batch objects are deleted in offset order, every older run's first;
+* retention never deletes the newest segment, whose snapshot carries the
+  producer state past everything deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from ..format.batch import decode_control, decode_header, payload_of
+from .producer_state import ProducerState
+from ..errors import StorageError
+from ..format.segment import encode_segment
+from .state_manager import (ANCHOR_BYTES, BATCH_SUFFIX, SNAPSHOT_DIR, SNAPSHOT_SUFFIX, StateManager,
+                            named_offsets)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SEGMENT_BYTES = 1 << 30  # Kafka's segment.bytes default
+DEFAULT_MIN_BATCHES = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Compacted:
+    """One segment made: its offsets, how many batch objects it replaced, its size."""
+
+    base_offset: int
+    end_offset: int
+    batches: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Retained:
+    """What retention removed from one partition."""
+
+    segments_deleted: int
+    bytes_deleted: int
+    log_start: int
+
+
+def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
+            min_batches: int = DEFAULT_MIN_BATCHES, upto: int | None = None
+            ) -> Compacted | None:
+    """Copy the oldest run of batch objects (at most ``max_bytes``, below ``upto`` if
+    given; at least ``min_batches`` of them unless ``max_bytes`` cut the run) into a
+    segment.
+
+    Returns None when there is too little to compact or another process
+    compacted the same run first.  Open transactions need no care: batches
+    are copied as they are, and the segment's producer state records them.
+    """
+    state = states.state()
+    start = states.compacted_end(refresh=True)
+    stop = state.end_offset if upto is None else min(upto, state.end_offset)
+    run: list[tuple] = []
+    size = 0
+    expected = start
+    full = False  # the run ends because the next batch would not fit in max_bytes
+    for ref in states.refs(start, stop, state):
+        if ref.in_segment or ref.base != expected:
+            break  # another compaction got ahead of this one: it has this run
+        data = states.load(ref)
+        url = states.url(ref.path)
+        header = decode_header(data, url, ref.base)
+        payload = payload_of(data, header, url)  # damage is never copied silently
+        if header.next_offset > stop:
+            break
+        if run and size + len(data) > max_bytes:
+            full = True
+            break
+        control = decode_control(payload, header, url) if header.is_control else None
+        run.append((header, data, control))  # buffers (mapped when large): no copy yet
+        size += len(data)
+        expected = header.next_offset
+    # A full run is compacted however few batches it has: every compaction starts
+    # here, so one large batch must never hold the partition back.
+    if not run or (len(run) < min_batches and not full):
+        return None
+    end_state = _state_at(states, start)
+    for header, _, control in run:
+        end_state.apply(header, control)
+    log_start = states.log_start()
+    end_state.aborted = [a for a in end_state.aborted if a.last_offset >= log_start]
+    last_header, last_data, _ = run[-1]
+    fields = states.snapshot_fields(end_state, last_header.base_offset,
+                                    bytes(memoryview(last_data)[:ANCHOR_BYTES]))
+    segment = encode_segment(states.topic_id, start, [(h, d) for h, d, _ in run], end_state,
+                             fields, int(time.time() * 1000))
+    if not states.storage.publish_if_absent(states.segment_path(start), segment):
+        return None
+    end = last_header.next_offset
+    retire_batches(states, end)
+    logger.info("%s-%d: compacted %d batches (offsets %d to %d) into a %d-byte segment",
+                states.topic, states.partition, len(run), start, end, len(segment))
+    return Compacted(start, end, len(run), len(segment))
+
+
+def _state_at(states: StateManager, offset: int) -> ProducerState:
+    """The producer state at the compacted end ``offset``: the newest segment's."""
+    if offset == 0:
+        return ProducerState()
+    for base in reversed(states.list_segments()):
+        head, state = states.segment_state(base)
+        if head.end_offset == offset:
+            return state
+    raise StorageError(f"{states.topic}-{states.partition}: no segment ends at {offset} (the "
+                       "segments changed during the compaction)")
+
+
+def retire_batches(states: StateManager, below: int) -> list[str]:
+    """Delete batch objects and snapshots the segments cover (offsets below ``below``).
+
+    In offset order: a process whose cached prefix ends with a batch object
+    that still exists can then be sure that no batch after it was deleted.
+    Leftovers of an earlier compaction that stopped half-way go first, for
+    the same reason.
+    """
+    deleted = []
+    for base in named_offsets(states.storage.list(states.dir), BATCH_SUFFIX):
+        if base >= below:
+            break
+        deleted.append(states.batch_path(base))
+        states.storage.delete(deleted[-1])
+    snapshots = f"{states.dir}/{SNAPSHOT_DIR}"
+    for end in named_offsets(states.storage.list(snapshots), SNAPSHOT_SUFFIX):
+        if end <= below:
+            deleted.append(states.snapshot_path(end))
+            states.storage.delete(deleted[-1])
+    return deleted
+
+
+def apply_retention(states: StateManager, retention_ms: int = -1, retention_bytes: int = -1,
+                    now_ms: int | None = None) -> Retained:
+    """Delete the oldest segments that retention allows (Kafka's rules, whole segments).
+
+    A segment goes when its newest record is older than ``retention_ms``, or
+    while the partition without it still holds ``retention_bytes`` or more;
+    -1 disables a rule.  The newest segment always stays.
+    """
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    heads = states.segment_heads()
+    if len(heads) < 2 or (retention_ms < 0 and retention_bytes < 0):
+        return Retained(0, 0, heads[0].base_offset if heads else 0)
+    total = sum(h.total_length for h in heads) + states.tail_sizes(states.state())[1]
+    doomed = []
+    for head in heads[:-1]:
+        by_size = retention_bytes >= 0 and total - head.total_length >= retention_bytes
+        newest = states.time_index(head.base_offset).newest
+        newest = head.created_ms if newest is None else newest
+        by_time = retention_ms >= 0 and newest < now_ms - retention_ms
+        if not (by_size or by_time):
+            break
+        doomed.append(head)
+        total -= head.total_length
+    if doomed:
+        retire_batches(states, doomed[-1].end_offset)
+    for head in doomed:
+        states.storage.delete(head.path)
+    log_start = states.log_start()
+    if doomed:
+        logger.info("%s-%d: retention deleted %d segments; log start offset now %d",
+                    states.topic, states.partition, len(doomed), log_start)
+    return Retained(len(doomed), sum(h.total_length for h in doomed), log_start)

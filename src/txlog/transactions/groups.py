@@ -1,0 +1,117 @@
+"""Committed offsets of consumer groups.
+
+Each version of ``coordinator/groups/<group id>/`` holds the group's whole
+committed map, so reading is one object.  Transactional offsets are applied
+when their transaction completes; every application records, per
+transactional id, the generation (metadata version) it came from, so a
+process that rolls forward an old transaction late can never move offsets
+back over a newer commit.
+
+Deleting a group (kafka-consumer-groups --delete) publishes one more
+version, a tombstone: no offsets and ``deleted: true``.  Versions are never
+removed (the chain's exclusive publish relies on it), and the tombstone
+keeps the ``txn_marks``, so a late roll-forward of a transaction whose
+offsets were applied before the delete cannot bring them back.  The next
+commit starts the group afresh; that includes a transaction decided before
+the delete whose offsets are only applied after it, exactly as if it had
+committed after the delete.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..storage.chain import VersionChain
+from ..errors import InvalidConfigError, UnknownGroupError
+from ..storage.names import validate_name
+from ..storage.backends import Storage
+
+GROUP_DIR = "coordinator/groups"
+
+
+def _chain(storage: Storage, group_id: str) -> VersionChain:
+    validate_name(group_id, "group id")
+    return VersionChain(storage, f"{GROUP_DIR}/{group_id}")
+
+
+def _check_offsets(offsets: dict[tuple[str, int], int]) -> None:
+    for key, offset in offsets.items():
+        if not (isinstance(key, tuple) and len(key) == 2):
+            raise InvalidConfigError(f"offset keys must be (topic, partition) tuples, not {key!r}")
+        validate_name(key[0], "topic")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise InvalidConfigError(
+                f"offset for {key[0]}-{key[1]} must be a non-negative int, not {offset!r}")
+
+
+def _as_map(value: dict | None) -> dict[tuple[str, int], int]:
+    if value is None:
+        return {}
+    return {(t, p): o for t, p, o in value["offsets"]}
+
+
+def _encode(offsets: dict[tuple[str, int], int], marks: dict[str, int]) -> dict:
+    return {"offsets": [[t, p, o] for (t, p), o in sorted(offsets.items())],
+            "txn_marks": marks, "time_ms": int(time.time() * 1000)}
+
+
+def _live(value: dict | None) -> bool:
+    return value is not None and not value.get("deleted", False)
+
+
+def group_ids(storage: Storage) -> list[str]:
+    """Every group that has committed offsets and is not deleted, sorted (reads the
+    newest version of each group)."""
+    return sorted(g for g in storage.list(GROUP_DIR) if _live(_chain(storage, g).latest()[1]))
+
+
+def delete_group(storage: Storage, group_id: str) -> None:
+    """Forget a group's committed offsets: publish a tombstone version of its chain.
+
+    UnknownGroupError if it has no version, or its newest is a tombstone already.
+    """
+    def step(version: int, value: dict | None) -> dict:
+        if not _live(value):
+            raise UnknownGroupError(f"group {group_id!r} does not exist"
+                                    + (" (it was deleted)" if value is not None else ""))
+        assert value is not None
+        return {**_encode({}, dict(value["txn_marks"])), "deleted": True}
+
+    _chain(storage, group_id).update(step)
+
+
+def committed_offsets(storage: Storage, group_id: str,
+                      partitions: list[tuple[str, int]] | None = None
+                      ) -> dict[tuple[str, int], int]:
+    _, value = _chain(storage, group_id).latest()
+    offsets = _as_map(value)
+    if partitions is None:
+        return offsets
+    return {tp: offsets[tp] for tp in map(tuple, partitions) if tp in offsets}
+
+
+def commit_offsets(storage: Storage, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
+    _check_offsets(offsets)
+
+    def step(version: int, value: dict | None) -> dict:
+        merged = _as_map(value)
+        merged.update(offsets)
+        return _encode(merged, dict(value["txn_marks"]) if value else {})
+
+    _chain(storage, group_id).update(step)
+
+
+def apply_transactional_offsets(storage: Storage, group_id: str,
+                                offsets: dict[tuple[str, int], int], transactional_id: str,
+                                generation: int) -> None:
+    """Apply a committed transaction's offsets once, and never after a newer one."""
+    def step(version: int, value: dict | None) -> dict | None:
+        marks = dict(value["txn_marks"]) if value else {}
+        if marks.get(transactional_id, -1) >= generation:
+            return None
+        merged = _as_map(value)
+        merged.update(offsets)
+        marks[transactional_id] = generation
+        return _encode(merged, marks)
+
+    _chain(storage, group_id).update(step)
