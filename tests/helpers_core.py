@@ -28,7 +28,7 @@ from txlog import Log
 from txlog.format.batch import (CONTROL_BIT, RECORD_SCHEMA, TRANSACTIONAL_BIT, BatchHeader,
                                 decode_control, decode_header, decode_records, encode_records,
                                 payload_of)
-from txlog.partition.partition_log import BATCH_SUFFIX
+from txlog.partition.state_manager import BATCH_SUFFIX
 from txlog.format.segment import decode_head
 from txlog.storage.backends import TMP_PREFIX, Storage, open_storage
 
@@ -411,7 +411,7 @@ def _stale_holder(root: str, role: str, ready: str, go_file: str, result: str) -
     ``reader`` reads everything read_committed.  After ``go`` each acts
     twice on the (now re-created) topic and reports what happened.
     """
-    from txlog.partition.partition_log import SNAPSHOT_INTERVAL
+    from txlog.partition.state_manager import SNAPSHOT_INTERVAL
 
     log = Log(root)
     outcomes: list[dict[str, object]] = []

@@ -21,7 +21,7 @@ import msgpack
 import pytest
 
 from txlog import DecisionConflictError, InconsistentTopicIdError, Log, TxlogError
-from txlog.partition.partition_log import BATCH_SUFFIX
+from txlog.partition.state_manager import BATCH_SUFFIX
 from txlog.storage.backends import LocalStorage
 
 from helpers_core import DelegatingStorage, child, read_chain, wait_for
@@ -296,7 +296,7 @@ def test_bad_snapshot_is_skipped_with_a_warning_and_the_state_rebuilt(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str) -> None:
     import crc32c
 
-    from txlog.partition.partition_log import SNAPSHOT_INTERVAL
+    from txlog.partition.state_manager import SNAPSHOT_INTERVAL
 
     root = tmp_path / "log"
     log = Log(root)

@@ -15,7 +15,7 @@ import pytest
 from txlog import InvalidProducerEpochError, Log, OutOfOrderSequenceError, ProducerFencedError
 from txlog.format.batch import (ABORT, COMMIT, CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader,
                                 ControlRecord)
-from txlog.partition.partition_log import SNAPSHOT_DIR, SNAPSHOT_INTERVAL, SNAPSHOT_SUFFIX
+from txlog.partition.state_manager import SNAPSHOT_DIR, SNAPSHOT_INTERVAL, SNAPSHOT_SUFFIX
 from txlog.partition.producer_state import INT32_MAX, NUM_BATCHES_TO_RETAIN, ProducerState
 from txlog.storage.backends import LocalStorage
 
@@ -277,8 +277,7 @@ def test_aborted_index_agrees_with_a_linear_scan() -> None:
     """The bisecting index must answer exactly as checking every aborted range would."""
     import random
 
-    from txlog.partition.partition_log import AbortedIndex
-    from txlog.partition.producer_state import AbortedTransaction
+    from txlog.partition.producer_state import AbortedIndex, AbortedTransaction
 
     rng = random.Random(5)
     index = AbortedIndex()

@@ -16,8 +16,10 @@ import pytest
 from txlog import (READ_COMMITTED, READ_UNCOMMITTED, InconsistentTopicIdError, InvalidConfigError,
                    Log, OffsetOutOfRangeError, UnknownPartitionError, UnknownTopicError)
 from txlog.partition.partition_log import PartitionLog
-from txlog.spark.planning import (EARLIEST, LATEST, OffsetRange, PositionSpec, Subscription, bounds,
-                                  check_isolation_level, plan, read_limit, read_range, split)
+from txlog.clients.positions import bounds, read_limit
+from txlog.partition.isolation import check_isolation_level
+from txlog.spark.planning import (EARLIEST, LATEST, OffsetRange, PositionSpec, Subscription, plan,
+                                  read_range, split)
 
 T = "t"
 

@@ -65,7 +65,7 @@ def join_and_write(job: SharedTransaction, log: Log, key: str, partition: int,
 
 
 def visible(log: Log, partition: int, isolation: str = READ_COMMITTED) -> list[str]:
-    table, _ = log.partition(T, partition).read(0, None, isolation)
+    table = log.read(T, partition, 0, None, isolation)
     return [v.decode() for v in table.column("value").to_pylist()]
 
 

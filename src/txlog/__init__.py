@@ -1,6 +1,11 @@
-"""txlog: a Kafka-style transactional log on plain storage."""
+"""txlog: a Kafka-style transactional log on plain storage.
+
+The public API: users import from here, or from the subpackage that owns a
+name (docs/architecture.md shows the layers).
+"""
 
 from .clients.consumer import Consumer, ConsumerRecord, OffsetAndTimestamp
+from .clients.producer import FutureRecordMetadata, Producer, RecordMetadata, SentBatch
 from .errors import (ConcurrentTransactionsError, CorruptBatchError, DecisionConflictError,
                      IllegalStateError, InconsistentTopicIdError, InvalidConfigError,
                      InvalidNameError, InvalidProducerEpochError, InvalidTransactionTimeoutError,
@@ -8,15 +13,17 @@ from .errors import (ConcurrentTransactionsError, CorruptBatchError, DecisionCon
                      OutOfOrderSequenceError, ProducerFencedError, StorageError, TopicExistsError,
                      TransactionAbortedError, TxlogError, UnknownPartitionError, UnknownTopicError,
                      UnsupportedStorageError)
+from .exactly_once.shared_transaction import SharedTransaction
+from .exactly_once.stream_sink import StreamSink
 from .log import Log, TopicDescription
-from .spark.planning import READ_COMMITTED, READ_UNCOMMITTED
-from .clients.producer import FutureRecordMetadata, Producer, RecordMetadata, SentBatch
+from .partition.isolation import READ_COMMITTED, READ_UNCOMMITTED
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Log", "TopicDescription", "Producer", "Consumer", "ConsumerRecord", "RecordMetadata",
-    "FutureRecordMetadata", "SentBatch", "OffsetAndTimestamp", "READ_COMMITTED", "READ_UNCOMMITTED",
+    "FutureRecordMetadata", "SentBatch", "OffsetAndTimestamp", "SharedTransaction", "StreamSink",
+    "READ_COMMITTED", "READ_UNCOMMITTED",
     "TxlogError", "InvalidNameError", "InvalidConfigError", "TopicExistsError",
     "UnknownTopicError", "UnknownPartitionError", "OffsetOutOfRangeError", "LogFormatError",
     "CorruptBatchError", "StorageError", "UnsupportedStorageError", "OutOfOrderSequenceError",

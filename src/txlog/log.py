@@ -11,22 +11,23 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import pyarrow as pa
 
-from .spark import planning as scan
-from .storage.chain import VersionChain
+from .clients.columns import to_spark_table
+from .clients.positions import offset_for_timestamp
 from .errors import (InconsistentTopicIdError, InvalidConfigError, LogFormatError, TopicExistsError,
                      UnknownPartitionError, UnknownTopicError)
-from .storage.names import validate_name
-from .partition.compaction import DEFAULT_MIN_BATCHES, Compacted, Retained
-from .partition.partition_log import PartitionLog
-from .transactions.producer_ids import ProducerIdAllocator
-from .spark.planning import READ_COMMITTED
-from .storage.backends import Storage, open_storage
 from .format.topic_ids import (current_topic_id, new_topic_id, partition_count_path,
                                read_topic_meta, topic_config_path, topic_id_of, topic_meta_path)
+from .partition.compaction import DEFAULT_MIN_BATCHES, Compacted, Retained
+from .partition.isolation import READ_COMMITTED
+from .partition.partition_log import PartitionLog
+from .storage.backends import Storage, open_storage
+from .storage.chain import VersionChain
+from .storage.names import validate_name
+from .transactions.producer_ids import ProducerIdAllocator
 
 if TYPE_CHECKING:
-    from .clients.consumer import Consumer
     from .admin.gc import GcReport
+    from .clients.consumer import Consumer
     from .clients.producer import Producer
 
 FORMAT_VERSION = 1
@@ -355,14 +356,13 @@ class Log:
         only that incarnation of the topic is read (``InconsistentTopicIdError``
         otherwise).
         """
-        table, _ = self.partition(topic, partition, topic_id).read(start, end, isolation_level,
-                                                                    include_headers)
-        return table
+        pieces, _ = self.partition(topic, partition, topic_id).read(start, end, isolation_level)
+        return to_spark_table(pieces, topic, partition, include_headers)
 
     def offsets_for_times(self, topic: str, partition: int, timestamp_ms: int,
                           isolation_level: str = READ_COMMITTED) -> tuple[int, int] | None:
         """Earliest (offset, timestamp) whose timestamp is >= ``timestamp_ms``, or None."""
-        return scan.offset_for_timestamp(self, topic, partition, timestamp_ms, isolation_level)
+        return offset_for_timestamp(self, topic, partition, timestamp_ms, isolation_level)
 
     # --- clients ----------------------------------------------------------------------
 

@@ -20,7 +20,8 @@ from typing import Any
 from ..partition.compaction import DEFAULT_MIN_BATCHES
 from ..errors import TxlogError, UnknownPartitionError, UnknownTopicError
 from ..log import TOPIC_DEFAULTS, Log
-from ..spark.planning import READ_COMMITTED, READ_UNCOMMITTED, bounds
+from ..clients.positions import bounds
+from ..partition.isolation import READ_COMMITTED, READ_UNCOMMITTED
 
 PROG = "txlog"
 ROOT_ENV = "TXLOG_ROOT"

@@ -1,7 +1,8 @@
-"""The consumer: manual assignment, positions, and polls over ``scan.read_from``.
+"""The consumer: manual assignment, positions, and polls over the partition's reader.
 
 Names follow kafka-python's KafkaConsumer.  ``poll`` reads each partition with
-the vectorised reader and only then turns rows into record objects.
+the vectorised reader and only then turns the pieces it returns into record
+objects, without building Kafka's record columns in between.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import IllegalStateError, InvalidConfigError, OffsetOutOfRangeError
-from ..spark import planning as scan
-from ..spark.planning import READ_COMMITTED, check_isolation_level
+from ..partition.isolation import READ_COMMITTED, check_isolation_level
+from .positions import read_limit
 
 if TYPE_CHECKING:
     from ..log import Log
+    from ..partition.reader import Piece
 
 TopicPartition = tuple[str, int]
 
@@ -129,8 +131,7 @@ class Consumer:
     def end_offsets(self, partitions: list[TopicPartition] | None = None
                     ) -> dict[TopicPartition, int]:
         """The LSO under read_committed, the log end offset otherwise (as Kafka)."""
-        return {(topic, partition): scan.read_limit(self.log, topic, partition,
-                                                    self.isolation_level)
+        return {(topic, partition): read_limit(self.log, topic, partition, self.isolation_level)
                 for topic, partition in partitions or self._assignment}
 
     def beginning_offsets(self, partitions: list[TopicPartition] | None = None
@@ -187,18 +188,18 @@ class Consumer:
         while budget > 0:
             start = self.position(topic, partition)
             try:
-                table, next_position = scan.read_from(self.log, topic, partition, start,
-                                                      budget, self.isolation_level,
-                                                      include_headers=True)
+                pieces, next_position = self.log.partition(topic, partition).read(
+                    start, start + budget, self.isolation_level)
             except OffsetOutOfRangeError as exc:
                 # Kafka's consumer: a position retention deleted (or past the end)
                 # is reset by auto_offset_reset; with 'none' the error surfaces.
                 self._positions[tp] = self._reset_position(tp, exc)
                 continue
             self._positions[tp] = next_position
-            records.extend(_rows(table))
-            budget -= table.num_rows
-            if next_position == start or table.num_rows:
+            rows = _rows(topic, partition, pieces)
+            records.extend(rows)
+            budget -= len(rows)
+            if next_position == start or rows:
                 break  # nothing more to read, or a chunk delivered
         return records
 
@@ -212,16 +213,14 @@ class Consumer:
         self.close()
 
 
-def _rows(table: Any) -> list[ConsumerRecord]:
-    if table.num_rows == 0:
-        return []
-    cols = table.to_pydict()
-    topic, partition = cols["topic"][0], cols["partition"][0]
-    micros = table.column("timestamp").cast("int64").to_pylist()
-    return [
-        ConsumerRecord(topic, partition, offset, ts // 1000, ts_type, key, value,
-                       [(h["key"], h["value"]) for h in headers])
-        for offset, ts, ts_type, key, value, headers in zip(
-            cols["offset"], micros, cols["timestampType"], cols["key"], cols["value"],
-            cols["headers"], strict=True)
-    ]
+def _rows(topic: str, partition: int, pieces: list[Piece]) -> list[ConsumerRecord]:
+    out: list[ConsumerRecord] = []
+    for piece in pieces:
+        cols = piece.records.to_pydict()
+        out.extend(
+            ConsumerRecord(topic, partition, offset, ts, piece.timestamp_type, key, value,
+                           [(h["key"], h["value"]) for h in headers])
+            for offset, ts, key, value, headers in zip(
+                piece.offsets.to_pylist(), piece.timestamps.to_pylist(), cols["key"],
+                cols["value"], cols["headers"], strict=True))
+    return out

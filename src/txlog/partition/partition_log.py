@@ -3,35 +3,24 @@
 ``PartitionLog`` is the face a ``Log`` hands out for one partition of one
 topic incarnation.  The work is done by three parts sharing one cache:
 state_manager.py (the producer state, headers and base offsets, kept true to
-storage), appender.py (slot-claiming appends) and reads.py (ranges without
-aborted transactions); columns.py projects reads to Spark's Kafka columns.
+storage), appender.py (slot-claiming appends) and reader.py (ranges without
+aborted transactions).  Reads answer in the core's own form (``Piece``s);
+clients/columns.py projects them to Kafka's record columns for ``Log.read``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import pyarrow as pa
-
-from .appender import PUBLISH_ATTEMPTS, Appender, AppendResult
 from ..format.batch import BatchHeader
+from ..storage.backends import Storage
+from .appender import Appender, AppendResult
 from .compaction import (DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted, Retained,
                          apply_retention, compact, retire_batches)
-from ..clients.columns import SPARK_TIMESTAMP, empty_table, spark_schema, to_spark_table
-from .producer_state import AbortedIndex, ProducerState
+from .isolation import READ_COMMITTED
+from .producer_state import ProducerState
 from .reader import OutcomeResolver, Piece, Reader
-from ..spark.planning import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED
-from .state_manager import (BATCH_SUFFIX, BatchRef, OFFSET_DIGITS, SNAPSHOT_DIR, SNAPSHOT_INTERVAL,
-                            SNAPSHOT_SUFFIX, SNAPSHOTS_KEPT, StateManager, offset_name)
-from ..storage.backends import Storage
-
-# The names this module has always offered stay importable from it.
-__all__ = [
-    "PartitionLog", "AppendResult", "AbortedIndex", "OutcomeResolver", "PUBLISH_ATTEMPTS",
-    "BATCH_SUFFIX", "OFFSET_DIGITS", "SNAPSHOT_DIR", "SNAPSHOT_INTERVAL", "SNAPSHOT_SUFFIX",
-    "SNAPSHOTS_KEPT", "offset_name", "READ_COMMITTED", "READ_UNCOMMITTED", "ISOLATION_LEVELS",
-    "SPARK_TIMESTAMP", "spark_schema", "empty_table", "to_spark_table",
-]
+from .state_manager import BatchRef, StateManager
 
 
 class PartitionLog:
@@ -114,16 +103,16 @@ class PartitionLog:
         """First offset of the earliest undecided transaction, else the log end."""
         return self._reader.last_stable_offset(state or self.state())
 
-    def read(self, start: int, end: int | None = None, isolation_level: str = READ_COMMITTED,
-             include_headers: bool = False) -> tuple[pa.Table, int]:
-        """Records with offsets in ``[start, end)`` as an Arrow table in Spark's Kafka schema.
+    def read(self, start: int, end: int | None = None, isolation_level: str = READ_COMMITTED
+             ) -> tuple[list[Piece], int]:
+        """Records with offsets in ``[start, end)`` in the core's own form: per batch, the
+        records, their offsets and millisecond timestamps (reader.py).
 
         ``end`` is capped at the last stable offset under read_committed and at
-        the log end otherwise.  Returns the table and the offset up to which
+        the log end otherwise.  Returns the pieces and the offset up to which
         the partition was read (the position to continue from).
         """
-        pieces, end = self._reader.read(start, end, isolation_level)
-        return to_spark_table(pieces, self.topic, self.partition, include_headers), end
+        return self._reader.read(start, end, isolation_level)
 
     def compact(self, max_bytes: int = DEFAULT_SEGMENT_BYTES,
                 min_batches: int = DEFAULT_MIN_BATCHES, upto: int | None = None
@@ -140,11 +129,3 @@ class PartitionLog:
                         now_ms: int | None = None) -> Retained:
         """Delete the oldest whole segments that retention allows (compaction.py)."""
         return apply_retention(self._states, retention_ms, retention_bytes, now_ms)
-
-    def read_pieces(self, start: int, end: int | None = None,
-                    isolation_level: str = READ_COMMITTED) -> list[Piece]:
-        """The same records in the core's own form: per batch, records, offsets, ms timestamps.
-
-        For readers that want neither Spark's columns nor their cost.
-        """
-        return self._reader.read(start, end, isolation_level)[0]

@@ -2,8 +2,8 @@
 
 This is the core's read: it answers with the decoded records of each batch
 and the offsets and timestamps the batch implies (a ``Piece`` per batch), in
-no client's column shape; columns.py projects pieces to Spark's Kafka
-columns.  The last stable offset and the aborted-transaction filter are here
+no client's column shape; clients/columns.py projects pieces to Kafka's
+record columns.  The last stable offset and the aborted-transaction filter are here
 because only a reader needs them: a writer validates against the producer
 state alone.
 """
@@ -23,7 +23,7 @@ from ..format.arrays import counting, repeat
 from ..format.batch import LOG_APPEND_TIME, decode_header, decode_records, payload_of
 from ..errors import CorruptBatchError, OffsetOutOfRangeError
 from .producer_state import AbortedIndex, OpenTransaction, ProducerState
-from ..spark.planning import READ_COMMITTED, check_isolation_level, visible_end
+from .isolation import READ_COMMITTED, check_isolation_level, visible_end
 from .state_manager import BatchRef, StateManager
 
 PARALLEL_MIN_BATCH_BYTES = 1 << 20  # batches at least this large are read on threads

@@ -1,10 +1,11 @@
-"""Planning and reading offset ranges: the one read path of the library.
+"""Planning and reading offset ranges: how the Spark source reads.
 
 A read is planned once (where does it start and end in each partition, capped
 at what the isolation level lets a reader see) and then executed range by
-range, possibly in other processes.  The Spark source, the consumer and the
-``txlog`` command all stand on this module, so that "earliest", "latest", a
-timestamp or the LSO mean the same thing everywhere.
+range, possibly in other processes.  The positions and limits a plan stands
+on are the core's (clients/positions.py, partition/isolation.py), so that
+"earliest", "latest", a timestamp or the LSO mean here what they mean to the
+consumer and the ``txlog`` command.
 
 A planned range carries its topic's id: a range planned against one
 incarnation of a topic is never read from another (KIP-516).
@@ -13,24 +14,21 @@ incarnation of a topic is never read from another (KIP-516).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-import numpy as np
 import pyarrow as pa
 
+from ..clients.columns import to_spark_table
+from ..clients.positions import PartitionBounds, bounds, offset_for_timestamp
 from ..errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicError
+from ..partition.isolation import READ_COMMITTED, check_isolation_level
 from ..storage.names import validate_name
 
 if TYPE_CHECKING:
     from ..log import Log
     from ..partition.partition_log import PartitionLog
-    from ..partition.producer_state import ProducerState
-
-READ_COMMITTED = "read_committed"
-READ_UNCOMMITTED = "read_uncommitted"
-ISOLATION_LEVELS = (READ_COMMITTED, READ_UNCOMMITTED)
 
 # Kafka's ListOffsets sentinels, as Spark's Kafka source takes them in JSON offsets.
 EARLIEST = -2
@@ -131,97 +129,6 @@ class OffsetRange:
     @property
     def size(self) -> int:
         return self.end - self.start
-
-
-
-@dataclass(frozen=True)
-class PartitionBounds:
-    """What one partition holds now: its log start, last stable offset and log end."""
-
-    topic: str
-    partition: int
-    topic_id: str
-    log_start: int
-    stable: int
-    end: int
-
-    def limit(self, isolation_level: str) -> int:
-        """How far a reader at ``isolation_level`` may read: the LSO or the log end."""
-        return visible_end(isolation_level, self.end, lambda: self.stable)
-
-
-def check_isolation_level(isolation_level: str, name: str = "isolation level") -> str:
-    """``isolation_level`` if it is one; ``name`` is how the caller's user spells the setting."""
-    if isolation_level not in ISOLATION_LEVELS:
-        raise InvalidConfigError(f"{name} must be one of {', '.join(ISOLATION_LEVELS)}, "
-                                 f"not {isolation_level!r}")
-    return isolation_level
-
-
-def visible_end(isolation_level: str, log_end: int, stable: Callable[[], int]) -> int:
-    """How far a reader at ``isolation_level`` may read: the LSO or the log end.
-
-    Every reader's cap is decided here, so that read_committed means the same
-    for the core read, the consumer, the ``txlog`` command and Spark.  The
-    LSO comes as a callable because working it out may ask the coordinator
-    about open transactions, which a read_uncommitted reader never needs.
-    """
-    check_isolation_level(isolation_level)
-    return stable() if isolation_level == READ_COMMITTED else log_end
-
-
-def bounds(log: Log, topic: str, partition: int) -> PartitionBounds:
-    part = log.partition(topic, partition)
-    state = part.state()
-    return PartitionBounds(topic, partition, part.topic_id, part.log_start(),
-                           part.last_stable_offset(state), state.end_offset)
-
-
-def _partition_limit(part: PartitionLog, state: ProducerState, isolation_level: str) -> int:
-    return visible_end(isolation_level, state.end_offset, lambda: part.last_stable_offset(state))
-
-
-def read_limit(log: Log, topic: str, partition: int, isolation_level: str) -> int:
-    """The offset a reader at ``isolation_level`` reads up to (exclusive) right now."""
-    part = log.partition(topic, partition)
-    return _partition_limit(part, part.state(), isolation_level)
-
-
-def read_from(log: Log, topic: str, partition: int, start: int, max_records: int,
-              isolation_level: str = READ_COMMITTED, include_headers: bool = False
-              ) -> tuple[pa.Table, int]:
-    """Up to ``max_records`` records from ``start`` that the reader may see, in Spark's columns.
-
-    Also returns the position to continue from: past the records returned and
-    past any aborted or control batches skipped, so a polling reader that
-    keeps no plan never reads those again.
-    """
-    return log.partition(topic, partition).read(start, start + max_records, isolation_level,
-                                                include_headers)
-
-
-def offset_for_timestamp(log: Log, topic: str, partition: int, timestamp_ms: int,
-                         isolation_level: str = READ_COMMITTED) -> tuple[int, int] | None:
-    """Earliest (offset, timestamp) whose timestamp is >= ``timestamp_ms``, or None.
-
-    Kafka's ListOffsets by time: the first batch whose max timestamp reaches
-    the target below the reader's cap is found with the segments' time
-    indexes, then the headers of the batch objects after them; only that
-    batch is decoded and searched, as written (aborted records included).
-    """
-    part = log.partition(topic, partition)
-    state = part.state()
-    limit = _partition_limit(part, state, isolation_level)
-    base = part.first_batch_reaching(timestamp_ms, limit)
-    if base is None:
-        return None
-    for piece in part.read_pieces(base, min(part.header(base).next_offset, limit),
-                                  READ_UNCOMMITTED):
-        hits = np.flatnonzero(piece.timestamps.to_numpy() >= timestamp_ms)
-        if len(hits):
-            i = int(hits[0])
-            return int(piece.offsets[i].as_py()), int(piece.timestamps[i].as_py())
-    return None
 
 
 def _resolve(log: Log, b: PartitionBounds, spec: PositionSpec, isolation_level: str,
@@ -365,8 +272,8 @@ def read_range(log: Log, rng: OffsetRange, isolation_level: str = READ_COMMITTED
     part = log.partition(rng.topic, rng.partition, topic_id=rng.topic_id)
     pos = rng.start
     while pos < rng.end:
-        table, nxt = part.read(pos, _chunk_end(part, pos, rng.end, chunk_rows),
-                               isolation_level, include_headers)
+        pieces, nxt = part.read(pos, _chunk_end(part, pos, rng.end, chunk_rows), isolation_level)
+        table = to_spark_table(pieces, rng.topic, rng.partition, include_headers)
         if nxt <= pos:
             raise OffsetOutOfRangeError(
                 f"{rng.topic}-{rng.partition}: offsets {pos} to {rng.end} were planned but the "

@@ -14,6 +14,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType,
                                StructField, StructType, TimestampType)
 
+from ..clients.positions import offset_for_timestamp
 from . import planning as scan
 from ..errors import InvalidConfigError
 from ..log import Log
@@ -177,8 +178,8 @@ class TxlogBatchReader(DataSourceReader):
         r = self.pruning.clip(r)
         ms = self.pruning.min_timestamp_ms
         if ms is not None and r.size > 0:
-            found = scan.offset_for_timestamp(log, r.topic, r.partition, ms,
-                                              self.options.isolation_level)
+            found = offset_for_timestamp(log, r.topic, r.partition, ms,
+                                         self.options.isolation_level)
             start = r.end if found is None else max(r.start, min(found[0], r.end))
             r = replace(r, start=start)
         return r

@@ -23,6 +23,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
                                               ReadMaxRows, ReadMinRows,
                                               SupportsTriggerAvailableNow)
 
+from ..clients.positions import bounds, read_limit
 from . import planning as scan
 from ..errors import OffsetOutOfRangeError, UnknownTopicError
 from ..log import Log
@@ -84,7 +85,7 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _available(self) -> Positions:
         """How far each subscribed partition can be read now (LSO or log end)."""
         log = self._log()
-        return {tp: scan.read_limit(log, *tp, self.options.isolation_level)
+        return {tp: read_limit(log, *tp, self.options.isolation_level)
                 for tp in self.options.subscription.partitions(log)}
 
     def _checked_start(self, start: Positions, available: Positions) -> Positions:
@@ -170,7 +171,7 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if hi <= lo:
                 continue
             try:
-                topic_id = scan.bounds(log, *tp).topic_id
+                topic_id = bounds(log, *tp).topic_id
             except UnknownTopicError:
                 if self._lost(f"{tp[0]}-{tp[1]}: offsets {lo} to {hi} were planned but the "
                               "topic is gone"):
