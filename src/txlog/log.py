@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import pyarrow as pa
 
+from .admin.gc import (DEFAULT_CHAIN_AGE_S, DEFAULT_DECISION_AGE_S, DEFAULT_TEMP_AGE_S, GcReport,
+                       collect)
 from .clients.columns import to_spark_table
 from .clients.positions import offset_for_timestamp
 from .errors import (InconsistentTopicIdError, InvalidConfigError, LogFormatError, TopicExistsError,
@@ -26,7 +28,6 @@ from .storage.names import validate_name
 from .transactions.producer_ids import ProducerIdAllocator
 
 if TYPE_CHECKING:
-    from .admin.gc import GcReport
     from .clients.consumer import Consumer
     from .clients.producer import Producer
 
@@ -400,12 +401,11 @@ class Log:
                     desc.setting("retention.ms"), desc.setting("retention.bytes"), now_ms)
                 for p in self._partitions_of(topic, partitions)}
 
-    def gc(self, chain_age_s: float = 3600.0, decision_age_s: float = 7 * 24 * 3600.0,
-           temp_age_s: float = 3600.0, now_ms: int | None = None) -> "GcReport":
+    def gc(self, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
+           decision_age_s: float = DEFAULT_DECISION_AGE_S, temp_age_s: float = DEFAULT_TEMP_AGE_S,
+           now_ms: int | None = None) -> GcReport:
         """Remove coordinator state, compaction leftovers and temp files nobody needs any
-        more, without changing what anyone reads (gc.py says why each removal is safe)."""
-        from .admin.gc import collect
-
+        more, without changing what anyone reads (admin/gc.py says why each removal is safe)."""
         return collect(self, chain_age_s, decision_age_s, temp_age_s, now_ms)
 
     def producer(self, **config: Any) -> "Producer":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import crc32c
 
@@ -23,12 +24,14 @@ import pyarrow as pa
 from ..format.batch import (COMMIT, BatchHeader, ControlRecord, decode_control, decode_header,
                             decode_records, payload_of)
 from ..errors import CorruptBatchError, StorageError
-from ..log import Log
 from ..format.segment import (ABORTED_ENTRY, HEADER_SIZE, OFFSET_ENTRY, SEGMENT_DIR, SEGMENT_MAGIC,
                               SEGMENT_SUFFIX, TIME_ENTRY, SegmentHead, decode_head, segment_bases,
                               segment_name)
 from ..partition.state_manager import ANCHOR_BYTES, BATCH_SUFFIX, named_offsets, offset_name
 from ..storage.backends import Storage
+
+if TYPE_CHECKING:
+    from ..log import Log
 
 RELISTS = 5  # listings of one partition in one dump before giving up (it keeps changing)
 

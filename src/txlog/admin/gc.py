@@ -27,14 +27,17 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import msgpack
 
 from ..storage.chain import VERSION_DIGITS
 from ..transactions.coordinator import COMPLETE, DECISION_DIR, LEASE_DIR, TXN_DIR, TxnState
 from ..transactions.groups import GROUP_DIR
-from ..log import Log
 from ..transactions.producer_ids import BLOCK_DIR
+
+if TYPE_CHECKING:  # Log.gc calls collect: gc must not import log at run time
+    from ..log import Log
 
 DEFAULT_CHAIN_AGE_S = 3600.0
 DEFAULT_DECISION_AGE_S = 7 * 24 * 3600.0  # Kafka's transactional.id.expiration.ms

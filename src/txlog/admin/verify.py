@@ -24,15 +24,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..format.batch import ABORT, COMMIT
 from .dump import BatchDump, SegmentDump, StrayDump, dump_partition
 from ..errors import TxlogError
-from ..log import Log
 from ..partition.producer_state import ProducerState
 from ..partition.state_manager import SNAPSHOT_FORMAT
+
+if TYPE_CHECKING:
+    from ..log import Log
 
 SHOWN_MISMATCHES = 3  # index entries named per segment; the rest are counted
 

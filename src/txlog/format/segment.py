@@ -15,7 +15,9 @@ The bytes are described in docs/format.md, section 4.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 import crc32c
 import msgpack
@@ -24,7 +26,6 @@ import pyarrow as pa
 
 from .batch import BatchHeader
 from ..errors import CorruptBatchError
-from ..partition.producer_state import ProducerState
 from ..storage.backends import Storage
 
 SEGMENT_MAGIC = b"TXS\x01"
@@ -140,11 +141,21 @@ def segment_bases(names: list[str]) -> list[int]:
     return sorted(int(s[:-n]) for s in names if s.endswith(SEGMENT_SUFFIX) and s[:-n].isdigit())
 
 
+class AbortedRange(Protocol):
+    """An aborted transaction as the producer state keeps it (producer_state.py)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+
 def encode_segment(topic_id: str, base_offset: int,
-                   batches: list[tuple[BatchHeader, bytes | pa.Buffer]],
-                   state: ProducerState, snapshot_fields: dict, created_ms: int) -> bytes:
+                   batches: list[tuple[BatchHeader, bytes | pa.Buffer]], state_end: int,
+                   state_aborted: Iterable[AbortedRange], snapshot_fields: dict,
+                   created_ms: int) -> bytes:
     """A segment holding ``batches`` (headers and their whole bytes, consecutive from
-    ``base_offset``) and ``state``, the producer state at their end."""
+    ``base_offset``) and the producer state at their end: where it ends, the transactions
+    it knows aborted, and its snapshot (``snapshot_fields``)."""
     if not batches or batches[0][0].base_offset != base_offset:
         raise ValueError("a segment starts with the batch at its base offset")
     sizes = np.fromiter((len(data) for _, data in batches), dtype=np.int64, count=len(batches))
@@ -158,9 +169,9 @@ def encode_segment(topic_id: str, base_offset: int,
         if data_headers else []
     times["base"] = [h.base_offset for h in data_headers]
     end = batches[-1][0].next_offset
-    if state.end_offset != end:
-        raise ValueError(f"producer state ends at {state.end_offset}, the batches at {end}")
-    aborted = [a for a in state.aborted if base_offset <= a.last_offset < end]
+    if state_end != end:
+        raise ValueError(f"producer state ends at {state_end}, the batches at {end}")
+    aborted = [a for a in state_aborted if base_offset <= a.last_offset < end]
     aborted_arr = np.zeros(len(aborted), dtype=ABORTED_ENTRY)
     aborted_arr["producer_id"] = [a.producer_id for a in aborted]
     aborted_arr["first"] = [a.first_offset for a in aborted]

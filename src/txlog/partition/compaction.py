@@ -98,8 +98,9 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
     last_header, last_data, _ = run[-1]
     fields = states.snapshot_fields(end_state, last_header.base_offset,
                                     bytes(memoryview(last_data)[:ANCHOR_BYTES]))
-    segment = encode_segment(states.topic_id, start, [(h, d) for h, d, _ in run], end_state,
-                             fields, int(time.time() * 1000))
+    segment = encode_segment(states.topic_id, start, [(h, d) for h, d, _ in run],
+                             end_state.end_offset, end_state.aborted, fields,
+                             int(time.time() * 1000))
     if not states.storage.publish_if_absent(states.segment_path(start), segment):
         return None
     end = last_header.next_offset
