@@ -28,9 +28,9 @@ from txlog import Log
 from txlog.format.batch import (CONTROL_BIT, RECORD_SCHEMA, TRANSACTIONAL_BIT, BatchHeader,
                                 decode_control, decode_header, decode_records, encode_records,
                                 payload_of)
-from txlog.partition.state_manager import BATCH_SUFFIX
 from txlog.format.segment import decode_head
-from txlog.storage.backends import TMP_PREFIX, Storage, open_storage
+from txlog.storage.backends import Storage, open_storage
+from txlog.storage.paths import BATCH_SUFFIX, TMP_PREFIX
 
 HELPER = os.path.abspath(__file__)
 START_DEADLINE_S = 60.0

@@ -21,7 +21,7 @@ import msgpack
 import pytest
 
 from txlog import DecisionConflictError, InconsistentTopicIdError, Log, TxlogError
-from txlog.partition.state_manager import BATCH_SUFFIX
+from txlog.storage.paths import BATCH_SUFFIX
 from txlog.storage.backends import LocalStorage
 
 from helpers_core import DelegatingStorage, child, read_chain, wait_for

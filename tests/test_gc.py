@@ -13,8 +13,7 @@ import pytest
 
 from txlog import Log
 from txlog.storage.chain import VersionChain
-from txlog.transactions.coordinator import DECISION_DIR, LEASE_DIR, TXN_DIR
-from txlog.transactions.producer_ids import BLOCK_DIR
+from txlog.storage.paths import BLOCK_DIR, DECISION_DIR, LEASE_DIR, TXN_DIR
 from txlog.partition.isolation import READ_UNCOMMITTED
 from txlog.exactly_once.shared_transaction import SharedTransaction
 

@@ -15,9 +15,10 @@ import pytest
 from txlog import InvalidProducerEpochError, Log, OutOfOrderSequenceError, ProducerFencedError
 from txlog.format.batch import (ABORT, COMMIT, CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader,
                                 ControlRecord)
-from txlog.partition.state_manager import SNAPSHOT_DIR, SNAPSHOT_INTERVAL, SNAPSHOT_SUFFIX
+from txlog.partition.state_manager import SNAPSHOT_INTERVAL
 from txlog.partition.producer_state import INT32_MAX, NUM_BATCHES_TO_RETAIN, ProducerState
 from txlog.storage.backends import LocalStorage
+from txlog.storage.paths import SNAPSHOT_DIR, SNAPSHOT_SUFFIX
 
 from helpers_core import CountingStorage, read_chain
 

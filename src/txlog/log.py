@@ -17,14 +17,15 @@ from .clients.columns import to_spark_table
 from .clients.positions import offset_for_timestamp
 from .errors import (InconsistentTopicIdError, InvalidConfigError, LogFormatError, TopicExistsError,
                      UnknownPartitionError, UnknownTopicError)
-from .format.topic_ids import (current_topic_id, new_topic_id, partition_count_path,
-                               read_topic_meta, topic_config_path, topic_id_of, topic_meta_path)
+from .format.topic_ids import current_topic_id, new_topic_id, read_topic_meta, topic_id_of
 from .partition.compaction import DEFAULT_MIN_BATCHES, Compacted, Retained
 from .partition.isolation import READ_COMMITTED
 from .partition.partition_log import PartitionLog
 from .storage.backends import Storage, open_storage
 from .storage.chain import VersionChain
 from .storage.names import validate_name
+from .storage.paths import (ROOT_MARKER, TOPICS_DIR, partition_count_path, topic_config_path,
+                            topic_dir, topic_meta_path)
 from .transactions.producer_ids import ProducerIdAllocator
 
 if TYPE_CHECKING:
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from .clients.producer import Producer
 
 FORMAT_VERSION = 1
-ROOT_MARKER = "txlog.json"
 MAX_PARTITIONS = 10_000
 
 # Topic configuration keys we honour (Kafka's names).
@@ -147,9 +147,9 @@ class Log:
                 f"topic {name!r}: partitions must be an integer from 1 to {MAX_PARTITIONS}, "
                 f"not {partitions!r}")
         checked = _check_config(name, dict(config or {}))
-        if self.storage.exists(f"topics/{name}/topic.json"):
+        if self.storage.exists(topic_meta_path(name)):
             raise TopicExistsError(f"topic {name!r} already exists in {self.root}")
-        if self.storage.list(f"topics/{name}"):
+        if self.storage.list(topic_dir(name)):
             # Never clear leftovers here: a concurrent creator may already own them.
             raise TopicExistsError(
                 f"topic {name!r} in {self.root} still holds data of an unfinished delete; "
@@ -163,8 +163,8 @@ class Log:
         return desc
 
     def topics(self) -> list[str]:
-        return sorted(n for n in self.storage.list("topics")
-                      if self.storage.exists(f"topics/{n}/topic.json"))
+        return sorted(n for n in self.storage.list(TOPICS_DIR)
+                      if self.storage.exists(topic_meta_path(n)))
 
     def describe_topic(self, name: str, refresh: bool = False) -> TopicDescription:
         """The topic's description, cached; ``refresh`` re-reads its partition count.
@@ -278,10 +278,10 @@ class Log:
         """
         validate_name(name, "topic")
         if not self.storage.exists(topic_meta_path(name)) and \
-                not self.storage.list(f"topics/{name}"):
+                not self.storage.list(topic_dir(name)):
             raise UnknownTopicError(f"topic {name!r} does not exist in {self.root}")
         self.storage.delete(topic_meta_path(name))
-        self.storage.delete_tree(f"topics/{name}")
+        self.storage.delete_tree(topic_dir(name))
         with self._lock:
             self._topics.pop(name, None)
             for key in [k for k in self._topic_chains if k[0] == name]:

@@ -24,11 +24,12 @@ import pyarrow as pa
 from ..format.batch import (COMMIT, BatchHeader, ControlRecord, decode_control, decode_header,
                             decode_records, payload_of)
 from ..errors import CorruptBatchError, StorageError
-from ..format.segment import (ABORTED_ENTRY, HEADER_SIZE, OFFSET_ENTRY, SEGMENT_DIR, SEGMENT_MAGIC,
-                              SEGMENT_SUFFIX, TIME_ENTRY, SegmentHead, decode_head, segment_bases,
-                              segment_name)
-from ..partition.state_manager import ANCHOR_BYTES, BATCH_SUFFIX, named_offsets, offset_name
+from ..format.segment import (ABORTED_ENTRY, HEADER_SIZE, OFFSET_ENTRY, SEGMENT_MAGIC, TIME_ENTRY,
+                              SegmentHead, decode_head)
+from ..partition.state_manager import ANCHOR_BYTES
 from ..storage.backends import Storage
+from ..storage.paths import (BATCH_SUFFIX, SEGMENT_SUFFIX, batch_path, named_offsets, partition_dir,
+                             segment_bases, segment_path, segments_dir)
 
 if TYPE_CHECKING:
     from ..log import Log
@@ -299,11 +300,11 @@ class _Listing:
 
 
 def _list(storage: Storage, directory: str) -> _Listing:
-    segments = segment_bases(storage.list(f"{directory}/{SEGMENT_DIR}"))
+    segments = segment_bases(storage.list(segments_dir(directory)))
     batches = named_offsets(storage.list(directory), BATCH_SUFFIX)
     end: int | None = 0
     if segments:
-        path = f"{directory}/{SEGMENT_DIR}/{segment_name(segments[-1])}"
+        path = segment_path(directory, segments[-1])
         try:
             end = decode_head(storage.read_prefix(path, HEADER_SIZE), path,
                               _url(storage, path), segments[-1]).end_offset
@@ -324,7 +325,7 @@ def dump_partition(log: Log, topic: str, partition: int, start: int = 0,
     partition be listed again and the dump go on from where it was.
     """
     log.describe_topic(topic)  # a clear error for an unknown topic
-    directory = f"topics/{topic}/{partition}"
+    directory = partition_dir(topic, partition)
     storage = log.storage
     position = start
     budget = max_batches
@@ -355,7 +356,7 @@ def dump_partition(log: Log, topic: str, partition: int, start: int = 0,
     for base in listing.batches:
         if end is None or base >= end:
             break
-        yield StrayDump(f"{directory}/{offset_name(base, BATCH_SUFFIX)}", base, end)
+        yield StrayDump(batch_path(directory, base), base, end)
 
 
 def _walk(storage: Storage, directory: str, listing: _Listing, start: int,
@@ -369,7 +370,7 @@ def _walk(storage: Storage, directory: str, listing: _Listing, start: int,
         if i + 1 == len(segments) and listing.compacted_end is not None and \
                 listing.compacted_end <= start:
             break
-        path = f"{directory}/{SEGMENT_DIR}/{segment_name(base)}"
+        path = segment_path(directory, base)
         yield decode_segment(storage.read_buffer(path), path, _url(storage, path), base,
                              with_records, start)
     end = listing.compacted_end
@@ -380,6 +381,6 @@ def _walk(storage: Storage, directory: str, listing: _Listing, start: int,
     for base in tail:
         if base < first:
             continue
-        path = f"{directory}/{offset_name(base, BATCH_SUFFIX)}"
+        path = batch_path(directory, base)
         yield _dump_batch(storage.read_buffer(path), path, _url(storage, path), base,
                           with_records)

@@ -31,10 +31,8 @@ from typing import TYPE_CHECKING
 
 import msgpack
 
-from ..storage.chain import VERSION_DIGITS
-from ..transactions.coordinator import COMPLETE, DECISION_DIR, LEASE_DIR, TXN_DIR, TxnState
-from ..transactions.groups import GROUP_DIR
-from ..transactions.producer_ids import BLOCK_DIR
+from ..storage.paths import BLOCK_DIR, DECISION_DIR, GROUP_DIR, LEASE_DIR, TXN_DIR, VERSION_DIGITS
+from ..transactions.coordinator import COMPLETE, TxnState
 
 if TYPE_CHECKING:  # Log.gc calls collect: gc must not import log at run time
     from ..log import Log

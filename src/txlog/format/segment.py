@@ -29,8 +29,6 @@ from ..errors import CorruptBatchError
 from ..storage.backends import Storage
 
 SEGMENT_MAGIC = b"TXS\x01"
-SEGMENT_SUFFIX = ".segment"
-SEGMENT_DIR = "segments"
 # magic, header crc, base, end, batch count, data batch count, topic id, created ms,
 # snapshot length, snapshot crc, aborted count, aborted crc, offset index crc,
 # time index crc, data length
@@ -129,16 +127,6 @@ class TimeIndex:
     def newest(self) -> int | None:
         """The largest timestamp of the segment's data batches (None without data)."""
         return int(self.max_timestamps[-1]) if len(self.max_timestamps) else None
-
-
-def segment_name(base_offset: int) -> str:
-    return f"{base_offset:020d}{SEGMENT_SUFFIX}"
-
-
-def segment_bases(names: list[str]) -> list[int]:
-    """Base offsets of the segment names among ``names``, sorted."""
-    n = len(SEGMENT_SUFFIX)
-    return sorted(int(s[:-n]) for s in names if s.endswith(SEGMENT_SUFFIX) and s[:-n].isdigit())
 
 
 class AbortedRange(Protocol):

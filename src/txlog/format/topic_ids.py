@@ -16,20 +16,7 @@ from typing import Any
 import msgpack
 
 from ..storage.backends import Storage
-
-
-def topic_meta_path(topic: str) -> str:
-    return f"topics/{topic}/topic.json"
-
-
-def partition_count_path(topic: str) -> str:
-    """The version chain of partitions added to a topic after its creation."""
-    return f"topics/{topic}/partition_count"
-
-
-def topic_config_path(topic: str) -> str:
-    """The version chain of a topic's altered config (retention and segment settings)."""
-    return f"topics/{topic}/config"
+from ..storage.paths import topic_meta_path
 
 
 def new_topic_id() -> str:

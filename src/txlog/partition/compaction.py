@@ -24,8 +24,8 @@ from ..format.batch import decode_control, decode_header, payload_of
 from .producer_state import ProducerState
 from ..errors import StorageError
 from ..format.segment import encode_segment
-from .state_manager import (ANCHOR_BYTES, BATCH_SUFFIX, SNAPSHOT_DIR, SNAPSHOT_SUFFIX, StateManager,
-                            named_offsets)
+from ..storage.paths import BATCH_SUFFIX, SNAPSHOT_SUFFIX, named_offsets, snapshots_dir
+from .state_manager import ANCHOR_BYTES, StateManager
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def retire_batches(states: StateManager, below: int) -> list[str]:
             break
         deleted.append(states.batch_path(base))
         states.storage.delete(deleted[-1])
-    snapshots = f"{states.dir}/{SNAPSHOT_DIR}"
+    snapshots = snapshots_dir(states.dir)
     for end in named_offsets(states.storage.list(snapshots), SNAPSHOT_SUFFIX):
         if end <= below:
             deleted.append(states.snapshot_path(end))

@@ -28,27 +28,21 @@ from ..format.batch import (HEADER_READ_SIZE, BatchHeader, ControlRecord, decode
 from ..errors import (CorruptBatchError, InconsistentTopicIdError, OffsetOutOfRangeError,
                       StorageError, UnknownTopicError)
 from .producer_state import ProducerState
-from ..format.segment import (SEGMENT_DIR, CorruptSegmentError, SegmentHead, SegmentIndex,
-                              TimeIndex, read_head, read_header, read_index, read_time_index,
-                              segment_bases, segment_name)
+from ..format.segment import (CorruptSegmentError, SegmentHead, SegmentIndex, TimeIndex, read_head,
+                              read_header, read_index, read_time_index)
 from ..storage.backends import Storage
+from ..storage.paths import (BATCH_SUFFIX, SNAPSHOT_SUFFIX, batch_path, named_offsets, partition_dir,
+                             segment_bases, segment_path, segments_dir, snapshot_path,
+                             snapshots_dir)
 from ..format.topic_ids import current_topic_id
 
 logger = logging.getLogger(__name__)
 
-OFFSET_DIGITS = 20
-BATCH_SUFFIX = ".batch"
-SNAPSHOT_DIR = "snapshots"
-SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_INTERVAL = 64  # batches between producer-state snapshots
 SNAPSHOTS_KEPT = 2
 ANCHOR_BYTES = 8  # magic + header checksum of a batch
 SNAPSHOT_FORMAT = 2  # 2: the topic id and the last batch's anchor (format.md, section 3)
 RELOADS = 5  # cache reloads in one refresh before giving up (storage keeps changing under us)
-
-
-def offset_name(offset: int, suffix: str) -> str:
-    return f"{offset:0{OFFSET_DIGITS}d}{suffix}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,12 +74,6 @@ class _Anchor:
     next_segment: int | None = None
 
 
-def named_offsets(names: list[str], suffix: str) -> list[int]:
-    """Offsets of the ``<offset><suffix>`` names, sorted (anything else there is not ours)."""
-    return sorted(int(n[:-len(suffix)]) for n in names
-                  if n.endswith(suffix) and n[:-len(suffix)].isdigit())
-
-
 class StateManager:
     """Producer state, batch locations and headers of one partition incarnation, cached.
 
@@ -102,7 +90,7 @@ class StateManager:
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
-        self.dir = f"topics/{topic}/{partition}"
+        self.dir = partition_dir(topic, partition)
         self._on_stale = on_stale
         self.lock = threading.RLock()
         self._drop_cache()
@@ -130,10 +118,10 @@ class StateManager:
     # --- paths and headers ----------------------------------------------------
 
     def batch_path(self, offset: int) -> str:
-        return f"{self.dir}/{offset_name(offset, BATCH_SUFFIX)}"
+        return batch_path(self.dir, offset)
 
     def segment_path(self, base: int) -> str:
-        return f"{self.dir}/{SEGMENT_DIR}/{segment_name(base)}"
+        return segment_path(self.dir, base)
 
     def url(self, path: str) -> str:
         """``path`` as a full URL, for error messages that name the object."""
@@ -162,7 +150,7 @@ class StateManager:
 
     def _listed_segments(self) -> list[int]:
         """Bases of the segments in storage now (one listing, no header read)."""
-        return segment_bases(self.storage.list(f"{self.dir}/{SEGMENT_DIR}"))
+        return segment_bases(self.storage.list(segments_dir(self.dir)))
 
     def list_segments(self) -> list[int]:
         """List the segments again (they come and go under compaction and retention)."""
@@ -497,10 +485,10 @@ class StateManager:
     # --- snapshots ------------------------------------------------------------
 
     def _snapshot_offsets(self) -> list[int]:
-        return named_offsets(self.storage.list(f"{self.dir}/{SNAPSHOT_DIR}"), SNAPSHOT_SUFFIX)
+        return named_offsets(self.storage.list(snapshots_dir(self.dir)), SNAPSHOT_SUFFIX)
 
     def snapshot_path(self, offset: int) -> str:
-        return f"{self.dir}/{SNAPSHOT_DIR}/{offset_name(offset, SNAPSHOT_SUFFIX)}"
+        return snapshot_path(self.dir, offset)
 
     def _load_state(self) -> ProducerState:
         """The state of the newest segment or snapshot, whichever ends later; else empty.

@@ -24,10 +24,10 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import StorageError, UnsupportedStorageError
+from .paths import PROBE_DIR, TMP_PREFIX
 
 logger = logging.getLogger(__name__)
 
-TMP_PREFIX = ".tmp-"
 MMAP_MIN_BYTES = 1 << 20  # smaller objects are read into memory rather than mapped
 
 
@@ -416,7 +416,6 @@ def _response_of(exc: BaseException) -> tuple[int | None, str | None]:
 
 
 CONFLICT_ATTEMPTS = 8  # tries of one publish the store answered 409 ConditionalRequestConflict
-PROBE_DIR = f"{TMP_PREFIX}probe"
 _probe_lock = threading.Lock()
 _probe_results: dict[str, str | None] = {}  # per root: None = conditional writes work, else why not
 

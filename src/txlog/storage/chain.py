@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 import msgpack
 
 from .backends import Storage
+from .paths import version_path
 
 T = TypeVar("T")
-VERSION_DIGITS = 20
 
 
 class VersionChain:
@@ -31,7 +31,7 @@ class VersionChain:
         self._listed = False
 
     def _path(self, version: int) -> str:
-        return f"{self.directory}/{version:0{VERSION_DIGITS}d}"
+        return version_path(self.directory, version)
 
     def latest(self) -> tuple[int, dict[str, Any] | None]:
         """(version, value) of the newest version; (-1, None) for an empty chain."""

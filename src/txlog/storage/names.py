@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from ..errors import InvalidNameError
-from .backends import TMP_PREFIX
+from .paths import TMP_PREFIX
 
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_NAME_LENGTH = 249

@@ -31,6 +31,7 @@ from ..errors import (ConcurrentTransactionsError, DecisionConflictError,
                       TransactionAbortedError)
 from .groups import apply_transactional_offsets
 from ..storage.names import validate_name
+from ..storage.paths import DECISION_DIR, LEASE_DIR, TXN_DIR
 from ..partition.producer_state import OpenTransaction
 
 if TYPE_CHECKING:
@@ -39,9 +40,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-TXN_DIR = "coordinator/transactions"
-DECISION_DIR = "coordinator/decisions"
-LEASE_DIR = "coordinator/leases"
 MAX_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
 MAX_EPOCH = 32767  # Short.MaxValue: an epoch this high is never handed to a producer
 NO_PRODUCER_ID = -1

@@ -25,8 +25,7 @@ from ..storage.chain import VersionChain
 from ..errors import InvalidConfigError, UnknownGroupError
 from ..storage.names import validate_name
 from ..storage.backends import Storage
-
-GROUP_DIR = "coordinator/groups"
+from ..storage.paths import GROUP_DIR
 
 
 def _chain(storage: Storage, group_id: str) -> VersionChain:

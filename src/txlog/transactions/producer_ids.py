@@ -18,9 +18,9 @@ import uuid
 import msgpack
 
 from ..storage.backends import Storage
+from ..storage.paths import BLOCK_DIR, block_path
 
 BLOCK_SIZE = 1000
-BLOCK_DIR = "coordinator/producer-ids"
 
 
 class ProducerIdAllocator:
@@ -35,7 +35,7 @@ class ProducerIdAllocator:
         block = max((int(n) for n in names if n.isdigit()), default=-1) + 1
         owner = msgpack.packb({"owner": uuid.uuid4().hex, "host": socket.gethostname(),
                                "pid": os.getpid(), "time_ms": int(time.time() * 1000)})
-        while not self.storage.publish_if_absent(f"{BLOCK_DIR}/{block:020d}", owner):
+        while not self.storage.publish_if_absent(block_path(block), owner):
             block += 1
         return block
 
