@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-import txlog.transactions.coordinator
+import txlog.clock
 from txlog import Log
 from txlog.cli import main
 
@@ -207,8 +207,8 @@ def test_abort_expired_and_expire(root, capsys, monkeypatch):
     code, out, _ = run(capsys, "--root", root, "transactions", "abort-expired")
     assert code == 0 and out.startswith("aborted 0 ")  # not expired yet
 
-    real_now = txlog.transactions.coordinator._now_ms
-    monkeypatch.setattr(txlog.transactions.coordinator, "_now_ms", lambda: real_now() + 120_000)
+    real_now = txlog.clock.now_ms
+    monkeypatch.setattr(txlog.clock, "now_ms", lambda: real_now() + 120_000)
     code, out, _ = run(capsys, "--root", root, "transactions", "abort-expired")
     assert code == 0 and out.strip() == "aborted 1 expired transaction: stuck"
 
@@ -225,7 +225,7 @@ def test_abort_expired_and_expire(root, capsys, monkeypatch):
     code, out, _ = run(capsys, "--root", root, "transactions", "expire",
                        "--max-idle-ms", "60000")
     assert code == 0 and out.startswith("expired 0 ")
-    monkeypatch.setattr(txlog.transactions.coordinator, "_now_ms", lambda: real_now() + 240_000)
+    monkeypatch.setattr(txlog.clock, "now_ms", lambda: real_now() + 240_000)
     code, out, _ = run(capsys, "--root", root, "transactions", "expire",
                        "--max-idle-ms", "60000")
     assert code == 0 and out.strip() == "expired 1 transactional id: stuck"

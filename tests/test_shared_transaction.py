@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-import txlog.transactions.coordinator as coordinator_module
+import txlog.clock as clock_module
 from txlog import READ_COMMITTED, READ_UNCOMMITTED, Log
 from txlog.transactions.coordinator import TxnState
 from txlog.errors import DecisionConflictError, TransactionAbortedError, TxlogError
@@ -22,7 +22,7 @@ TIMEOUT_MS = 10_000
 
 
 class Clock:
-    """The coordinator's clock, moved by the test (milliseconds)."""
+    """txlog's clock (txlog.clock.now_ms), moved by the test (milliseconds)."""
 
     def __init__(self, now_ms: int) -> None:
         self.now_ms = now_ms
@@ -34,7 +34,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
     c = Clock(1_700_000_000_000)
-    monkeypatch.setattr(coordinator_module, "_now_ms", c)
+    monkeypatch.setattr(clock_module, "now_ms", c)
     return c
 
 

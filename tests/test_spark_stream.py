@@ -20,7 +20,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,  # 
                                               ReadMinRows)
 
 from txlog import Log  # noqa: E402
-from txlog.spark import stream_reader  # noqa: E402
+import txlog.clock  # noqa: E402
 from txlog.spark.options import ReadOptions  # noqa: E402
 from txlog.spark.reader import spark_schema  # noqa: E402
 from txlog.spark.stream_reader import TxlogStreamReader  # noqa: E402
@@ -210,7 +210,7 @@ def test_initial_offset_is_asked_twice_and_agrees(root):
 def test_min_offsets_per_trigger_waits_for_enough_or_for_the_delay(root, monkeypatch):
     log = Log(root)
     clock = [1_000_000]
-    monkeypatch.setattr(stream_reader, "_now_ms", lambda: clock[0])
+    monkeypatch.setattr(txlog.clock, "monotonic_ms", lambda: clock[0])
     reader = driver_reader(root, startingOffsets="earliest", minOffsetsPerTrigger="10",
                            maxTriggerDelay="5s")
     start = reader.initialOffset()

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import msgpack
 import pyarrow as pa
 
+from . import clock
 from .admin.gc import (DEFAULT_CHAIN_AGE_S, DEFAULT_DECISION_AGE_S, DEFAULT_TEMP_AGE_S, GcReport,
                        collect)
 from .clients.columns import to_spark_table
@@ -124,7 +124,7 @@ class Log:
             if not create:
                 raise LogFormatError(f"{self.root} holds no txlog ({ROOT_MARKER} is missing)")
             marker = msgpack.packb({"format_version": FORMAT_VERSION,
-                                    "created_ms": int(time.time() * 1000)})
+                                    "created_ms": clock.now_ms()})
             self.storage.publish_if_absent(ROOT_MARKER, marker)
             raw = self.storage.read(ROOT_MARKER)
         try:
@@ -154,7 +154,7 @@ class Log:
             raise TopicExistsError(
                 f"topic {name!r} in {self.root} still holds data of an unfinished delete; "
                 f"call delete_topic({name!r}) to finish it")
-        desc = TopicDescription(name, partitions, checked, int(time.time() * 1000),
+        desc = TopicDescription(name, partitions, checked, clock.now_ms(),
                                 new_topic_id())
         meta = msgpack.packb({"name": name, "partitions": partitions, "config": checked,
                               "created_ms": desc.created_ms, "topic_id": desc.topic_id})

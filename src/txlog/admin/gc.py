@@ -25,12 +25,12 @@ each kind has its own reason why that holds while writers run
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import msgpack
 
+from .. import clock
 from ..storage.paths import BLOCK_DIR, DECISION_DIR, GROUP_DIR, LEASE_DIR, TXN_DIR, VERSION_DIGITS
 from ..transactions.coordinator import COMPLETE, TxnState
 
@@ -61,7 +61,7 @@ def collect(log: Log, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
             decision_age_s: float = DEFAULT_DECISION_AGE_S,
             temp_age_s: float = DEFAULT_TEMP_AGE_S, now_ms: int | None = None) -> GcReport:
     """Remove everything listed in the module docstring; returns what went."""
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    now_ms = clock.now_ms() if now_ms is None else now_ms
     report = GcReport()
     storage = log.storage
     needed: set[str] = set()

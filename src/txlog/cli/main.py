@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .. import clock
 from ..partition.compaction import DEFAULT_MIN_BATCHES
 from ..errors import TxlogError, UnknownPartitionError, UnknownTopicError
 from ..log import TOPIC_DEFAULTS, Log
@@ -731,7 +732,7 @@ def _transactions(args: argparse.Namespace) -> None:
         if meta is None:
             raise CommandError(f"transactional id {args.transactional_id!r} does not exist in "
                                f"{log.root}")
-        now = int(time.time() * 1000)
+        now = clock.now_ms()
         open_txn = meta.state.value == "Ongoing"
         fields = [("transactional id", meta.transactional_id), ("state", meta.state.value),
                   ("producer id", meta.producer_id), ("epoch", meta.epoch),
@@ -746,7 +747,7 @@ def _transactions(args: argparse.Namespace) -> None:
     elif args.action == "find-hanging":
         topics = args.topic or log.topics()
         partitions = [(t, p) for t in topics for p in range(log.describe_topic(t).partitions)]
-        now = int(time.time() * 1000)
+        now = clock.now_ms()
         rows = [(h.topic, h.partition, h.first_offset, h.producer_id, h.epoch,
                  h.transactional_id or "-", now - h.start_ms if h.start_ms >= 0 else "-",
                  h.reason)

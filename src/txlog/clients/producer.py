@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import clock
 from ..format.arrays import repeat
 from ..format.batch import (HEADER_TYPE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
                             RECORD_SCHEMA, TRANSACTIONAL_BIT, BatchHeader, compression_attribute,
@@ -349,7 +350,7 @@ class Producer:
                 f"topic {topic!r} has partitions 0 to {num_partitions - 1}; "
                 f"cannot send to partition {partition!r}")
         if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
+            timestamp_ms = clock.now_ms()
         elif not isinstance(timestamp_ms, int) or timestamp_ms < 0:
             raise InvalidConfigError(f"timestamp_ms must be a non-negative int, "
                                      f"not {timestamp_ms!r}")
@@ -400,7 +401,7 @@ class Producer:
         transactional and the transaction is aborted.
         """
         self._check_can_send("send_table()")
-        records, chosen, sizes = _normalise_table(table, int(time.time() * 1000))
+        records, chosen, sizes = _normalise_table(table, clock.now_ms())
         highest = partition if partition is not None else \
             int(chosen.max()) if chosen is not None and len(chosen) else None
         num_partitions = self._partition_count(topic, highest)

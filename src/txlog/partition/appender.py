@@ -11,12 +11,12 @@ contiguous no matter how many processes append at once.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import crc32c
 
+from .. import clock
 from ..format.batch import (ABORT, COMMIT, CONTROL_BIT, LOG_APPEND_TIME, TIMESTAMP_TYPE_BIT,
                             TRANSACTIONAL_BIT, BatchHeader, ControlRecord, encode_control,
                             encode_header)
@@ -112,7 +112,7 @@ class Appender:
                 return AppendResult(duplicate.base_offset, duplicate.last_offset, True)
             placed = replace(header, base_offset=state.end_offset)
             if log_append_time:
-                now = int(time.time() * 1000)
+                now = clock.now_ms()
                 placed = replace(placed, attributes=placed.attributes | TIMESTAMP_TYPE_BIT,
                                  max_timestamp=now)
             return _Slot(placed, encode_header(placed) + payload)
@@ -135,7 +135,7 @@ class Appender:
             control = ControlRecord(COMMIT if commit else ABORT, coordinator_epoch,
                                     entry.txn_first_offset if entry is not None else -1)
             payload = encode_control(control)
-            now = int(time.time() * 1000)
+            now = clock.now_ms()
             header = BatchHeader(
                 base_offset=state.end_offset, record_count=1,
                 attributes=CONTROL_BIT | TRANSACTIONAL_BIT, base_timestamp=now,

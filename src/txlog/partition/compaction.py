@@ -17,9 +17,9 @@ other processes without stopping them.  What makes that safe is three rules
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
+from .. import clock
 from ..format.batch import decode_control, decode_header, payload_of
 from .producer_state import ProducerState
 from ..errors import StorageError
@@ -100,7 +100,7 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
                                     bytes(memoryview(last_data)[:ANCHOR_BYTES]))
     segment = encode_segment(states.topic_id, start, [(h, d) for h, d, _ in run],
                              end_state.end_offset, end_state.aborted, fields,
-                             int(time.time() * 1000))
+                             clock.now_ms())
     if not states.storage.publish_if_absent(states.segment_path(start), segment):
         return None
     end = last_header.next_offset
@@ -152,7 +152,7 @@ def apply_retention(states: StateManager, retention_ms: int = -1, retention_byte
     while the partition without it still holds ``retention_bytes`` or more;
     -1 disables a rule.  The newest segment always stays.
     """
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    now_ms = clock.now_ms() if now_ms is None else now_ms
     heads = states.segment_heads()
     if len(heads) < 2 or (retention_ms < 0 and retention_bytes < 0):
         return Retained(0, 0, heads[0].base_offset if heads else 0)

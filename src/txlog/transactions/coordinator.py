@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from .. import clock
 from ..storage.chain import VersionChain
 from ..errors import (ConcurrentTransactionsError, DecisionConflictError,
                       InvalidTransactionTimeoutError, InvalidTxnStateError, ProducerFencedError,
@@ -72,11 +72,6 @@ COMPLETE = frozenset({S.COMPLETE_COMMIT, S.COMPLETE_ABORT})
 PREPARED = frozenset({S.PREPARE_COMMIT, S.PREPARE_ABORT})
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-
 def plain_decision_id(producer_id: int, epoch: int) -> str:
     """The decision id of a transaction of one producer alone.
 
@@ -112,7 +107,7 @@ class TransactionMetadata:
             raise InvalidTxnStateError(
                 f"transactional id {self.transactional_id!r}: cannot go from {self.state.value} "
                 f"to {state.value}")
-        return replace(self, state=state, update_ms=_now_ms(), **changes)
+        return replace(self, state=state, update_ms=clock.now_ms(), **changes)
 
     @property
     def is_shared(self) -> bool:
@@ -265,7 +260,7 @@ class TransactionCoordinator:
         validate_name(decision_id, "decision id")
         body = msgpack.packb({"outcome": "COMMIT" if commit else "ABORT",
                               "members": sorted([list(m) for m in members]) if commit else [],
-                              "time_ms": _now_ms(), "reason": reason})
+                              "time_ms": clock.now_ms(), "reason": reason})
         self.storage.publish_if_absent(f"{DECISION_DIR}/{decision_id}", body)
         decision = self.decision(decision_id)
         assert decision is not None
@@ -303,7 +298,7 @@ class TransactionCoordinator:
                 # A new (or expired and removed) id starts a fresh incarnation.
                 pid = self._next_producer_id()
                 fresh = TransactionMetadata(transactional_id, pid, 0, S.EMPTY, timeout_ms,
-                                            update_ms=_now_ms(), reason="init")
+                                            update_ms=clock.now_ms(), reason="init")
                 if self._publish(version + 1, fresh):
                     return pid, 0
                 continue
@@ -349,7 +344,7 @@ class TransactionCoordinator:
             nonlocal expired, decided
             meta = self._check_member(
                 None if value is None else TransactionMetadata.from_dict(value), member)
-            now = _now_ms()
+            now = clock.now_ms()
             if meta.state == S.ONGOING:
                 if meta.decision_id != member.decision_id:
                     raise InvalidTxnStateError(
@@ -562,7 +557,7 @@ class TransactionCoordinator:
 
     def abort_if_expired(self, transactional_id: str) -> bool:
         meta = self.metadata(transactional_id)
-        if meta is None or not self._expired(meta, _now_ms()):
+        if meta is None or not self._expired(meta, clock.now_ms()):
             return False
         self._fence_and_abort(transactional_id, "transaction timed out", only=meta)
         # True only if it ended aborted: a commit decision may have come first.
@@ -611,7 +606,7 @@ class TransactionCoordinator:
         would be fenced at its next request. With ``older_than_ms``, also any
         open longer than that, whatever its timeout.
         """
-        now = _now_ms() if now_ms is None else now_ms
+        now = clock.now_ms() if now_ms is None else now_ms
         found = []
         for topic, partition in partitions:
             for txn in self._partition(topic, partition).state().open_transactions():
@@ -644,7 +639,7 @@ class TransactionCoordinator:
                 if value is None:
                     return None
                 meta = TransactionMetadata.from_dict(value)
-                idle = _now_ms() - meta.update_ms
+                idle = clock.now_ms() - meta.update_ms
                 if meta.state not in (S.EMPTY, *COMPLETE) or idle <= max_idle_ms:
                     return None
                 return meta.transition(S.DEAD, reason="transactional id expired").to_dict()
@@ -667,7 +662,7 @@ class TransactionCoordinator:
         stops renewing and is aborted after the timeout.
         """
         validate_name(decision_id, "decision id")
-        now = _now_ms()
+        now = clock.now_ms()
         self._lease(decision_id).update(
             lambda version, value: None if value is not None and value["time_ms"] >= now
             else {"time_ms": now})

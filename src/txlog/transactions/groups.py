@@ -19,8 +19,7 @@ committed after the delete.
 
 from __future__ import annotations
 
-import time
-
+from .. import clock
 from ..storage.chain import VersionChain
 from ..errors import InvalidConfigError, UnknownGroupError
 from ..storage.names import validate_name
@@ -51,7 +50,7 @@ def _as_map(value: dict | None) -> dict[tuple[str, int], int]:
 
 def _encode(offsets: dict[tuple[str, int], int], marks: dict[str, int]) -> dict:
     return {"offsets": [[t, p, o] for (t, p), o in sorted(offsets.items())],
-            "txn_marks": marks, "time_ms": int(time.time() * 1000)}
+            "txn_marks": marks, "time_ms": clock.now_ms()}
 
 
 def _live(value: dict | None) -> bool:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 import uuid
 
 import msgpack
 
+from .. import clock
 from ..storage.backends import Storage
 from ..storage.paths import BLOCK_DIR, block_path
 
@@ -34,7 +34,7 @@ class ProducerIdAllocator:
         names = self.storage.list(BLOCK_DIR)
         block = max((int(n) for n in names if n.isdigit()), default=-1) + 1
         owner = msgpack.packb({"owner": uuid.uuid4().hex, "host": socket.gethostname(),
-                               "pid": os.getpid(), "time_ms": int(time.time() * 1000)})
+                               "pid": os.getpid(), "time_ms": clock.now_ms()})
         while not self.storage.publish_if_absent(block_path(block), owner):
             block += 1
         return block
