@@ -18,7 +18,7 @@ from .clients.positions import offset_for_timestamp
 from .errors import (InconsistentTopicIdError, InvalidConfigError, LogFormatError, TopicExistsError,
                      UnknownPartitionError, UnknownTopicError)
 from .format.topic_ids import current_topic_id, new_topic_id, read_topic_meta, topic_id_of
-from .partition.compaction import DEFAULT_MIN_BATCHES, Compacted, Retained
+from .partition.compaction import DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted, Retained
 from .partition.isolation import READ_COMMITTED
 from .partition.partition_log import PartitionLog
 from .storage.backends import Storage, open_storage
@@ -39,7 +39,8 @@ MAX_PARTITIONS = 10_000
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 # Kafka's defaults for the keys that only compaction and retention read.
 TOPIC_DEFAULTS: dict[str, Any] = {"retention.ms": 7 * 24 * 3600 * 1000, "retention.bytes": -1,
-                                  "segment.bytes": 1 << 30}
+                                  "segment.bytes": DEFAULT_SEGMENT_BYTES}
+MIN_SEGMENT_BYTES = 1024
 # What ``alter_topic_config`` may change: keys that appenders do not cache.
 ALTERABLE_CONFIG = ("retention.ms", "retention.bytes", "segment.bytes")
 
@@ -58,7 +59,7 @@ _CONFIG_RULES = {
     "max.message.bytes": _int_at_least(1),
     "retention.ms": _int_at_least(-1),  # -1: no limit by time
     "retention.bytes": _int_at_least(-1),  # -1: no limit by size
-    "segment.bytes": _int_at_least(1024),
+    "segment.bytes": _int_at_least(MIN_SEGMENT_BYTES),
 }
 
 

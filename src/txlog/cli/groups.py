@@ -11,7 +11,6 @@ from .common import CommandError, LeafParser, json_option, open_log, print_table
 
 
 def add_groups(commands: Any, leaf_parser: LeafParser) -> None:
-    """groups list|describe|delete"""
     groups = commands.add_parser("groups", help="list groups, show their offsets and lag, "
                                                 "delete them",
                                  description="Inspect consumer groups.")

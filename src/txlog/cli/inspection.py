@@ -11,7 +11,6 @@ from .common import (CommandError, LeafParser, Progress, non_negative_int, open_
 
 
 def add_dump(commands: Any, leaf_parser: LeafParser) -> None:
-    """dump TOPIC PARTITION | dump --object PATH"""
     dump = leaf_parser(
         commands, "dump", help="print batch headers (and records) as stored, like "
                                "kafka-dump-log",
@@ -45,7 +44,6 @@ def add_dump(commands: Any, leaf_parser: LeafParser) -> None:
 
 
 def add_verify(commands: Any, leaf_parser: LeafParser) -> None:
-    """verify"""
     verify = leaf_parser(
         commands, "verify", help="check every checksum and the log's invariants",
         description="Replay every partition from its log start and check what writers "

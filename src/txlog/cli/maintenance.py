@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..admin.gc import DEFAULT_CHAIN_AGE_S, DEFAULT_DECISION_AGE_S, DEFAULT_TEMP_AGE_S
 from ..partition.compaction import DEFAULT_MIN_BATCHES
+from ..storage.paths import TMP_PREFIX
 from .common import (LeafParser, Progress, json_option, maintained_partitions, non_negative_int,
                      open_log, partitions_option, positive_int, print_table)
 
 
 def add_compact(commands: Any, leaf_parser: LeafParser) -> None:
-    """compact TOPIC"""
     compact = leaf_parser(
         commands, "compact", help="merge each partition's oldest batch objects into segments",
         description="Copy each partition's oldest run of batch objects, byte for byte, into "
@@ -33,7 +34,6 @@ def add_compact(commands: Any, leaf_parser: LeafParser) -> None:
 
 
 def add_retention(commands: Any, leaf_parser: LeafParser) -> None:
-    """retention TOPIC"""
     retention = leaf_parser(
         commands, "retention", help="delete the oldest segments that retention allows",
         description="Apply the topic's retention.ms and retention.bytes: delete whole "
@@ -48,7 +48,6 @@ def add_retention(commands: Any, leaf_parser: LeafParser) -> None:
 
 
 def add_gc(commands: Any, leaf_parser: LeafParser) -> None:
-    """gc"""
     gc = leaf_parser(
         commands, "gc", help="remove coordinator state and leftovers nobody needs any more",
         description="Remove what no reader or writer will use again, while they run: "
@@ -57,17 +56,19 @@ def add_gc(commands: Any, leaf_parser: LeafParser) -> None:
                     "unfinished transaction follows (shared ones also older than "
                     "--decision-age); leases of decided transactions; producer-id blocks "
                     "but the newest; batch files and snapshots that segments cover; temp "
-                    "files (.tmp-*) of dead local publishes older than --temp-age. "
+                    f"files ({TMP_PREFIX}*) of dead local publishes older than --temp-age. "
                     "docs/protocol.md section 8 says why each removal is safe.")
-    gc.add_argument("--chain-age", metavar="SECONDS", type=non_negative_int, default=3600,
+    chain_age, decision_age = int(DEFAULT_CHAIN_AGE_S), int(DEFAULT_DECISION_AGE_S)
+    temp_age = int(DEFAULT_TEMP_AGE_S)
+    gc.add_argument("--chain-age", metavar="SECONDS", type=non_negative_int, default=chain_age,
                     help="only chain versions whose successor is older than this "
-                         "(default 3600)")
+                         f"(default {chain_age})")
     gc.add_argument("--decision-age", metavar="SECONDS", type=non_negative_int,
-                    default=7 * 24 * 3600,
+                    default=decision_age,
                     help="only decisions of shared transactions older than this "
-                         "(default 604800, 7 days)")
-    gc.add_argument("--temp-age", metavar="SECONDS", type=non_negative_int, default=3600,
-                    help="only temp files older than this (default 3600)")
+                         f"(default {decision_age}, {decision_age // 86400} days)")
+    gc.add_argument("--temp-age", metavar="SECONDS", type=non_negative_int, default=temp_age,
+                    help=f"only temp files older than this (default {temp_age})")
     gc.add_argument("--verbose", action="store_true", help="also print every removed path")
     json_option(gc)
 

@@ -18,7 +18,6 @@ IDLE_SLEEP_S = 0.1
 
 
 def add_produce(commands: Any, leaf_parser: LeafParser) -> None:
-    """produce TOPIC"""
     produce = leaf_parser(
         commands, "produce", help="write one record per line of standard input",
         description="Read standard input and write one record per line (the line without "
@@ -48,7 +47,6 @@ def add_produce(commands: Any, leaf_parser: LeafParser) -> None:
 
 
 def add_consume(commands: Any, leaf_parser: LeafParser) -> None:
-    """consume TOPIC"""
     consume = leaf_parser(
         commands, "consume", help="print records of a topic",
         description="Print records of a topic. Without --from-beginning, --offset or "

@@ -7,13 +7,13 @@ import json
 from typing import Any
 
 from ..clients.positions import bounds
-from ..log import TOPIC_DEFAULTS, Log
+from ..log import MAX_PARTITIONS, MIN_SEGMENT_BYTES, TOPIC_DEFAULTS, Log
+from ..storage.names import MAX_NAME_LENGTH
 from .common import (CommandError, LeafParser, config_item, json_option, open_log, positive_int,
                      print_table, utc)
 
 
 def add_topics(commands: Any, leaf_parser: LeafParser) -> None:
-    """topics list|create|describe|alter|delete"""
     topics = commands.add_parser("topics", help="list, create, describe, alter or delete topics",
                                  description="Manage topics.")
     topic_cmds = topics.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -23,9 +23,10 @@ def add_topics(commands: Any, leaf_parser: LeafParser) -> None:
         topic_cmds, "create", help="create a topic",
         description="Create a topic. The root is created as well if it holds no log yet.")
     create.add_argument("name", metavar="NAME",
-                        help="topic name: ASCII letters, digits, '.', '_', '-' (1 to 249)")
+                        help="topic name: ASCII letters, digits, '.', '_', '-' "
+                             f"(1 to {MAX_NAME_LENGTH})")
     create.add_argument("--partitions", metavar="N", type=positive_int, required=True,
-                        help="number of partitions (1 to 10000)")
+                        help=f"number of partitions (1 to {MAX_PARTITIONS})")
     create.add_argument("--config", metavar="KEY=VALUE", type=config_item, action="append",
                         default=[],
                         help="topic setting, repeatable: message.timestamp.type="
@@ -50,11 +51,12 @@ def add_topics(commands: Any, leaf_parser: LeafParser) -> None:
                     "retention' read them.")
     alter.add_argument("name", metavar="NAME", help="topic name")
     alter.add_argument("--partitions", metavar="N", type=positive_int,
-                       help="the new total number of partitions (more than now, at most 10000)")
+                       help="the new total number of partitions (more than now, at most "
+                            f"{MAX_PARTITIONS})")
     alter.add_argument("--config", metavar="KEY=VALUE", type=config_item, action="append",
                        default=[],
                        help="set a setting, repeatable: retention.ms=MS, retention.bytes=N "
-                            "(-1: no limit), segment.bytes=N (at least 1024)")
+                            f"(-1: no limit), segment.bytes=N (at least {MIN_SEGMENT_BYTES})")
     alter.add_argument("--delete-config", metavar="KEY", action="append", default=[],
                        help="remove a setting, back to Kafka's default (repeatable)")
     delete = leaf_parser(
@@ -65,7 +67,6 @@ def add_topics(commands: Any, leaf_parser: LeafParser) -> None:
 
 
 def add_offsets(commands: Any, leaf_parser: LeafParser) -> None:
-    """offsets TOPIC"""
     offsets = leaf_parser(
         commands, "offsets", help="show each partition's log end offset and last stable offset",
         description="For each partition of TOPIC print the log end offset (one past the last "

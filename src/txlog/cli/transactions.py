@@ -6,12 +6,12 @@ import argparse
 from typing import Any
 
 from .. import clock
+from ..transactions.coordinator import TxnState
 from .common import (CommandError, LeafParser, json_option, non_negative_int, open_log,
                      print_table, utc)
 
 
 def add_transactions(commands: Any, leaf_parser: LeafParser) -> None:
-    """transactions list|describe|find-hanging|abort|abort-expired|expire"""
     txns = commands.add_parser("transactions", help="list, inspect or end transactions",
                                description="Inspect and clean up transactional ids.")
     txn_cmds = txns.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -61,7 +61,6 @@ def add_transactions(commands: Any, leaf_parser: LeafParser) -> None:
 
 
 def add_producers(commands: Any, leaf_parser: LeafParser) -> None:
-    """producers describe TOPIC"""
     producers = commands.add_parser("producers", help="show the producers of a topic's "
                                                       "partitions",
                                     description="Inspect producer state.")
@@ -97,7 +96,7 @@ def run_transactions(args: argparse.Namespace) -> None:
             raise CommandError(f"transactional id {args.transactional_id!r} does not exist in "
                                f"{log.root}")
         now = clock.now_ms()
-        open_txn = meta.state.value == "Ongoing"
+        open_txn = meta.state is TxnState.ONGOING
         fields = [("transactional id", meta.transactional_id), ("state", meta.state.value),
                   ("producer id", meta.producer_id), ("epoch", meta.epoch),
                   ("timeout ms", meta.timeout_ms),
@@ -120,7 +119,7 @@ def run_transactions(args: argparse.Namespace) -> None:
                       "TRANSACTIONAL-ID", "DURATION-MS", "REASON"), rows, args.json)
     elif args.action == "abort":
         meta = coordinator.metadata(args.transactional_id)
-        if meta is None or meta.state.value != "Ongoing":
+        if meta is None or meta.state is not TxnState.ONGOING:
             state = "does not exist" if meta is None else f"is {meta.state.value}"
             raise CommandError(f"transactional id {args.transactional_id!r} has no open "
                                f"transaction to abort (it {state})")
