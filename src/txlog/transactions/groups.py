@@ -8,10 +8,12 @@ process that rolls forward an old transaction late can never move offsets
 back over a newer commit.
 
 Deleting a group (kafka-consumer-groups --delete) publishes one more
-version, a tombstone: no offsets and ``deleted: true``.  Versions are never
-removed (the chain's exclusive publish relies on it), and the tombstone
-keeps the ``txn_marks``, so a late roll-forward of a transaction whose
-offsets were applied before the delete cannot bring them back.  The next
+version, a tombstone: no offsets and ``deleted: true``.  Only gc removes
+versions, never the newest and only once its successor is old (the chain's
+exclusive publish relies on the predecessor being there; docs/protocol.md,
+section 8), and the tombstone keeps the ``txn_marks``, so a late
+roll-forward of a transaction whose offsets were applied before the delete
+cannot bring them back.  The next
 commit starts the group afresh; that includes a transaction decided before
 the delete whose offsets are only applied after it, exactly as if it had
 committed after the delete.
