@@ -1140,3 +1140,29 @@ def test_commit_racing_the_timeout_sweep_has_one_consistent_outcome(log: Log) ->
         assert all(log.last_stable_offset(TOPIC, p) == log.end_offset(TOPIC, p) for p in (0, 1))
         outcomes.add(visible[0])
     print(f"outcomes seen: {sorted(outcomes)}")
+
+
+def test_the_producer_state_table_allows_only_its_transitions(memlog: Log) -> None:
+    from txlog.clients.producer import _TRANSITIONS, ClientState
+
+    assert set(_TRANSITIONS) == set(ClientState)
+    assert _TRANSITIONS[ClientState.CLOSED] == frozenset()  # closed is for good
+    assert all(ClientState.CLOSED in to for state, to in _TRANSITIONS.items()
+               if state is not ClientState.CLOSED)
+    memlog.create_topic("t", 1)
+    producer = memlog.producer(transactional_id="table")
+    assert producer._state is ClientState.UNINITIALIZED
+    producer.init_transactions()
+    producer.begin_transaction()
+    assert producer._state is ClientState.IN_TRANSACTION
+    with pytest.raises(IllegalStateError, match="no transition from Ready to Prepared"):
+        producer._state = ClientState.READY
+        producer._transition(ClientState.PREPARED)
+    producer._state = ClientState.IN_TRANSACTION
+    producer.send("t", b"v", partition=0)
+    producer.prepare_transaction()
+    assert producer._state is ClientState.PREPARED
+    with pytest.raises(IllegalStateError, match="init_transactions"):
+        producer.begin_transaction()
+    producer.close()
+    assert producer._state is ClientState.CLOSED

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -49,6 +50,33 @@ EXPIRY_CHECK_INTERVAL_S = 1.0
 # certainly not in the log, so its sequence may be used again.
 DEFINITIVE_REJECTIONS = (OutOfOrderSequenceError, InvalidProducerEpochError, InvalidTxnStateError,
                          InvalidConfigError)
+
+
+class ClientState(Enum):
+    """Where a producer is in its transactional life (Kafka's TransactionManager.State).
+
+    One value instead of a flag per question, so that every method asks the
+    same thing the same way and a transition the table below does not allow
+    is a bug found at once rather than a state nobody thought of.  The error
+    that poisons a producer (a fence, a failed batch of a transaction) is
+    kept beside it in ``Producer._fatal``, as Kafka keeps ``lastError``.
+    """
+
+    UNINITIALIZED = "Uninitialized"  # transactional, before init_transactions()
+    READY = "Ready"  # may begin a transaction (a producer without a transactional id: always)
+    IN_TRANSACTION = "InTransaction"
+    PREPARED = "Prepared"  # handed to a shared transaction's coordinator: init again first
+    CLOSED = "Closed"
+
+
+_S = ClientState
+_TRANSITIONS: dict[ClientState, frozenset[ClientState]] = {
+    _S.UNINITIALIZED: frozenset({_S.READY, _S.CLOSED}),
+    _S.READY: frozenset({_S.READY, _S.IN_TRANSACTION, _S.CLOSED}),
+    _S.IN_TRANSACTION: frozenset({_S.READY, _S.PREPARED, _S.CLOSED}),
+    _S.PREPARED: frozenset({_S.READY, _S.CLOSED}),
+    _S.CLOSED: frozenset(),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,13 +300,10 @@ class Producer:
         self._sequences: dict[tuple[str, int], int] = {}
         self._producer_id = NO_PRODUCER_ID
         self._epoch = NO_PRODUCER_EPOCH
-        self._closed = False
         self._fatal: BaseException | None = None
         self._needs_new_id = False  # set when a batch's outcome is unknown
         # transactions
-        self._initialized = False
-        self._in_transaction = False
-        self._prepared = False
+        self._state = _S.READY if transactional_id is None else _S.UNINITIALIZED
         self._decision_id = ""
         self._txn_partitions: set[tuple[str, int]] = set()
         self._txn_has_offsets = False
@@ -302,24 +327,30 @@ class Producer:
 
     # --- sending -----------------------------------------------------------------------
 
+    def _transition(self, state: ClientState) -> None:
+        if state not in _TRANSITIONS[self._state]:
+            raise IllegalStateError(f"producer {self.transactional_id!r}: no transition from "
+                                    f"{self._state.value} to {state.value}")
+        self._state = state
+
     def _check_usable(self) -> None:
-        if self._closed:
+        if self._state is _S.CLOSED:
             raise IllegalStateError("the producer is closed")
         if self._fatal is not None:
             raise self._fatal
         if self.transactional_id is not None:
-            if not self._initialized:
+            if self._state in (_S.UNINITIALIZED, _S.PREPARED):
                 raise IllegalStateError(
                     f"transactional producer {self.transactional_id!r}: call init_transactions() "
                     "first")
 
     def _check_can_send(self, what: str) -> None:
         self._check_usable()
-        if self.transactional_id is not None and not self._in_transaction:
+        if self.transactional_id is not None and self._state is not _S.IN_TRANSACTION:
             raise IllegalStateError(
                 f"transactional producer {self.transactional_id!r}: {what} outside a "
                 "transaction; call begin_transaction() first")
-        if self._prepared:
+        if self._state is _S.PREPARED:
             raise IllegalStateError("the transaction was handed to its coordinator; "
                                     "no more records may join it")
 
@@ -605,13 +636,14 @@ class Producer:
 
     def close(self, timeout: float | None = None) -> None:
         """Flush and close.  An open transaction is left for its coordinator (or timeout)."""
-        if self._closed:
+        if self._state is _S.CLOSED:
             return
         try:
-            if self._fatal is None and not (self.transactional_id and self._in_transaction):
+            if self._fatal is None and not (self.transactional_id
+                                            and self._state is _S.IN_TRANSACTION):
                 self.flush()
         finally:
-            self._closed = True
+            self._transition(_S.CLOSED)
 
     def __enter__(self) -> Producer:
         return self
@@ -637,34 +669,33 @@ class Producer:
     def init_transactions(self) -> None:
         """InitProducerId: fence older instances, abort or finish their transaction."""
         txn_id = self._require_transactional()
-        if self._closed:
+        if self._state is _S.CLOSED:
             raise IllegalStateError("the producer is closed")
-        if self._in_transaction:
+        if self._state is _S.IN_TRANSACTION:
             raise IllegalStateError("init_transactions() during a transaction")
         self._producer_id, self._epoch = self.log.coordinator.init_producer_id(
             txn_id, self.transaction_timeout_ms)
         self._sequences.clear()
-        self._initialized = True
+        self._transition(_S.READY)
         self._fatal = None
 
     def begin_transaction(self, decision_id: str | None = None) -> None:
         """Start a transaction; ``decision_id`` joins a multi-producer transaction."""
         self._require_transactional()
         self._check_usable()
-        if self._in_transaction:
+        if self._state is _S.IN_TRANSACTION:
             raise IllegalStateError("a transaction is already in progress")
         if decision_id is not None:
             validate_name(decision_id, "decision id")
         self._decision_id = decision_id or self._plain_decision_id()
         self._txn_partitions = set()
         self._txn_has_offsets = False
-        self._prepared = False
-        self._in_transaction = True
+        self._transition(_S.IN_TRANSACTION)
 
     def _check_in_transaction(self, what: str) -> None:
         self._require_transactional()
         self._check_usable()
-        if not self._in_transaction:
+        if self._state is not _S.IN_TRANSACTION:
             raise IllegalStateError(f"{what} outside a transaction; call begin_transaction()")
 
     def send_offsets_to_transaction(self, offsets: dict[tuple[str, int], int],
@@ -676,7 +707,7 @@ class Producer:
 
     def _end(self, commit: bool) -> None:
         member = self._member()
-        self._in_transaction = False
+        self._transition(_S.READY)
         try:
             if not self._txn_partitions and not self._txn_has_offsets:
                 return  # nothing joined the transaction: nothing to decide
@@ -703,7 +734,7 @@ class Producer:
             self.flush()
         except BaseException as exc:
             if isinstance(exc, ProducerFencedError):
-                self._in_transaction = False
+                self._transition(_S.READY)
                 raise
             raise TransactionAbortedError(
                 f"transaction of {self.transactional_id!r} cannot commit: a batch failed "
@@ -712,11 +743,11 @@ class Producer:
 
     def abort_transaction(self) -> None:
         self._require_transactional()
-        if self._closed:
+        if self._state is _S.CLOSED:
             raise IllegalStateError("the producer is closed")
         if self._fatal is not None and isinstance(self._fatal, ProducerFencedError):
             raise self._fatal
-        if not self._in_transaction:
+        if self._state is not _S.IN_TRANSACTION:
             raise IllegalStateError("abort_transaction() outside a transaction")
         aborted = TransactionAbortedError(f"transaction of {self.transactional_id!r} aborted")
         for pending in self._pending.values():
@@ -734,9 +765,7 @@ class Producer:
         """
         self._check_in_transaction("prepare_transaction()")
         self.flush()
-        self._prepared = True
-        self._in_transaction = False
         # The coordinator bumps this id's epoch when it ends the shared
         # transaction, so this instance cannot go on without a new InitProducerId.
-        self._initialized = False
+        self._transition(_S.PREPARED)
         return self._member()
