@@ -210,7 +210,7 @@ def test_retention_by_time_uses_the_newest_record_of_each_segment(tmp_path: Path
         producer.send("t", value=b"x", partition=0, timestamp_ms=1_000 * i)
         producer.flush()
     log.compact("t")
-    heads = [log.partition("t", 0)._states.segment_head(int(p.name[:20]))
+    heads = [log.partition("t", 0)._cache.segment_head(int(p.name[:20]))
              for p in segment_files(tmp_path, "t", 0)]
     # Records are 1 s apart: keeping 20 s at t=59 s leaves the segments reaching 39 s.
     kept = log.partition("t", 0).apply_retention(retention_ms=20_000, now_ms=59_000)

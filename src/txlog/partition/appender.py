@@ -69,7 +69,7 @@ class Appender:
                     return step
                 slot = state.end_offset
                 try:
-                    published = states.storage.publish_if_absent(states.batch_path(slot),
+                    published = states.storage.publish_if_absent(states.cache.batch_path(slot),
                                                                  step.data)
                 except OSError as exc:
                     failures += 1

@@ -64,17 +64,17 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
     are copied as they are, and the segment's producer state records them.
     """
     state = states.state()
-    start = states.compacted_end(refresh=True)
+    start = states.cache.compacted_end(refresh=True)
     stop = state.end_offset if upto is None else min(upto, state.end_offset)
     run: list[tuple] = []
     size = 0
     expected = start
     full = False  # the run ends because the next batch would not fit in max_bytes
-    for ref in states.refs(start, stop, state):
+    for ref in states.cache.refs(start, stop, state.end_offset):
         if ref.in_segment or ref.base != expected:
             break  # another compaction got ahead of this one: it has this run
-        data = states.load(ref)
-        url = states.url(ref.path)
+        data = states.cache.load(ref)
+        url = states.cache.url(ref.path)
         header = decode_header(data, url, ref.base)
         payload = payload_of(data, header, url)  # damage is never copied silently
         if header.next_offset > stop:
@@ -93,7 +93,7 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
     end_state = _state_at(states, start)
     for header, _, control in run:
         end_state.apply(header, control)
-    log_start = states.log_start()
+    log_start = states.cache.log_start()
     end_state.aborted = [a for a in end_state.aborted if a.last_offset >= log_start]
     last_header, last_data, _ = run[-1]
     fields = states.snapshot_fields(end_state, last_header.base_offset,
@@ -101,7 +101,7 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
     segment = encode_segment(states.topic_id, start, [(h, d) for h, d, _ in run],
                              end_state.end_offset, end_state.aborted, fields,
                              clock.now_ms())
-    if not states.storage.publish_if_absent(states.segment_path(start), segment):
+    if not states.storage.publish_if_absent(states.cache.segment_path(start), segment):
         return None
     end = last_header.next_offset
     retire_batches(states, end)
@@ -114,7 +114,7 @@ def _state_at(states: StateManager, offset: int) -> ProducerState:
     """The producer state at the compacted end ``offset``: the newest segment's."""
     if offset == 0:
         return ProducerState()
-    for base in reversed(states.list_segments()):
+    for base in reversed(states.cache.list_segments()):
         head, state = states.segment_state(base)
         if head.end_offset == offset:
             return state
@@ -134,7 +134,7 @@ def retire_batches(states: StateManager, below: int) -> list[str]:
     for base in named_offsets(states.storage.list(states.dir), BATCH_SUFFIX):
         if base >= below:
             break
-        deleted.append(states.batch_path(base))
+        deleted.append(states.cache.batch_path(base))
         states.storage.delete(deleted[-1])
     snapshots = snapshots_dir(states.dir)
     for end in named_offsets(states.storage.list(snapshots), SNAPSHOT_SUFFIX):
@@ -153,14 +153,15 @@ def apply_retention(states: StateManager, retention_ms: int = -1, retention_byte
     -1 disables a rule.  The newest segment always stays.
     """
     now_ms = clock.now_ms() if now_ms is None else now_ms
-    heads = states.segment_heads()
+    heads = states.cache.segment_heads()
     if len(heads) < 2 or (retention_ms < 0 and retention_bytes < 0):
         return Retained(0, 0, heads[0].base_offset if heads else 0)
-    total = sum(h.total_length for h in heads) + states.tail_sizes(states.state())[1]
+    tail_bytes = states.cache.tail_sizes(states.state().end_offset)[1]
+    total = sum(h.total_length for h in heads) + tail_bytes
     doomed = []
     for head in heads[:-1]:
         by_size = retention_bytes >= 0 and total - head.total_length >= retention_bytes
-        newest = states.time_index(head.base_offset).newest
+        newest = states.cache.time_index(head.base_offset).newest
         newest = head.created_ms if newest is None else newest
         by_time = retention_ms >= 0 and newest < now_ms - retention_ms
         if not (by_size or by_time):
@@ -171,7 +172,7 @@ def apply_retention(states: StateManager, retention_ms: int = -1, retention_byte
         retire_batches(states, doomed[-1].end_offset)
     for head in doomed:
         states.storage.delete(head.path)
-    log_start = states.log_start()
+    log_start = states.cache.log_start()
     if doomed:
         logger.info("%s-%d: retention deleted %d segments; log start offset now %d",
                     states.topic, states.partition, len(doomed), log_start)

@@ -1,10 +1,11 @@
 """One partition: a gap-free chain of batch objects, appended by slot claiming.
 
 ``PartitionLog`` is the face a ``Log`` hands out for one partition of one
-topic incarnation.  The work is done by three parts sharing one cache:
-state_manager.py (the producer state, headers and base offsets, kept true to
-storage), appender.py (slot-claiming appends) and reader.py (ranges without
-aborted transactions).  Reads answer in the core's own form (``Piece``s);
+topic incarnation.  The work is done by parts sharing one lock:
+state_manager.py (the producer state, kept true to storage, with snapshots),
+storage_cache.py (where the batches are: listings, segment heads and indexes,
+batch headers), appender.py (slot-claiming appends) and reader.py (ranges
+without aborted transactions).  Reads answer in the core's own form (``Piece``s);
 clients/columns.py projects them to Kafka's record columns for ``Log.read``.
 """
 
@@ -20,7 +21,8 @@ from .compaction import (DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted, 
 from .isolation import READ_COMMITTED
 from .producer_state import ProducerState
 from .reader import OutcomeResolver, Piece, Reader
-from .state_manager import BatchRef, StateManager
+from .state_manager import StateManager
+from .storage_cache import BatchRef
 
 
 class PartitionLog:
@@ -42,14 +44,15 @@ class PartitionLog:
         self._states = StateManager(storage, topic, partition, topic_id, on_stale)
         self._appender = Appender(self._states)
         self._reader = Reader(self._states, resolver)
-        self.dir = self._states.dir
+        self._cache = self._states.cache
+        self.dir = self._cache.dir
 
     def batch_path(self, offset: int) -> str:
-        return self._states.batch_path(offset)
+        return self._cache.batch_path(offset)
 
     def header(self, offset: int) -> BatchHeader:
         """Header of the batch based at ``offset`` (cached: batches never change)."""
-        return self._states.header(offset)
+        return self._cache.header(offset)
 
     def state(self) -> ProducerState:
         """The producer state at the current log end (refreshed from storage: see StateManager)."""
@@ -61,8 +64,8 @@ class PartitionLog:
     def stored(self) -> tuple[int, int, int, int]:
         """What the partition occupies: segments and their bytes (from their headers), then
         batch objects from the compacted end and their bytes (from their headers)."""
-        heads = self._states.segment_heads()
-        batches, batch_bytes = self._states.tail_sizes(self.state())
+        heads = self._cache.segment_heads()
+        batches, batch_bytes = self._cache.tail_sizes(self.state().end_offset)
         return len(heads), sum(h.total_length for h in heads), batches, batch_bytes
 
     def batch_refs(self, start: int, end: int | None = None,
@@ -70,22 +73,23 @@ class PartitionLog:
         """Where the batches holding offsets ``[start, end)`` are (batch objects or stretches
         of segments), in offset order; ``end`` defaults to the log end."""
         state = state or self.state()
-        return self._states.refs(start, state.end_offset if end is None else end, state)
+        return self._cache.refs(start, state.end_offset if end is None else end, state.end_offset)
 
     def log_start(self) -> int:
         """The first offset still stored (it moves up when retention deletes segments)."""
-        return self._states.log_start()
+        return self._cache.log_start()
 
     def compacted_end(self) -> int:
         """Where the segments end and batch objects begin (0 before any compaction)."""
-        return self._states.compacted_end(refresh=True)
+        return self._cache.compacted_end(refresh=True)
 
     def first_batch_reaching(self, timestamp_ms: int, end: int | None = None) -> int | None:
         """Base of the first data batch below ``end`` with a record at or after
         ``timestamp_ms`` (segments answer from their time index)."""
         state = self.state()
-        return self._states.first_reaching(timestamp_ms,
-                                           state.end_offset if end is None else end, state)
+        return self._cache.first_reaching(timestamp_ms,
+                                          state.end_offset if end is None else end,
+                                          state.end_offset)
 
     def append(self, header: BatchHeader, payload: bytes,
                log_append_time: bool = False) -> AppendResult:
@@ -123,7 +127,7 @@ class PartitionLog:
     def remove_leftovers(self) -> list[str]:
         """Delete batch objects and snapshots the segments cover (a compaction killed
         half-way, or strays); returns their paths."""
-        return retire_batches(self._states, self._states.compacted_end(refresh=True))
+        return retire_batches(self._states, self._cache.compacted_end(refresh=True))
 
     def apply_retention(self, retention_ms: int = -1, retention_bytes: int = -1,
                         now_ms: int | None = None) -> Retained:

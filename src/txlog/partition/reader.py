@@ -24,7 +24,8 @@ from ..format.batch import LOG_APPEND_TIME, decode_header, decode_records, paylo
 from ..errors import CorruptBatchError, OffsetOutOfRangeError
 from .producer_state import AbortedIndex, OpenTransaction, ProducerState
 from .isolation import READ_COMMITTED, check_isolation_level, visible_end
-from .state_manager import BatchRef, StateManager
+from .state_manager import StateManager
+from .storage_cache import BatchRef
 
 PARALLEL_MIN_BATCH_BYTES = 1 << 20  # batches at least this large are read on threads
 SPAN_BATCHES = 64  # batches of one segment fetched with one read (and decoded on one thread)
@@ -97,7 +98,7 @@ class Reader:
         limit = visible_end(isolation_level, state.end_offset,
                             lambda: self.last_stable_offset(state))
         # Below the compacted end, retention may have removed the offset: list the segments.
-        log_start = states.log_start() if 0 <= start < states.compacted_end() else 0
+        log_start = states.cache.log_start() if 0 <= start < states.cache.compacted_end() else 0
         if start < log_start or start < 0 or start > state.end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {start} is out of range for {states.topic}-{states.partition} "
@@ -106,7 +107,7 @@ class Reader:
         if end <= start:
             return [], start
         aborted = self.aborted_check(state) if isolation_level == READ_COMMITTED else None
-        wanted = _spans(states.refs(start, end, state))
+        wanted = _spans(states.cache.refs(start, end, state.end_offset))
 
         def load(span: list[BatchRef]) -> list[tuple[Piece | None, int]]:
             return self._load_span(span, start, end, aborted)
@@ -136,14 +137,14 @@ class Reader:
         """The pieces of consecutive batches of one object: one read for all of them."""
         states = self._states
         if len(span) == 1:
-            return [self._load_piece(span[0], states.load(span[0]), start, end, aborted)]
+            return [self._load_piece(span[0], states.cache.load(span[0]), start, end, aborted)]
         first, last = span[0], span[-1]
         whole = BatchRef(first.base, first.path, first.position,
                          last.position + last.size - first.position)
         try:
             buf = states.storage.read_range(whole.path, whole.position, whole.size)
         except FileNotFoundError:  # the segment went (retention): one by one, with the reason
-            return [self._load_piece(r, states.load(r), start, end, aborted) for r in span]
+            return [self._load_piece(r, states.cache.load(r), start, end, aborted) for r in span]
         return [self._load_piece(r, buf.slice(r.position - first.position, r.size), start, end,
                                  aborted) for r in span]
 
@@ -159,7 +160,7 @@ class Reader:
         checksummed: damage never passes silently, whatever the reader keeps).
         """
         base = ref.base
-        url = self._states.url(ref.path)
+        url = self._states.cache.url(ref.path)
         header = decode_header(buf, url, base)
         payload = payload_of(buf, header, url)
         if header.is_control:

@@ -7,34 +7,29 @@ since, loads it from a snapshot when starting cold, and writes a snapshot
 every SNAPSHOT_INTERVAL batches.  A cache is only worth having if it can
 never describe another incarnation of the topic: the anchor check below is
 what makes it safe (docs/protocol.md, section 1; the snapshot bytes are in
-docs/format.md, section 3).
+docs/format.md, section 3).  Where the batches are, and their headers, is
+the storage cache's (storage_cache.py), which this state shares its lock with.
 """
 
 from __future__ import annotations
 
-import bisect
 import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 import crc32c
 import msgpack
 
-import pyarrow as pa
-
-from ..format.batch import (HEADER_READ_SIZE, BatchHeader, ControlRecord, decode_control,
-                            decode_header, payload_of)
-from ..errors import (CorruptBatchError, InconsistentTopicIdError, OffsetOutOfRangeError,
-                      StorageError, UnknownTopicError)
-from .producer_state import ProducerState
-from ..format.segment import (CorruptSegmentError, SegmentHead, SegmentIndex, TimeIndex, read_head,
-                              read_header, read_index, read_time_index)
-from ..storage.backends import Storage
-from ..storage.paths import (BATCH_SUFFIX, SNAPSHOT_SUFFIX, batch_path, named_offsets, partition_dir,
-                             segment_bases, segment_path, segments_dir, snapshot_path,
-                             snapshots_dir)
+from ..errors import CorruptBatchError, InconsistentTopicIdError, StorageError, UnknownTopicError
+from ..format.batch import BatchHeader, ControlRecord
+from ..format.segment import CorruptSegmentError, SegmentHead
 from ..format.topic_ids import current_topic_id
+from ..storage.backends import Storage
+from ..storage.paths import SNAPSHOT_SUFFIX, named_offsets, snapshot_path, snapshots_dir
+from .producer_state import ProducerState
+from .storage_cache import RELOADS, StorageCache
 
 logger = logging.getLogger(__name__)
 
@@ -42,21 +37,6 @@ SNAPSHOT_INTERVAL = 64  # batches between producer-state snapshots
 SNAPSHOTS_KEPT = 2
 ANCHOR_BYTES = 8  # magic + header checksum of a batch
 SNAPSHOT_FORMAT = 2  # 2: the topic id and the last batch's anchor (format.md, section 3)
-RELOADS = 5  # cache reloads in one refresh before giving up (storage keeps changing under us)
-
-
-@dataclass(frozen=True, slots=True)
-class BatchRef:
-    """Where the bytes of one batch are: its own object, or a stretch of a segment."""
-
-    base: int
-    path: str
-    position: int = 0
-    size: int = -1  # -1: the whole object (a batch file)
-
-    @property
-    def in_segment(self) -> bool:
-        return self.size >= 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +55,13 @@ class _Anchor:
 
 
 class StateManager:
-    """Producer state, batch locations and headers of one partition incarnation, cached.
+    """The producer state of one partition incarnation, cached, and its storage cache.
 
-    A partition is a run of segments from its log start to its *compacted
-    end*, then batch objects from there to its log end (docs/protocol.md,
-    section 7).  Appends and reads of the partition share this object and its
-    ``lock``, so that what one learns (a batch it published, a listing) the
-    others see.
+    Appends and reads of the partition share this object and its ``lock``, so
+    that what one learns (a batch it published, a listing) the others see.
+    The state is trusted only while its anchor shows the cache still
+    describes this incarnation; ``cache`` (storage_cache.py) knows where the
+    batches are.
     """
 
     def __init__(self, storage: Storage, topic: str, partition: int, topic_id: str,
@@ -90,288 +70,21 @@ class StateManager:
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
-        self.dir = partition_dir(topic, partition)
         self._on_stale = on_stale
         self.lock = threading.RLock()
+        self.cache = StorageCache(storage, topic, partition, topic_id, self.lock, self._stale)
+        self.dir = self.cache.dir
         self._drop_cache()
 
     def _drop_cache(self) -> None:
         """Forget everything learnt from storage (at start, and when it was pulled away)."""
         self._state: ProducerState | None = None
         self._since_snapshot = 0
-        # Base offsets of batch objects from the compacted end, sorted; complete
-        # up to the state's end once listed.
-        self._bases: list[int] = []
-        self._bases_complete = False
-        self._headers: dict[int, BatchHeader] = {}
         # The last object of the cached state's prefix: as long as it is
         # unchanged, the cache describes this incarnation and nothing it
         # covers was compacted away.  None while the state is empty.
         self._anchor: _Anchor | None = None
-        # Segments as last listed: their bases, and where the newest ends.
-        self._segment_bases: list[int] = []
-        self._compacted_end = 0
-        self._heads: dict[int, SegmentHead] = {}
-        self._indexes: dict[int, SegmentIndex] = {}
-        self._time_indexes: dict[int, TimeIndex] = {}
-
-    # --- paths and headers ----------------------------------------------------
-
-    def batch_path(self, offset: int) -> str:
-        return batch_path(self.dir, offset)
-
-    def segment_path(self, base: int) -> str:
-        return segment_path(self.dir, base)
-
-    def url(self, path: str) -> str:
-        """``path`` as a full URL, for error messages that name the object."""
-        return f"{self.storage.url.rstrip('/')}/{path}"
-
-    def read_header(self, offset: int
-                    ) -> tuple[BatchHeader, ControlRecord | None, bytes] | None:
-        """Header (and control record) of a batch object, with the bytes read; None if absent."""
-        path = self.batch_path(offset)
-        try:
-            head = self.storage.read_prefix(path, HEADER_READ_SIZE)
-        except FileNotFoundError:
-            return None
-        return _decoded(head, self.url(path), offset)
-
-    def header(self, offset: int) -> BatchHeader:
-        """Header of the batch based at ``offset``, wherever it is (cached: batches never change)."""
-        cached = self._headers.get(offset)
-        if cached is None:
-            ref = self.ref_of(offset)
-            data = self.load(ref, HEADER_READ_SIZE)
-            cached = self._headers[offset] = decode_header(data, self.url(ref.path), offset)
-        return cached
-
-    # --- segments -------------------------------------------------------------
-
-    def _listed_segments(self) -> list[int]:
-        """Bases of the segments in storage now (one listing, no header read)."""
-        return segment_bases(self.storage.list(segments_dir(self.dir)))
-
-    def list_segments(self) -> list[int]:
-        """List the segments again (they come and go under compaction and retention)."""
-        with self.lock:
-            for _ in range(RELOADS):
-                bases = self._listed_segments()
-                try:
-                    end = self.segment_head(bases[-1]).end_offset if bases else 0
-                except FileNotFoundError:
-                    continue  # deleted by retention after a newer one was made: list again
-                self._segment_bases = bases
-                self._compacted_end = end
-                self._bases = [b for b in self._bases if b >= end]
-                return bases
-            raise StorageError(f"{self.topic}-{self.partition}: the segments kept changing "
-                               f"under this process ({RELOADS} listings)")
-
-    def compacted_end(self, refresh: bool = False) -> int:
-        """Where the segments end and batch objects begin (as last listed)."""
-        if refresh:
-            self.list_segments()
-        return self._compacted_end
-
-    def log_start(self) -> int:
-        """The first offset still stored: the base of the oldest segment, else 0."""
-        bases = self.list_segments()
-        return bases[0] if bases else 0
-
-    def segment_head(self, base: int) -> SegmentHead:
-        """A segment's header (its range and sections); the snapshot is not read."""
-        head = self._heads.get(base)
-        if head is None:
-            path = self.segment_path(base)
-            head = read_header(self.storage, path, self.url(path), base)
-            self._check_topic_id(head)
-            self._heads[base] = head
-        return head
-
-    def _check_topic_id(self, head: SegmentHead) -> None:
-        if head.topic_id != self.topic_id:
-            current = current_topic_id(self.storage, self.topic)
-            if current != self.topic_id:
-                self._stale(current)
-            raise CorruptSegmentError(f"segment belongs to topic id {head.topic_id}, not "
-                                      f"{self.topic_id}", self.url(head.path), head.base_offset)
-
-    def segment_state(self, base: int) -> tuple[SegmentHead, ProducerState]:
-        """A segment's header and the producer state at its end (a damaged one is an error:
-        the batches it replaced are gone)."""
-        path = self.segment_path(base)
-        head, fields = read_head(self.storage, path, self.url(path), base)
-        self._check_topic_id(head)
-        self._heads[base] = head
-        try:
-            return head, self.state_from_fields(fields, head.end_offset)
-        except ValueError as exc:
-            raise CorruptSegmentError(f"segment snapshot unusable: {exc}", self.url(path),
-                                      base) from None
-
-    def segment_index(self, base: int) -> SegmentIndex:
-        index = self._indexes.get(base)
-        if index is None:
-            head = self.segment_head(base)
-            index = self._indexes[base] = read_index(self.storage, head, self.url(head.path))
-        return index
-
-    def time_index(self, base: int) -> TimeIndex:
-        """A segment's time index (lookups by time and retention only need it)."""
-        index = self._time_indexes.get(base)
-        if index is None:
-            head = self.segment_head(base)
-            index = self._time_indexes[base] = read_time_index(
-                self.storage, head, self.segment_index(base), self.url(head.path))
-        return index
-
-    def _segment_refs(self, base: int, start: int, end: int) -> list[BatchRef]:
-        index = self.segment_index(base)
-        path = self.segment_path(base)
-        lo = max(index.find(start), 0)
-        hi = int(index.bases.searchsorted(end, side="left"))
-        return [BatchRef(int(b), path, int(p), int(n)) for b, p, n in
-                zip(index.bases[lo:hi], index.positions[lo:hi], index.sizes[lo:hi])]
-
-    # --- where batches are ----------------------------------------------------
-
-    def _tail_bases(self, state: ProducerState) -> list[int]:
-        """Bases of the batch objects from the compacted end to the state's end.
-
-        A listing that does not start at the compacted end means a compaction
-        ran since the segments were listed: they are listed again.
-        """
-        for _ in range(RELOADS):
-            if not self._bases_complete:
-                listed = named_offsets(self.storage.list(self.dir), BATCH_SUFFIX)
-                merged = sorted(set(listed) | set(self._bases))
-                self._bases = [b for b in merged if self._compacted_end <= b < state.end_offset]
-                self._bases_complete = True
-            if self._compacted_end >= state.end_offset or \
-                    (self._bases and self._bases[0] == self._compacted_end):
-                return self._bases
-            self._bases_complete = False
-            self.list_segments()
-        raise CorruptBatchError("batch file is missing from the log",
-                                self.url(self.batch_path(self._compacted_end)),
-                                self._compacted_end)
-
-    def refs(self, start: int, end: int, state: ProducerState) -> list[BatchRef]:
-        """Where the batches holding offsets ``[start, end)`` are, in offset order.
-
-        Logarithmic in the log's size: a bisection over the segments, one in
-        the segment's offset index, one over the batch objects after them.
-        """
-        with self.lock:
-            for _ in range(RELOADS):
-                tail = self._tail_bases(state)
-                try:
-                    out = self._segment_part(start, min(end, self._compacted_end))
-                except FileNotFoundError:
-                    self.list_segments()  # retention removed a segment: look again
-                    continue
-                first = max(start, self._compacted_end)
-                lo = max(bisect.bisect_right(tail, first) - 1, 0)
-                hi = bisect.bisect_left(tail, end, lo=lo)
-                out.extend(BatchRef(b, self.batch_path(b)) for b in tail[lo:hi])
-                return out
-            raise StorageError(f"{self.topic}-{self.partition}: segments kept vanishing "
-                               "under a read")
-
-    def _segment_part(self, start: int, end: int) -> list[BatchRef]:
-        if start >= end:
-            return []
-        bases = self._segment_bases
-        if start < bases[0]:
-            raise OffsetOutOfRangeError(
-                f"offset {start} of {self.topic}-{self.partition} was deleted by retention "
-                f"(log start offset {bases[0]})")
-        out: list[BatchRef] = []
-        for i in range(bisect.bisect_right(bases, start) - 1, len(bases)):
-            if bases[i] >= end:
-                break
-            out.extend(self._segment_refs(bases[i], start, end))
-        return out
-
-    def ref_of(self, base: int) -> BatchRef:
-        """Where the batch based at ``base`` is."""
-        with self.lock:
-            if base >= self._compacted_end:
-                return BatchRef(base, self.batch_path(base))
-        return self.relocate(base)
-
-    def relocate(self, base: int) -> BatchRef:
-        """Where the batch at ``base`` is now that its object is gone: in a segment.
-
-        Raises OffsetOutOfRangeError when retention removed it, and
-        CorruptBatchError when nothing holds it (a hole in the log).
-        """
-        with self.lock:
-            bases = self.list_segments()
-            if bases and base < bases[0]:
-                raise OffsetOutOfRangeError(
-                    f"offset {base} of {self.topic}-{self.partition} was deleted by retention "
-                    f"(log start offset {bases[0]})")
-            if base < self._compacted_end:
-                i = bisect.bisect_right(bases, base) - 1
-                found = self._segment_refs(bases[i], base, base + 1)
-                if found and found[0].base == base:
-                    return found[0]
-        raise CorruptBatchError("batch file is missing from the log",
-                                self.url(self.batch_path(base)), base)
-
-    def load(self, ref: BatchRef, limit: int | None = None) -> pa.Buffer:
-        """The batch's bytes (its first ``limit`` only, if given), following it into a
-        segment if compaction moved it meanwhile."""
-        for _ in range(RELOADS):
-            try:
-                if not ref.in_segment:
-                    if limit is None:
-                        return self.storage.read_buffer(ref.path)
-                    return pa.py_buffer(self.storage.read_prefix(ref.path, limit))
-                length = ref.size if limit is None else min(limit, ref.size)
-                return self.storage.read_range(ref.path, ref.position, length)
-            except FileNotFoundError:
-                ref = self.relocate(ref.base)
-        raise StorageError(f"{self.topic}-{self.partition}: the batch at {ref.base} kept "
-                           "moving under a read")
-
-    def first_reaching(self, timestamp_ms: int, end: int, state: ProducerState) -> int | None:
-        """Base of the first data batch below ``end`` whose max timestamp reaches
-        ``timestamp_ms``: bisections of the segments' time indexes, then the headers
-        of the batch objects after them."""
-        with self.lock:
-            for base in self.list_segments():
-                hit = self.time_index(base).first_reaching(timestamp_ms)
-                if hit is not None:
-                    return hit if hit < end else None
-            for base in self._tail_bases(state):
-                if base >= end:
-                    break
-                header = self.header(base)
-                if not header.is_control and header.max_timestamp >= timestamp_ms:
-                    return base
-        return None
-
-    def segment_heads(self) -> list[SegmentHead]:
-        """The segments' headers, oldest first, as listed now (one that retention deleted
-        since the listing is left out)."""
-        heads = []
-        for base in self.list_segments():
-            try:
-                heads.append(self.segment_head(base))
-            except FileNotFoundError:
-                continue
-        return heads
-
-    def tail_sizes(self, state: ProducerState) -> tuple[int, int]:
-        """The batch objects from the compacted end to the state's end: how many, and their
-        bytes (from their cached headers, never a payload)."""
-        bases = [r.base for r in self.refs(self._compacted_end, state.end_offset, state)
-                 if not r.in_segment]
-        return len(bases), sum(h.header_length + h.payload_length
-                               for h in map(self.header, bases))
+        self.cache.reset()
 
     # --- producer state -------------------------------------------------------
 
@@ -394,7 +107,7 @@ class StateManager:
                 state = self._state
                 found = []
                 offset = state.end_offset
-                while (item := self.read_header(offset)) is not None:
+                while (item := self.cache.read_header(offset)) is not None:
                     found.append(item)
                     offset = item[0].next_offset
                 if not self.still_current():
@@ -420,11 +133,11 @@ class StateManager:
             try:
                 if self.storage.read_prefix(anchor.path, ANCHOR_BYTES) == anchor.data and (
                         anchor.next_segment is None or
-                        not self.storage.exists(self.segment_path(anchor.next_segment))):
+                        not self.storage.exists(self.cache.segment_path(anchor.next_segment))):
                     return True
             except FileNotFoundError:
                 pass
-        elif not self._listed_segments():
+        elif not self.cache.listed_segments():
             current = current_topic_id(self.storage, self.topic)
             if current != self.topic_id:
                 self._stale(current)
@@ -432,7 +145,7 @@ class StateManager:
         current = current_topic_id(self.storage, self.topic)
         if current != self.topic_id:
             self._stale(current)
-        compacted = bool(self._listed_segments())
+        compacted = bool(self.cache.listed_segments())
         (logger.debug if compacted else logger.warning)(
             "%s-%d: %s of the cached state changed or vanished (%s); reloading",
             self.topic, self.partition, anchor.path if anchor else "the empty prefix",
@@ -440,7 +153,7 @@ class StateManager:
         self._drop_cache()
         return False
 
-    def _stale(self, current: str | None) -> None:
+    def _stale(self, current: str | None) -> NoReturn:
         """This incarnation is gone: forget it and tell the caller clearly."""
         self._drop_cache()
         if self._on_stale is not None:
@@ -458,10 +171,9 @@ class StateManager:
                 data: bytes) -> None:
         """Advance the cached state past a batch; ``data`` holds at least its first bytes."""
         assert self._state is not None
-        self._anchor = _Anchor(header.base_offset, self.batch_path(header.base_offset),
+        self._anchor = _Anchor(header.base_offset, self.cache.batch_path(header.base_offset),
                                bytes(data[:ANCHOR_BYTES]))
-        if not self._bases or header.base_offset > self._bases[-1]:
-            self._bases.append(header.base_offset)
+        self.cache.note_batch(header.base_offset)
         self._state.apply(header, control)
         self._since_snapshot += 1
 
@@ -477,10 +189,20 @@ class StateManager:
             if base >= state.end_offset:
                 return False
             try:
-                ref = self.ref_of(base)
-                return bytes(self.load(ref, ANCHOR_BYTES)) == anchor
+                ref = self.cache.ref_of(base)
+                return bytes(self.cache.load(ref, ANCHOR_BYTES)) == anchor
             except CorruptBatchError:
                 return False
+
+    def segment_state(self, base: int) -> tuple[SegmentHead, ProducerState]:
+        """A segment's header and the producer state at its end (a damaged one is an error:
+        the batches it replaced are gone)."""
+        head, fields = self.cache.segment_snapshot(base)
+        try:
+            return head, self.state_from_fields(fields, head.end_offset)
+        except ValueError as exc:
+            raise CorruptSegmentError(f"segment snapshot unusable: {exc}",
+                                      self.cache.url(head.path), base) from None
 
     # --- snapshots ------------------------------------------------------------
 
@@ -500,7 +222,7 @@ class StateManager:
         damage there is an error.
         """
         for _ in range(RELOADS):
-            bases = self.list_segments()
+            bases = self.cache.list_segments()
             from_segment = None
             if bases:
                 try:
@@ -510,7 +232,7 @@ class StateManager:
                 from_segment = state, _Anchor(head.base_offset, head.path, head.anchor,
                                                       head.end_offset)
             for offset in reversed(self._snapshot_offsets()):
-                if offset <= self._compacted_end:
+                if offset <= self.cache.compacted_end():
                     break
                 loaded = self._load_snapshot_file(offset)
                 if loaded is not None:
@@ -519,7 +241,7 @@ class StateManager:
             if from_segment is not None:
                 self._anchor = from_segment[1]
                 logger.debug("%s-%d: producer state loaded from the segment ending at %d",
-                             self.topic, self.partition, self._compacted_end)
+                             self.topic, self.partition, self.cache.compacted_end())
                 return from_segment[0]
             logger.debug("%s-%d: no usable producer-state snapshot; rebuilding from offset 0",
                          self.topic, self.partition)
@@ -537,7 +259,7 @@ class StateManager:
         try:
             state, anchor = self._parse_snapshot(offset, data)
         except Exception as exc:  # whatever garbage holds, it only costs a rebuild
-            logger.warning("skipping producer-state snapshot %s: %s", self.url(path), exc)
+            logger.warning("skipping producer-state snapshot %s: %s", self.cache.url(path), exc)
             return None
         logger.debug("%s-%d: producer state loaded from the snapshot at offset %d",
                      self.topic, self.partition, offset)
@@ -569,11 +291,11 @@ class StateManager:
                 and isinstance(last[1], bytes) and len(last[1]) == ANCHOR_BYTES):
             raise ValueError("no valid last-batch anchor")
         base, anchor = last
-        found = self.read_header(base) if 0 <= base < offset else None
+        found = self.cache.read_header(base) if 0 <= base < offset else None
         if found is None or found[0].next_offset != offset or found[2][:ANCHOR_BYTES] != anchor:
             raise ValueError(f"the log has no batch at {base} ending at {offset} with the "
                              "recorded checksum")
-        return state, _Anchor(base, self.batch_path(base), anchor)
+        return state, _Anchor(base, self.cache.batch_path(base), anchor)
 
     def _write_snapshot(self, state: ProducerState) -> None:
         """Publish a snapshot; it is only a cache, so failing to write one is harmless."""
@@ -593,12 +315,3 @@ class StateManager:
                 self.storage.delete(self.snapshot_path(old))
         except OSError:
             pass  # e.g. a read-only reader: it just rebuilds from the older snapshot next time
-
-
-def _decoded(head: bytes, url: str, offset: int
-             ) -> tuple[BatchHeader, ControlRecord | None, bytes]:
-    header = decode_header(head, url, offset)
-    control = None
-    if header.is_control:
-        control = decode_control(payload_of(head, header, url), header, url)
-    return header, control, head
