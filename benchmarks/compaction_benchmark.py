@@ -60,7 +60,7 @@ import numpy as np
 import pyarrow as pa
 
 from txlog import Log
-from txlog.clients.producer import RECORD_OVERHEAD
+from txlog.clients.accumulator import RECORD_OVERHEAD
 from txlog.storage.backends import LocalStorage
 
 KEY_SIZE = 8

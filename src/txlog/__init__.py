@@ -5,7 +5,8 @@ name (docs/architecture.md shows the layers).
 """
 
 from .clients.consumer import Consumer, ConsumerRecord, OffsetAndTimestamp
-from .clients.producer import FutureRecordMetadata, Producer, RecordMetadata, SentBatch
+from .clients.accumulator import FutureRecordMetadata, RecordMetadata
+from .clients.producer import Producer, SentBatch
 from .errors import (ConcurrentTransactionsError, CorruptBatchError, DecisionConflictError,
                      IllegalStateError, InconsistentTopicIdError, InvalidConfigError,
                      InvalidNameError, InvalidProducerEpochError, InvalidTransactionTimeoutError,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -21,7 +20,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import clock
-from ..format.arrays import repeat
 from ..format.batch import (HEADER_TYPE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
                             RECORD_SCHEMA, TRANSACTIONAL_BIT, BatchHeader, compression_attribute,
                             encode_records)
@@ -30,6 +28,8 @@ from ..errors import (IllegalStateError, InvalidConfigError, InvalidProducerEpoc
                       InvalidTxnStateError, OutOfOrderSequenceError, ProducerFencedError,
                       TransactionAbortedError, TxlogError)
 from ..storage.names import validate_name
+from .accumulator import (RECORD_OVERHEAD, FutureRecordMetadata, Pending, RecordMetadata,
+                          as_bytes, normalise_table)
 from .partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 
 if TYPE_CHECKING:
@@ -42,7 +42,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_BATCH_SIZE = 1 << 20  # bytes; each batch is one object, so larger than Kafka's 16 KiB
 DEFAULT_LINGER_MS = 5
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
-RECORD_OVERHEAD = 24  # rough per-record Arrow overhead, for batch sizing only
 # How often a producer looks for expired or decided-but-unfinished transactions
 # holding back a partition it writes to (there is no coordinator timer).
 EXPIRY_CHECK_INTERVAL_S = 1.0
@@ -79,183 +78,12 @@ _TRANSITIONS: dict[ClientState, frozenset[ClientState]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-
-
-class FutureRecordMetadata:
-    """Result of ``send``; ``get()`` publishes the record's batch if still pending."""
-
-    def __init__(self, producer: Producer, topic: str, partition: int) -> None:
-        self._producer = producer
-        self.topic = topic
-        self.partition = partition
-        self._value: RecordMetadata | None = None
-        self._error: BaseException | None = None
-        self._callbacks: list[Callable[[RecordMetadata], Any]] = []
-        self._errbacks: list[Callable[[BaseException], Any]] = []
-
-    def is_done(self) -> bool:
-        return self._value is not None or self._error is not None
-
-    def succeeded(self) -> bool:
-        return self._value is not None
-
-    def failed(self) -> bool:
-        return self._error is not None
-
-    def exception(self) -> BaseException | None:
-        return self._error
-
-    def get(self, timeout: float | None = None) -> RecordMetadata:
-        if not self.is_done():
-            self._producer._drain((self.topic, self.partition))
-        if self._error is not None:
-            raise self._error
-        assert self._value is not None
-        return self._value
-
-    def add_callback(self, fn: Callable[[RecordMetadata], Any]) -> FutureRecordMetadata:
-        if self._value is not None:
-            fn(self._value)
-        else:
-            self._callbacks.append(fn)
-        return self
-
-    def add_errback(self, fn: Callable[[BaseException], Any]) -> FutureRecordMetadata:
-        if self._error is not None:
-            fn(self._error)
-        else:
-            self._errbacks.append(fn)
-        return self
-
-    def _resolve(self, value: RecordMetadata) -> None:
-        self._value = value
-        for fn in self._callbacks:
-            fn(value)
-
-    def _fail(self, error: BaseException) -> None:
-        self._error = error
-        for fn in self._errbacks:
-            fn(error)
-
-
 class SentBatch(NamedTuple):
     """One batch written by ``send_table``."""
 
     partition: int
     base_offset: int
     last_offset: int
-
-
-def _binary_column(table: pa.Table, name: str) -> pa.ChunkedArray:
-    column = table.column(name)
-    kind = column.type
-    if pa.types.is_binary(kind):
-        return column
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or \
-            pa.types.is_large_binary(kind) or pa.types.is_null(kind):
-        return column.cast(pa.binary())
-    raise InvalidConfigError(f"send_table: column {name!r} must be binary or string, not {kind}")
-
-
-def _normalise_table(table: pa.Table | pa.RecordBatch, now_ms: int
-                     ) -> tuple[pa.Table, np.ndarray | None, np.ndarray]:
-    """The rows as RECORD_SCHEMA, the requested partitions (-1 for none) and each row's
-    size estimate (as ``send`` counts it, for cutting batches)."""
-    if isinstance(table, pa.RecordBatch):
-        table = pa.Table.from_batches([table])
-    if not isinstance(table, pa.Table):
-        raise InvalidConfigError(f"send_table needs a pyarrow Table, not {type(table).__name__}")
-    names = set(table.column_names)
-    unknown = names - {"key", "value", "headers", "timestamp", "partition"}
-    if "value" not in names:
-        raise InvalidConfigError(f"send_table: the table has no 'value' column "
-                                 f"(columns: {table.column_names})")
-    if unknown:
-        raise InvalidConfigError(f"send_table: unknown column(s) {sorted(unknown)} (known: "
-                                 "key, value, headers, timestamp, partition)")
-    n = table.num_rows
-    value = _binary_column(table, "value")
-    key = _binary_column(table, "key") if "key" in names else pa.nulls(n, pa.binary())
-    if "timestamp" in names:
-        ts = table.column("timestamp")
-        if pa.types.is_timestamp(ts.type):
-            ts = ts.cast(pa.timestamp("ms", tz=ts.type.tz), safe=False).cast(pa.int64())
-        elif pa.types.is_integer(ts.type):
-            ts = ts.cast(pa.int64())
-        else:
-            raise InvalidConfigError(f"send_table: column 'timestamp' must be int64 ms or a "
-                                     f"timestamp, not {ts.type}")
-        ts = pc.fill_null(ts, now_ms)
-        if n and pc.min(ts).as_py() < 0:
-            raise InvalidConfigError("send_table: timestamps must not be negative")
-    else:
-        ts = pa.chunked_array([repeat(pa.int64(), now_ms, n)])
-    if "headers" in names:
-        try:
-            headers = table.column("headers").cast(HEADER_TYPE)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise InvalidConfigError(
-                f"send_table: column 'headers' must be {HEADER_TYPE}, not "
-                f"{table.column('headers').type} ({exc})") from None
-        headers = pc.fill_null(headers, pa.scalar([], HEADER_TYPE)) \
-            if headers.null_count else headers
-    else:
-        headers = pa.chunked_array([_empty_lists(n)], HEADER_TYPE)
-    chosen = None
-    if "partition" in names:
-        column = table.column("partition")
-        if not pa.types.is_integer(column.type):
-            raise InvalidConfigError(f"send_table: column 'partition' must be int32 or int64, "
-                                     f"not {column.type}")
-        lowest = pc.min(column).as_py()
-        if lowest is not None and lowest < 0:
-            raise InvalidConfigError(f"send_table: partition {lowest} does not exist")
-        chosen = pc.fill_null(column.cast(pa.int64()), -1).to_numpy()
-    records = pa.Table.from_arrays([key, value, ts, headers], schema=RECORD_SCHEMA)
-    sizes = RECORD_OVERHEAD + _lengths(key) + _lengths(value)
-    if "headers" in names and n:
-        flat = pc.list_flatten(headers)
-        header_bytes = _lengths(pc.struct_field(flat, [0])) + _lengths(pc.struct_field(flat, [1]))
-        offsets = np.concatenate([[0], np.cumsum(
-            pc.fill_null(pc.list_value_length(headers), 0).to_numpy())])
-        summed = np.concatenate([[0], np.cumsum(header_bytes)])
-        sizes = sizes + summed[offsets[1:]] - summed[offsets[:-1]]
-    return records, chosen, sizes
-
-
-def _lengths(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    return pc.fill_null(pc.binary_length(column), 0).to_numpy().astype(np.int64)
-
-
-def _empty_lists(n: int) -> pa.Array:
-    return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)),
-                                    pa.array([], HEADER_TYPE.value_type), type=HEADER_TYPE)
-
-
-@dataclass
-class _Pending:
-    created: float
-    keys: list[bytes | None] = field(default_factory=list)
-    values: list[bytes | None] = field(default_factory=list)
-    timestamps: list[int] = field(default_factory=list)
-    headers: list[list[dict[str, Any]]] = field(default_factory=list)
-    futures: list[FutureRecordMetadata] = field(default_factory=list)
-    size: int = 0
-
-
-def _as_bytes(value: Any, what: str) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value)
-    raise TypeError(f"{what} must be bytes or None (or set {what}_serializer), "
-                    f"got {type(value).__name__}")
 
 
 class Producer:
@@ -296,7 +124,7 @@ class Producer:
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._partitioner = StickyPartitioner()
-        self._pending: dict[tuple[str, int], _Pending] = {}
+        self._pending: dict[tuple[str, int], Pending] = {}
         self._sequences: dict[tuple[str, int], int] = {}
         self._producer_id = NO_PRODUCER_ID
         self._epoch = NO_PRODUCER_EPOCH
@@ -370,8 +198,8 @@ class Producer:
             key = self._key_serializer(key)
         if self._value_serializer is not None and value is not None:
             value = self._value_serializer(value)
-        key = _as_bytes(key, "key")
-        value = _as_bytes(value, "value")
+        key = as_bytes(key, "key")
+        value = as_bytes(value, "value")
         num_partitions = self._partition_count(topic, partition)
         if partition is None:
             partition = partition_for_key(key, num_partitions) if key is not None \
@@ -390,12 +218,12 @@ class Producer:
             hkey, hvalue = item
             if not isinstance(hkey, str):
                 raise TypeError(f"header keys must be str, got {type(hkey).__name__}")
-            header_list.append({"key": hkey, "value": _as_bytes(hvalue, "header value")})
+            header_list.append({"key": hkey, "value": as_bytes(hvalue, "header value")})
         tp = (topic, partition)
         self._join_partitions([tp])
         pending = self._pending.get(tp)
         if pending is None:
-            pending = self._pending[tp] = _Pending(created=time.monotonic())
+            pending = self._pending[tp] = Pending(created=time.monotonic())
         future = FutureRecordMetadata(self, topic, partition)
         pending.keys.append(key)
         pending.values.append(value)
@@ -432,7 +260,7 @@ class Producer:
         transactional and the transaction is aborted.
         """
         self._check_can_send("send_table()")
-        records, chosen, sizes = _normalise_table(table, clock.now_ms())
+        records, chosen, sizes = normalise_table(table, clock.now_ms())
         highest = partition if partition is not None else \
             int(chosen.max()) if chosen is not None and len(chosen) else None
         num_partitions = self._partition_count(topic, highest)
