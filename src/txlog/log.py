@@ -83,7 +83,7 @@ class TopicDescription:
     partitions: int
     config: dict[str, Any] = field(default_factory=dict)
     created_ms: int = 0
-    topic_id: str = ""  # this incarnation of the topic (KIP-516); see topic_ids.py
+    topic_id: str = ""  # this incarnation of the topic (KIP-516); see format/topic_ids.py
 
     def setting(self, key: str) -> Any:
         """A config value, Kafka's default where the topic sets none."""
@@ -419,7 +419,7 @@ class Log:
 
         return Consumer(self, **config)
 
-    # --- transactions and groups (see coordinator.py) ------------------------------------
+    # --- transactions and groups (see transactions/) -------------------------------------
 
     def abort_expired_transactions(self) -> list[str]:
         """Abort every Ongoing transaction past its timeout; returns their ids."""

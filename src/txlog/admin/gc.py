@@ -8,7 +8,7 @@ each kind has its own reason why that holds while writers run
   leases): a chain is read at its newest version, which always stays, and
   a version goes only once its successor is older than ``chain_age_s``, so
   a process that read a version and is about to publish the next still
-  finds its predecessor unless it stalled that long (chain.py checks after
+  finds its predecessor unless it stalled that long (storage/chain.py checks after
   publishing, and withdraws a version whose predecessor is gone);
 * decisions: a decision is read while a transaction that follows it is not
   complete; plain transactions' decisions go once no transaction metadata
@@ -18,8 +18,8 @@ each kind has its own reason why that holds while writers run
 * leases of decided shared transactions;
 * producer-id blocks but the newest (claimers only look at the newest);
 * batch objects and producer-state snapshots that segments cover (leftovers
-  of a compaction that stopped half-way, or strays, compaction.py);
-* temp files of local publishes that died (storage.py).
+  of a compaction that stopped half-way, or strays, partition/compaction.py);
+* temp files of local publishes that died (storage/backends.py).
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
-"""Spark's Kafka columns: one projection of what the core reads, not its native form.
+"""Kafka's record columns, as Spark's Kafka source shows them: a projection, not the core's form.
 
 Spark's Kafka source hands every row its topic, partition, offset, a
-microsecond timestamp and the timestamp type; the core reads records and the
-offsets and millisecond timestamps of each batch (reads.py).  The constant
-columns are built here, once per read, from Arrow kernels rather than per
-record, so the projection costs little next to decoding.
+microsecond timestamp and the timestamp type; ``Log.read`` answers in the
+same columns.  The core reads records and the offsets and millisecond
+timestamps of each batch (partition/reader.py) and never builds these
+columns itself.  The constant columns are built here, once per read, from
+Arrow kernels rather than per record, so the projection costs little next
+to decoding.
 """
 
 from __future__ import annotations

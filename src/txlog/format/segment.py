@@ -1,7 +1,7 @@
 """Segment objects: a run of consecutive batches of one partition in one object.
 
 A log fed by a streaming query writes a small batch object every few
-seconds; compaction (compaction.py) copies a run of them, byte for byte,
+seconds; compaction (partition/compaction.py) copies a run of them, byte for byte,
 into one segment and retires the batch objects.  The segment carries what a
 process would otherwise rebuild from every batch header of the run: an
 offset index (where each batch starts), a time index (the largest timestamp
@@ -130,7 +130,7 @@ class TimeIndex:
 
 
 class AbortedRange(Protocol):
-    """An aborted transaction as the producer state keeps it (producer_state.py)."""
+    """An aborted transaction as the producer state keeps it (partition/producer_state.py)."""
 
     producer_id: int
     first_offset: int

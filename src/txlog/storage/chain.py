@@ -3,7 +3,7 @@
 Version ``v`` of some state lives at ``<directory>/<v, 20 digits>``.  An update
 reads the latest version, computes the next from it, and publishes ``v + 1``
 if absent; whoever loses reloads and computes again.  Garbage collection
-deletes a version only once its successor is old (gc.py): an exclusive
+deletes a version only once its successor is old (admin/gc.py): an exclusive
 publish at ``v + 1`` with ``v`` still present proves the writer saw the latest.
 """
 
@@ -61,7 +61,7 @@ class VersionChain:
         Also False, with the version withdrawn, when its predecessor is gone:
         garbage collection only deletes versions superseded long ago, so this
         process computed from a version that was no longer the newest and
-        must read the chain again (gc.py).
+        must read the chain again (admin/gc.py).
         """
         path = self._path(version)
         if not self.storage.publish_if_absent(path, msgpack.packb(value)):

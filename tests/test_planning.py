@@ -1,4 +1,5 @@
-"""Tests of txlog.spark.planning, the one read path: bounds, plan(), Subscription, split(), read_range().
+"""Tests of planned reads: positions and isolation (txlog.clients.positions,
+txlog.partition.isolation) and txlog.spark.planning (plan(), Subscription, split(), read_range()).
 
 These run without Spark: the Spark source only maps its options onto these
 functions, so what "earliest", "latest", a timestamp or the LSO mean is
