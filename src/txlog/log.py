@@ -18,9 +18,10 @@ from .clients.positions import offset_for_timestamp
 from .errors import (InconsistentTopicIdError, InvalidConfigError, LogFormatError, TopicExistsError,
                      UnknownPartitionError, UnknownTopicError)
 from .format.topic_ids import current_topic_id, new_topic_id, read_topic_meta, topic_id_of
-from .partition.compaction import DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted, Retained
+from .partition.compaction import DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted
 from .partition.isolation import READ_COMMITTED
 from .partition.partition_log import PartitionLog
+from .partition.retention import Retained
 from .storage.backends import Storage, open_storage
 from .storage.chain import VersionChain
 from .storage.names import validate_name

@@ -16,11 +16,12 @@ from collections.abc import Callable
 from ..format.batch import BatchHeader
 from ..storage.backends import Storage
 from .appender import Appender, AppendResult
-from .compaction import (DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted, Retained,
-                         apply_retention, compact, retire_batches)
+from .compaction import (DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted, compact,
+                         retire_batches)
 from .isolation import READ_COMMITTED
 from .producer_state import ProducerState
 from .reader import OutcomeResolver, Piece, Reader
+from .retention import Retained, apply_retention
 from .state_manager import StateManager
 from .storage_cache import BatchRef
 
@@ -131,5 +132,5 @@ class PartitionLog:
 
     def apply_retention(self, retention_ms: int = -1, retention_bytes: int = -1,
                         now_ms: int | None = None) -> Retained:
-        """Delete the oldest whole segments that retention allows (compaction.py)."""
+        """Delete the oldest whole segments that retention allows (retention.py)."""
         return apply_retention(self._states, retention_ms, retention_bytes, now_ms)
