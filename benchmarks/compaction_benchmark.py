@@ -17,7 +17,7 @@ What it does:
 2. Times, on fresh ``Log`` objects (no cache carried over), median of
    ``--reps`` repetitions with the partitions taking turns:
    * ``lso``: ``Log(root).partition(t, 0).last_stable_offset()``;
-   * ``read cold``: ``Log(root).partition(t, 0).read(lso - 100)``, the offset
+   * ``read cold``: ``Log(root).read(t, 0, lso - 100)``, the offset
      known beforehand (a consumer resuming near the end);
    * ``read warm``: the same read on a Log that has just computed the LSO.
    and counts the storage calls one repetition makes.
@@ -60,8 +60,8 @@ import numpy as np
 import pyarrow as pa
 
 from txlog import Log
-from txlog.producer import RECORD_OVERHEAD
-from txlog.storage import LocalStorage
+from txlog.clients.accumulator import RECORD_OVERHEAD
+from txlog.storage.backends import LocalStorage
 
 KEY_SIZE = 8
 VALUE_SIZE = 100
@@ -172,8 +172,7 @@ def op_lso(root: str | LocalStorage, topic: str, start: int) -> int:
 
 
 def op_read_cold(root: str | LocalStorage, topic: str, start: int) -> int:
-    table, _ = Log(root).partition(topic, 0).read(start)
-    return table.num_rows
+    return Log(root).read(topic, 0, start).num_rows
 
 
 OPS: dict[str, Callable[[str | LocalStorage, str, int], int]] = {
@@ -181,10 +180,10 @@ OPS: dict[str, Callable[[str | LocalStorage, str, int], int]] = {
 
 
 def _time_warm_read(root: str, topic: str, start: int) -> tuple[float, int]:
-    part = Log(root).partition(topic, 0)
-    part.last_stable_offset()
+    log = Log(root)
+    log.partition(topic, 0).last_stable_offset()
     t0 = time.perf_counter()
-    table, _ = part.read(start)
+    table = log.read(topic, 0, start)
     return time.perf_counter() - t0, table.num_rows
 
 
@@ -194,11 +193,12 @@ def _start_of(root: str, topic: str) -> int:
 
 def fingerprint(root: str, topic: str) -> dict[str, object]:
     """What a reader sees of the partition: offsets, the tail, the visible record counts."""
-    part = Log(root).partition(topic, 0)
+    log = Log(root)
+    part = log.partition(topic, 0)
     lso, end = part.last_stable_offset(), part.end_offset()
-    tail, _ = part.read(lso - TAIL)
-    committed, _ = part.read(part.log_start())
-    uncommitted, _ = part.read(part.log_start(), isolation_level="read_uncommitted")
+    tail = log.read(topic, 0, lso - TAIL)
+    committed = log.read(topic, 0, part.log_start())
+    uncommitted = log.read(topic, 0, part.log_start(), isolation_level="read_uncommitted")
     return {"lso": lso, "end": end, "log start": part.log_start(),
             "tail offsets": tail.column("offset").to_pylist(),
             "tail values": hashlib.sha256(b"".join(tail.column("value").to_pylist())).hexdigest(),

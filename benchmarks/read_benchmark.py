@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from txlog import Log, TxlogError
-from txlog.batch import RECORD_SCHEMA
+from txlog.format.batch import RECORD_SCHEMA
 
 TOPIC = "bench"
 VALUE_SIZE = 100

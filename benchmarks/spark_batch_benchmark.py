@@ -155,7 +155,7 @@ def main() -> None:
 
 def _write_aborted(df: object, path: str) -> None:
     """Write ``df`` in a job whose transaction is aborted (as a failed job's would be)."""
-    from txlog.shared import SharedTransaction
+    from txlog.exactly_once.shared_transaction import SharedTransaction
 
     log = Log(path)
     job = SharedTransaction.start(log, "bench-aborted", 900_000)

@@ -25,12 +25,12 @@ from pathlib import Path
 import pyarrow as pa
 
 from txlog import Log
-from txlog.batch import (CONTROL_BIT, RECORD_SCHEMA, TRANSACTIONAL_BIT, BatchHeader,
-                         decode_control, decode_header, decode_records, encode_records,
-                         payload_of)
-from txlog.partition import BATCH_SUFFIX
-from txlog.segment import decode_head
-from txlog.storage import TMP_PREFIX, Storage, open_storage
+from txlog.format.batch import (CONTROL_BIT, RECORD_SCHEMA, TRANSACTIONAL_BIT, BatchHeader,
+                                decode_control, decode_header, decode_records, encode_records,
+                                payload_of)
+from txlog.format.segment import decode_head
+from txlog.storage.backends import Storage, open_storage
+from txlog.storage.paths import BATCH_SUFFIX, TMP_PREFIX
 
 HELPER = os.path.abspath(__file__)
 START_DEADLINE_S = 60.0
@@ -357,7 +357,7 @@ def _crash_at(root: str, topic: str, point: str, value_size: str, batches_before
     ``after-link`` (linked, temp name not yet removed).  The patches apply to
     this child process only.
     """
-    import txlog.storage as storage_module
+    import txlog.storage.backends as storage_module
 
     log = Log(root)
     producer = log.producer(linger_ms=3_600_000, batch_size=1 << 40)
@@ -411,7 +411,7 @@ def _stale_holder(root: str, role: str, ready: str, go_file: str, result: str) -
     ``reader`` reads everything read_committed.  After ``go`` each acts
     twice on the (now re-created) topic and reports what happened.
     """
-    from txlog.partition import SNAPSHOT_INTERVAL
+    from txlog.partition.state_manager import SNAPSHOT_INTERVAL
 
     log = Log(root)
     outcomes: list[dict[str, object]] = []

@@ -183,6 +183,7 @@ def supervise(root: str, logs: Path, seed: int, txns: int) -> list[str]:
 
 def check(root: str, logs: Path) -> list[str]:
     from txlog import Log
+    from txlog.clients.columns import to_spark_table
 
     problems: list[str] = []
     committed: dict[int, set[str]] = defaultdict(set)
@@ -197,7 +198,8 @@ def check(root: str, logs: Path) -> list[str]:
     for p in range(PARTITIONS):
         part = log.partition(TOPIC, p)
         try:
-            table = part.read(part.log_start())[0]
+            pieces, _ = part.read(part.log_start())
+            table = to_spark_table(pieces, TOPIC, p, include_headers=False)
         except Exception as exc:  # reported like any other violation
             problems.append(f"partition {p}: the final read failed: {exc!r}")
             table = None

@@ -14,11 +14,12 @@ import pyarrow as pa
 import pytest
 
 from txlog import CorruptBatchError, InvalidConfigError
-from txlog.batch import (ABORT, COMMIT, COMPRESSION_MASK, CONTROL_BIT, CREATE_TIME, FIXED_SIZE,
-                         LOG_APPEND_TIME, MAGIC, RECORD_SCHEMA, TIMESTAMP_TYPE_BIT,
-                         TRANSACTIONAL_BIT, BatchHeader, ControlRecord, compression_attribute,
-                         decode_control, decode_header, decode_records, encode_batch,
-                         encode_control, encode_header, encode_records, payload_of)
+from txlog.format.batch import (ABORT, COMMIT, COMPRESSION_MASK, CONTROL_BIT, CREATE_TIME,
+                                FIXED_SIZE, LOG_APPEND_TIME, MAGIC, RECORD_SCHEMA,
+                                TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader, ControlRecord,
+                                compression_attribute, decode_control, decode_header,
+                                decode_records, encode_batch, encode_control, encode_header,
+                                encode_records, payload_of)
 
 from helpers_core import records_payload
 

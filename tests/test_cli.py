@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-import txlog.coordinator
+import txlog.clock
 from txlog import Log
 from txlog.cli import main
 
@@ -118,7 +118,7 @@ def test_produce_then_consume_round_trip(root, capsysbinary, monkeypatch):
 
 
 def test_produce_keys_are_partitioned_like_kafka(root, capsys, monkeypatch):
-    from txlog.partitioner import partition_for_key
+    from txlog.clients.partitioner import partition_for_key
 
     code, _, err = run(capsys, "--root", root, "produce", "events", "--key", "user-7",
                        stdin=b"a\nb\nc\n", monkeypatch=monkeypatch)
@@ -207,8 +207,8 @@ def test_abort_expired_and_expire(root, capsys, monkeypatch):
     code, out, _ = run(capsys, "--root", root, "transactions", "abort-expired")
     assert code == 0 and out.startswith("aborted 0 ")  # not expired yet
 
-    real_now = txlog.coordinator._now_ms
-    monkeypatch.setattr(txlog.coordinator, "_now_ms", lambda: real_now() + 120_000)
+    real_now = txlog.clock.now_ms
+    monkeypatch.setattr(txlog.clock, "now_ms", lambda: real_now() + 120_000)
     code, out, _ = run(capsys, "--root", root, "transactions", "abort-expired")
     assert code == 0 and out.strip() == "aborted 1 expired transaction: stuck"
 
@@ -225,7 +225,7 @@ def test_abort_expired_and_expire(root, capsys, monkeypatch):
     code, out, _ = run(capsys, "--root", root, "transactions", "expire",
                        "--max-idle-ms", "60000")
     assert code == 0 and out.startswith("expired 0 ")
-    monkeypatch.setattr(txlog.coordinator, "_now_ms", lambda: real_now() + 240_000)
+    monkeypatch.setattr(txlog.clock, "now_ms", lambda: real_now() + 240_000)
     code, out, _ = run(capsys, "--root", root, "transactions", "expire",
                        "--max-idle-ms", "60000")
     assert code == 0 and out.strip() == "expired 1 transactional id: stuck"
@@ -494,8 +494,8 @@ def test_dump_shows_batches_as_stored_and_reports_damage(root):
 def test_verify_passes_a_healthy_log_and_names_each_broken_invariant(root):
     import dataclasses
 
-    from txlog.batch import (COMMIT, CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader, ControlRecord,
-                             encode_batch, encode_control)
+    from txlog.format.batch import (COMMIT, CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader,
+                                    ControlRecord, encode_batch, encode_control)
 
     cli = functools.partial(txlog_process, root)
 

@@ -18,7 +18,7 @@ import pytest
 
 from test_cli import table, txlog_process
 from txlog import Log
-from txlog.segment import _HEADER, HEADER_SIZE, OFFSET_ENTRY, TIME_ENTRY, decode_head
+from txlog.format.segment import _HEADER, HEADER_SIZE, OFFSET_ENTRY, TIME_ENTRY, decode_head
 
 
 def files(root: str, topic: str, partition: int, suffix: str) -> dict[int, int]:

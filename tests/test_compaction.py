@@ -15,9 +15,11 @@ import pytest
 from helpers_core import DelegatingStorage, read_chain, segment_files
 from txlog import Log
 from txlog.errors import CorruptBatchError, OffsetOutOfRangeError
-from txlog.scan import READ_UNCOMMITTED
-from txlog.segment import CorruptSegmentError
-from txlog.storage import LocalStorage
+from txlog.clients.columns import to_spark_table
+from txlog.partition.isolation import READ_COMMITTED, READ_UNCOMMITTED
+from txlog.partition.partition_log import PartitionLog
+from txlog.format.segment import CorruptSegmentError
+from txlog.storage.backends import LocalStorage
 
 
 def _fill(log: Log, topic: str, batches: int, partition: int = 0, prefix: str = "v") -> None:
@@ -45,10 +47,16 @@ def _mixed(log: Log, topic: str) -> None:
     _fill(log, topic, 5, prefix="x")
 
 
+def _table(part: PartitionLog, start: int, isolation_level: str = READ_COMMITTED) -> pa.Table:
+    """What ``Log.read`` answers: the partition's pieces in Kafka's record columns."""
+    pieces, _ = part.read(start, None, isolation_level)
+    return to_spark_table(pieces, part.topic, part.partition, include_headers=False)
+
+
 def _everything(log: Log, topic: str, partition: int = 0) -> tuple[pa.Table, pa.Table, int]:
     part = log.partition(topic, partition)
     start = part.log_start()
-    return (part.read(start)[0], part.read(start, isolation_level=READ_UNCOMMITTED)[0],
+    return (_table(part, start), _table(part, start, isolation_level=READ_UNCOMMITTED),
             part.last_stable_offset())
 
 
@@ -103,12 +111,12 @@ def test_a_reader_holding_an_old_listing_finds_every_offset(tmp_path: Path) -> N
     old = Log(tmp_path, fsync=False)
     old.create_topic("t", 1, {"segment.bytes": 4000})
     _fill(old, "t", 60)
-    before = old.partition("t", 0).read(0)[0]  # lists and caches every batch object
+    before = _table(old.partition("t", 0), 0)  # lists and caches every batch object
     Log(tmp_path).compact("t")
     assert not list((tmp_path / "topics/t/0").glob("*.batch"))
     part = old.partition("t", 0)
     for start in (0, 17, 59):
-        assert part.read(start)[0] == before.slice(start)
+        assert _table(part, start) == before.slice(start)
     assert part.header(30).base_offset == 30
 
 
@@ -168,7 +176,7 @@ def test_a_batch_published_into_a_compacted_slot_is_written_again(tmp_path: Path
     values = [v for b in read_chain(tmp_path, "t", 0) for v in b.values]
     assert values[10] == b"rival" and values.count(b"mine") == 1
     assert values[offset] == b"mine"
-    assert Log(tmp_path).partition("t", 0).read(0)[0].column("value").to_pylist() == values
+    assert _table(Log(tmp_path).partition("t", 0), 0).column("value").to_pylist() == values
 
 
 def test_retention_deletes_whole_segments_and_moves_the_log_start(tmp_path: Path) -> None:
@@ -186,7 +194,7 @@ def test_retention_deletes_whole_segments_and_moves_the_log_start(tmp_path: Path
     assert part.log_start() == result.log_start
     with pytest.raises(OffsetOutOfRangeError, match=f"valid: {result.log_start} to 100"):
         part.read(0)
-    assert part.read(result.log_start)[0].num_rows == 100 - result.log_start
+    assert _table(part, result.log_start).num_rows == 100 - result.log_start
     # the newest segment always stays: it carries the producer state past what went
     log.alter_topic_config("t", {"retention.bytes": 0})
     assert log.apply_retention("t")[0].log_start == int(left[-1].name[:20])
@@ -202,7 +210,7 @@ def test_retention_by_time_uses_the_newest_record_of_each_segment(tmp_path: Path
         producer.send("t", value=b"x", partition=0, timestamp_ms=1_000 * i)
         producer.flush()
     log.compact("t")
-    heads = [log.partition("t", 0)._states.segment_head(int(p.name[:20]))
+    heads = [log.partition("t", 0)._cache.segment_head(int(p.name[:20]))
              for p in segment_files(tmp_path, "t", 0)]
     # Records are 1 s apart: keeping 20 s at t=59 s leaves the segments reaching 39 s.
     kept = log.partition("t", 0).apply_retention(retention_ms=20_000, now_ms=59_000)
@@ -245,7 +253,7 @@ def test_offsets_for_times_and_chunked_reads_across_segments(tmp_path: Path) -> 
     fresh = Log(tmp_path)
     assert {ts: fresh.offsets_for_times("t", 0, ts) for ts in expected} == expected
     assert expected[10_250] == (25, 10_250)
-    from txlog.scan import OffsetRange, read_range
+    from txlog.spark.planning import OffsetRange, read_range
     topic_id = fresh.describe_topic("t").topic_id
     batches = list(read_range(fresh, OffsetRange("t", 0, topic_id, 3, 47), chunk_rows=6))
     assert pa.Table.from_batches(batches).column("offset").to_pylist() == list(range(3, 47))
@@ -281,7 +289,7 @@ def test_a_batch_larger_than_a_segment_never_holds_compaction_back(tmp_path: Pat
     made = log.compact("t")[0]
     assert made[0].base_offset == 0 and made[0].batches == 1  # full, though below min_batches
     assert log.partition("t", 0).compacted_end() == 7
-    assert log.partition("t", 0).read(0)[0].num_rows == 7
+    assert _table(log.partition("t", 0), 0).num_rows == 7
 
 
 def test_compaction_retention_and_gc_on_every_backend(any_root, tmp_path: Path) -> None:

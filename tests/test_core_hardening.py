@@ -21,8 +21,8 @@ import msgpack
 import pytest
 
 from txlog import DecisionConflictError, InconsistentTopicIdError, Log, TxlogError
-from txlog.partition import BATCH_SUFFIX
-from txlog.storage import LocalStorage
+from txlog.storage.paths import BATCH_SUFFIX
+from txlog.storage.backends import LocalStorage
 
 from helpers_core import DelegatingStorage, child, read_chain, wait_for
 
@@ -296,7 +296,7 @@ def test_bad_snapshot_is_skipped_with_a_warning_and_the_state_rebuilt(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str) -> None:
     import crc32c
 
-    from txlog.partition import SNAPSHOT_INTERVAL
+    from txlog.partition.state_manager import SNAPSHOT_INTERVAL
 
     root = tmp_path / "log"
     log = Log(root)
@@ -321,7 +321,7 @@ def test_bad_snapshot_is_skipped_with_a_warning_and_the_state_rebuilt(
         data = crc32c.crc32c(body).to_bytes(4, "big") + body
     snap.write_bytes(data)
 
-    with caplog.at_level(logging.WARNING, logger="txlog.state_manager"):
+    with caplog.at_level(logging.WARNING, logger="txlog.partition.state_manager"):
         fresh = Log(root)
         assert fresh.end_offset("t", 0) == SNAPSHOT_INTERVAL + 3
         assert fresh.read("t", 0).column("value").to_pylist() == expected

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from txlog import CorruptBatchError, Log
-from txlog.batch import decode_header, payload_of
+from txlog.format.batch import decode_header, payload_of
 
 from helpers_core import batch_files, child, read_chain, tmp_files, wait_for
 

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 from txlog import Log
-from txlog.chain import VersionChain
-from txlog.coordinator import DECISION_DIR, LEASE_DIR, TXN_DIR
-from txlog.producer_ids import BLOCK_DIR
-from txlog.scan import READ_UNCOMMITTED
-from txlog.shared import SharedTransaction
+from txlog.storage.chain import VersionChain
+from txlog.storage.paths import BLOCK_DIR, DECISION_DIR, LEASE_DIR, TXN_DIR
+from txlog.partition.isolation import READ_UNCOMMITTED
+from txlog.exactly_once.shared_transaction import SharedTransaction
 
 T = "t"
 
@@ -29,8 +28,8 @@ def _view(log: Log) -> list:
     out = []
     for p in range(2):
         part = log.partition(T, p)
-        out.append((part.read(0)[0].column("value").to_pylist(),
-                    part.read(0, isolation_level=READ_UNCOMMITTED)[0].num_rows,
+        out.append((log.read(T, p, 0).column("value").to_pylist(),
+                    log.read(T, p, 0, isolation_level=READ_UNCOMMITTED).num_rows,
                     part.last_stable_offset(), part.end_offset()))
     return out
 
@@ -100,10 +99,10 @@ def test_a_decision_a_transaction_still_follows_stays(log: Log, tmp_path: Path,
     assert fresh.gc(chain_age_s=0).count("decisions") == 0
     assert os.listdir(tmp_path / DECISION_DIR) == decisions
     # readers still resolve the transaction as committed through the decision
-    assert fresh.partition(T, 0).read(0)[0].column("value").to_pylist() == [b"decided"]
+    assert fresh.read(T, 0, 0).column("value").to_pylist() == [b"decided"]
     fresh.coordinator.complete("slow")
     assert fresh.gc(chain_age_s=0).count("decisions") == 1
-    assert Log(tmp_path).partition(T, 0).read(0)[0].column("value").to_pylist() == [b"decided"]
+    assert Log(tmp_path).read(T, 0, 0).column("value").to_pylist() == [b"decided"]
 
 
 def test_shared_decisions_wait_for_their_age_and_leases_go_once_decided(
@@ -118,7 +117,7 @@ def test_shared_decisions_wait_for_their_age_and_leases_go_once_decided(
     assert report.count("decisions") == 0  # a late end call must still find it
     assert report.count("lease versions") >= 1 and not os.listdir(tmp_path / LEASE_DIR)
     assert log.gc(chain_age_s=0, decision_age_s=0, now_ms=10**15).count("decisions") == 1
-    assert Log(tmp_path).partition(T, 1).read(0)[0].column("value").to_pylist() == [b"shared"]
+    assert Log(tmp_path).read(T, 1, 0).column("value").to_pylist() == [b"shared"]
 
 
 def test_only_the_newest_producer_id_block_stays(log: Log, tmp_path: Path) -> None:

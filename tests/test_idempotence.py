@@ -14,8 +14,11 @@ from pathlib import Path
 import pytest
 
 from txlog import InvalidProducerEpochError, Log, OutOfOrderSequenceError, StorageError
-from txlog.partition import BATCH_SUFFIX, PUBLISH_ATTEMPTS, SNAPSHOT_INTERVAL, PartitionLog
-from txlog.storage import LocalStorage
+from txlog.partition.appender import PUBLISH_ATTEMPTS
+from txlog.partition.partition_log import PartitionLog
+from txlog.partition.state_manager import SNAPSHOT_INTERVAL
+from txlog.storage.backends import LocalStorage
+from txlog.storage.paths import BATCH_SUFFIX
 
 from helpers_core import AmbiguousStorage, data_header, read_chain, records_payload
 

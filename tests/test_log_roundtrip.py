@@ -17,9 +17,10 @@ from kafka.partitioner.default import DefaultPartitioner
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 
 from txlog import InvalidConfigError, Log, OffsetOutOfRangeError
-from txlog.batch import COMPRESSION_CODES, CREATE_TIME, LOG_APPEND_TIME
-from txlog.partition import READ_UNCOMMITTED, spark_schema
-from txlog.partitioner import murmur2, partition_for_key
+from txlog.format.batch import COMPRESSION_CODES, CREATE_TIME, LOG_APPEND_TIME
+from txlog.clients.columns import spark_schema
+from txlog.partition.isolation import READ_UNCOMMITTED
+from txlog.clients.partitioner import murmur2, partition_for_key
 
 from helpers_core import data_header, read_chain, records_payload
 

@@ -19,8 +19,8 @@ from collections.abc import Callable
 import pytest
 
 from txlog import Log, StorageError, UnsupportedStorageError
-from txlog.storage import (FsspecStorage, StorageRequestError, open_storage, redact,
-                           register_secrets)
+from txlog.storage.backends import (FsspecStorage, StorageRequestError, open_storage, redact,
+                                    register_secrets)
 
 from s3_server import ACCESS_KEY, SECRET_KEY, Fault
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import pytest
 
 from txlog import READ_COMMITTED, READ_UNCOMMITTED, Log
-from txlog.batch import (ABORT, BatchHeader, decode_control, decode_header, decode_records,
-                         payload_of)
+from txlog.format.batch import (ABORT, BatchHeader, decode_control, decode_header, decode_records,
+                                payload_of)
 
 kafka_fetcher = pytest.importorskip("kafka.consumer.fetcher")
 from kafka.protocol.consumer import FetchResponse, IsolationLevel  # noqa: E402
@@ -58,7 +58,7 @@ class RawBatch:
 
 
 def raw_partition(log: Log, partition: int) -> list[RawBatch]:
-    """The partition's batch files in offset order, decoded with txlog.batch only."""
+    """The partition's batch files in offset order, decoded with txlog.format.batch only."""
     part = log.partition(TOPIC, partition)
     batches = []
     offset = 0

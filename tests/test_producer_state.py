@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from txlog import (InvalidProducerEpochError, Log, OutOfOrderSequenceError,
-                   ProducerFencedError)
-from txlog.batch import ABORT, COMMIT, CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader, ControlRecord
-from txlog.partition import SNAPSHOT_DIR, SNAPSHOT_INTERVAL, SNAPSHOT_SUFFIX
-from txlog.producer_state import INT32_MAX, NUM_BATCHES_TO_RETAIN, ProducerState
-from txlog.storage import LocalStorage
+from txlog import InvalidProducerEpochError, Log, OutOfOrderSequenceError, ProducerFencedError
+from txlog.format.batch import (ABORT, COMMIT, CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader,
+                                ControlRecord)
+from txlog.partition.state_manager import SNAPSHOT_INTERVAL
+from txlog.partition.producer_state import INT32_MAX, NUM_BATCHES_TO_RETAIN, ProducerState
+from txlog.storage.backends import LocalStorage
+from txlog.storage.paths import SNAPSHOT_DIR, SNAPSHOT_SUFFIX
 
 from helpers_core import CountingStorage, read_chain
 
@@ -277,8 +278,7 @@ def test_aborted_index_agrees_with_a_linear_scan() -> None:
     """The bisecting index must answer exactly as checking every aborted range would."""
     import random
 
-    from txlog.partition import AbortedIndex
-    from txlog.producer_state import AbortedTransaction
+    from txlog.partition.producer_state import AbortedIndex, AbortedTransaction
 
     rng = random.Random(5)
     index = AbortedIndex()

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 
 from txlog import InvalidConfigError, Log
-from txlog.batch import HEADER_TYPE
-from txlog.partitioner import partition_for_key, partitions_for_keys
-from txlog.storage import LocalStorage
+from txlog.format.batch import HEADER_TYPE
+from txlog.clients.partitioner import partition_for_key, partitions_for_keys
+from txlog.storage.backends import LocalStorage
 
 from helpers_core import read_chain
 from test_core_hardening import OutcomeUnknownStorage

@@ -1,4 +1,4 @@
-"""Tests of txlog.shared.SharedTransaction and decision leases, without Spark.
+"""Tests of txlog.exactly_once.shared_transaction.SharedTransaction and decision leases, without Spark.
 
 A shared transaction is what makes a Spark job exactly once: many producers
 (tasks) join one decision, and whoever ends the job commits exactly the
@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import pytest
 
-import txlog.coordinator as coordinator_module
-import txlog.shared as shared_module
+import txlog.clock as clock_module
+import txlog.exactly_once.shared_transaction as shared_module
 from txlog import READ_COMMITTED, READ_UNCOMMITTED, Log
-from txlog.coordinator import TxnState
 from txlog.errors import (CommittedButIncompleteError, DecisionConflictError,
                           TransactionAbortedError, TxlogError)
-from txlog.shared import MAX_PREFIX_LENGTH, SharedTransaction, check_prefix
+from txlog.exactly_once.shared_transaction import MAX_PREFIX_LENGTH, SharedTransaction, check_prefix
+from txlog.transactions.coordinator import TxnState
 
 T = "t"
 TIMEOUT_MS = 10_000
 
 
 class Clock:
-    """The coordinator's clock, moved by the test (milliseconds)."""
+    """txlog's clock (txlog.clock.now_ms), moved by the test (milliseconds)."""
 
     def __init__(self, now_ms: int) -> None:
         self.now_ms = now_ms
@@ -36,7 +36,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
     c = Clock(1_700_000_000_000)
-    monkeypatch.setattr(coordinator_module, "_now_ms", c)
+    monkeypatch.setattr(clock_module, "now_ms", c)
     return c
 
 
@@ -67,7 +67,7 @@ def join_and_write(job: SharedTransaction, log: Log, key: str, partition: int,
 
 
 def visible(log: Log, partition: int, isolation: str = READ_COMMITTED) -> list[str]:
-    table, _ = log.partition(T, partition).read(0, None, isolation)
+    table = log.read(T, partition, 0, None, isolation)
     return [v.decode() for v in table.column("value").to_pylist()]
 
 
@@ -290,7 +290,7 @@ def test_a_plain_transaction_ignores_leases(topic_log: Log, clock: Clock) -> Non
 @pytest.fixture
 def failing_markers(monkeypatch):
     """Marker writes fail the first ``left[0]`` times (-1: always), as a store error would."""
-    from txlog.partition import PartitionLog
+    from txlog.partition.partition_log import PartitionLog
 
     monkeypatch.setattr(shared_module, "COMPLETE_FIRST_BACKOFF_S", 0.001)
     left = [0]

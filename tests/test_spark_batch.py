@@ -18,8 +18,8 @@ from pyspark.sql.types import IntegerType, StructField, StructType  # noqa: E402
 
 from helpers_core import wait_for  # noqa: E402
 from txlog import Log  # noqa: E402
-from txlog.coordinator import TxnState  # noqa: E402
-from txlog.partitioner import partition_for_key  # noqa: E402
+from txlog.transactions.coordinator import TxnState  # noqa: E402
+from txlog.clients.partitioner import partition_for_key  # noqa: E402
 
 # Python workers cannot import this test module: ship its functions by value.
 pyspark.cloudpickle.register_pickle_by_value(sys.modules[__name__])

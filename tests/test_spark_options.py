@@ -7,7 +7,7 @@ import pickle
 import pytest
 
 from txlog.errors import InvalidConfigError
-from txlog.scan import PositionSpec, Subscription
+from txlog.spark.planning import PositionSpec, Subscription
 from txlog.spark.options import (ReadOptions, WriteOptions, parse_bytes, parse_duration_ms)
 
 BASE = {"path": "/data/log", "subscribe": "events"}

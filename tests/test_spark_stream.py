@@ -20,7 +20,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,  # 
                                               ReadMinRows)
 
 from txlog import Log  # noqa: E402
-from txlog.spark import stream_reader  # noqa: E402
+import txlog.clock  # noqa: E402
 from txlog.spark.options import ReadOptions  # noqa: E402
 from txlog.spark.reader import spark_schema  # noqa: E402
 from txlog.spark.stream_reader import TxlogStreamReader  # noqa: E402
@@ -212,7 +212,7 @@ def test_initial_offset_is_asked_twice_and_agrees(root):
 def test_min_offsets_per_trigger_waits_for_enough_or_for_the_delay(root, monkeypatch):
     log = Log(root)
     clock = [1_000_000]
-    monkeypatch.setattr(stream_reader, "_now_ms", lambda: clock[0])
+    monkeypatch.setattr(txlog.clock, "monotonic_ms", lambda: clock[0])
     reader = driver_reader(root, startingOffsets="earliest", minOffsetsPerTrigger="10",
                            maxTriggerDelay="5s")
     start = reader.initialOffset()
@@ -276,7 +276,7 @@ def test_new_topics_matching_the_pattern_are_read_from_their_beginning(root):
 
 @pytest.mark.parametrize("sweep", [True, False])
 def test_the_driver_ends_expired_transactions_unless_told_not_to(root, monkeypatch, sweep):
-    import txlog.coordinator as coordinator_module
+    import txlog.clock as clock_module
 
     log = Log(root)
     produce_plain(log, ["a"])
@@ -288,8 +288,8 @@ def test_the_driver_ends_expired_transactions_unless_told_not_to(root, monkeypat
     options = {} if sweep else {"abortExpiredTransactions": "false"}
     reader = driver_reader(root, startingOffsets="earliest", **options)
     assert reader.reportLatestOffset()["src"]["0"] < log.end_offset("src", 0)
-    later = coordinator_module._now_ms() + 1_001
-    monkeypatch.setattr(coordinator_module, "_now_ms", lambda: later)
+    later = clock_module.now_ms() + 1_001
+    monkeypatch.setattr(clock_module, "now_ms", lambda: later)
     held = reader.reportLatestOffset()["src"]["0"] < Log(root).end_offset("src", 0)
     assert held != sweep
 

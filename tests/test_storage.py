@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from txlog import Log, StorageError, UnsupportedStorageError
-from txlog.storage import TMP_PREFIX, LocalStorage, MemoryStorage, Storage, open_storage
+from txlog.storage.backends import LocalStorage, MemoryStorage, Storage, open_storage
+from txlog.storage.paths import TMP_PREFIX
 
 
 @pytest.fixture(params=["local", "memory"])

@@ -1,4 +1,4 @@
-"""Tests of txlog.sink.StreamSink, the exactly-once rule of a streaming sink, without Spark.
+"""Tests of txlog.exactly_once.stream_sink.StreamSink, the exactly-once rule of a streaming sink, without Spark.
 
 Each test plays what Spark does around a crash: a run writes micro-batch n
 with some task attempts and commits it (or dies somewhere on the way), and
@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from txlog import READ_COMMITTED, READ_UNCOMMITTED, Log, SinkOwnerError, TxlogError
-from txlog.coordinator import TransactionCoordinator
-from txlog.sink import StreamSink, batch_key
+from txlog.exactly_once.stream_sink import StreamSink, batch_key
+from txlog.transactions.coordinator import TransactionCoordinator
 
 T = "out"
 TIMEOUT_MS = 60_000
@@ -273,7 +273,7 @@ def test_two_queries_claiming_at_once_never_both_own_the_prefix(root: str) -> No
     for t in threads:
         t.join()
     assert len(outcomes) == 1
-    from txlog.groups import group_owner
+    from txlog.transactions.groups import group_owner
     assert group_owner(Log(root).storage, "q-sink") == outcomes[0]
 
 

@@ -22,13 +22,11 @@ import pytest
 from helpers_core import wait_for
 
 from txlog import (READ_UNCOMMITTED, ConcurrentTransactionsError, DecisionConflictError,
-                   IllegalStateError,
-                   InvalidTransactionTimeoutError, InvalidTxnStateError, Log,
-                   OutOfOrderSequenceError, Producer, ProducerFencedError,
-                   TransactionAbortedError)
-from txlog.batch import ABORT, COMMIT, BatchHeader, decode_control, decode_header, payload_of
-from txlog.coordinator import (MAX_EPOCH, MAX_TRANSACTION_TIMEOUT_MS, TransactionMetadata,
-                               TxnState)
+                   IllegalStateError, InvalidTransactionTimeoutError, InvalidTxnStateError, Log,
+                   OutOfOrderSequenceError, Producer, ProducerFencedError, TransactionAbortedError)
+from txlog.format.batch import ABORT, COMMIT, BatchHeader, decode_control, decode_header, payload_of
+from txlog.transactions.coordinator import (MAX_EPOCH, MAX_TRANSACTION_TIMEOUT_MS,
+                                            TransactionMetadata, TxnState)
 
 TOPIC = "events"
 DEADLINE_S = 20.0
@@ -473,7 +471,7 @@ def test_idle_transactional_id_expires_and_restarts_with_a_new_producer_id(log: 
 def test_another_producer_aborts_an_expired_transaction(log: Log, monkeypatch) -> None:
     """With no coordinator timer, producers writing to a partition abort expired
     transactions that hold its LSO back: a dead producer cannot stall readers."""
-    import txlog.producer as producer_module
+    import txlog.clients.producer as producer_module
 
     monkeypatch.setattr(producer_module, "EXPIRY_CHECK_INTERVAL_S", 0.0)
     log.create_topic(TOPIC, 1)
@@ -492,7 +490,7 @@ def test_another_producer_aborts_an_expired_transaction(log: Log, monkeypatch) -
 
 
 def test_another_producer_leaves_a_live_transaction_alone(log: Log, monkeypatch) -> None:
-    import txlog.producer as producer_module
+    import txlog.clients.producer as producer_module
 
     monkeypatch.setattr(producer_module, "EXPIRY_CHECK_INTERVAL_S", 0.0)
     log.create_topic(TOPIC, 1)
@@ -1142,3 +1140,29 @@ def test_commit_racing_the_timeout_sweep_has_one_consistent_outcome(log: Log) ->
         assert all(log.last_stable_offset(TOPIC, p) == log.end_offset(TOPIC, p) for p in (0, 1))
         outcomes.add(visible[0])
     print(f"outcomes seen: {sorted(outcomes)}")
+
+
+def test_the_producer_state_table_allows_only_its_transitions(memlog: Log) -> None:
+    from txlog.clients.producer import _TRANSITIONS, ClientState
+
+    assert set(_TRANSITIONS) == set(ClientState)
+    assert _TRANSITIONS[ClientState.CLOSED] == frozenset()  # closed is for good
+    assert all(ClientState.CLOSED in to for state, to in _TRANSITIONS.items()
+               if state is not ClientState.CLOSED)
+    memlog.create_topic("t", 1)
+    producer = memlog.producer(transactional_id="table")
+    assert producer._state is ClientState.UNINITIALIZED
+    producer.init_transactions()
+    producer.begin_transaction()
+    assert producer._state is ClientState.IN_TRANSACTION
+    with pytest.raises(IllegalStateError, match="no transition from Ready to Prepared"):
+        producer._state = ClientState.READY
+        producer._transition(ClientState.PREPARED)
+    producer._state = ClientState.IN_TRANSACTION
+    producer.send("t", b"v", partition=0)
+    producer.prepare_transaction()
+    assert producer._state is ClientState.PREPARED
+    with pytest.raises(IllegalStateError, match="init_transactions"):
+        producer.begin_transaction()
+    producer.close()
+    assert producer._state is ClientState.CLOSED

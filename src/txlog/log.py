@@ -4,40 +4,44 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import msgpack
 import pyarrow as pa
 
-from . import scan
-from .chain import VersionChain
-from .errors import (InconsistentTopicIdError, InvalidConfigError, LogFormatError,
-                     TopicExistsError, UnknownPartitionError, UnknownTopicError)
-from .names import validate_name
-from .compaction import DEFAULT_MIN_BATCHES, Compacted, Retained
-from .partition import PartitionLog
-from .producer_ids import ProducerIdAllocator
-from .scan import READ_COMMITTED
-from .storage import Storage, open_storage
-from .topic_ids import (current_topic_id, new_topic_id, partition_count_path, read_topic_meta,
-                        topic_config_path, topic_id_of, topic_meta_path)
+from . import clock
+from .admin.gc import (DEFAULT_CHAIN_AGE_S, DEFAULT_DECISION_AGE_S, DEFAULT_TEMP_AGE_S, GcReport,
+                       collect)
+from .clients.columns import to_spark_table
+from .clients.positions import offset_for_timestamp
+from .errors import (InconsistentTopicIdError, InvalidConfigError, LogFormatError, TopicExistsError,
+                     UnknownPartitionError, UnknownTopicError)
+from .format.topic_ids import current_topic_id, new_topic_id, read_topic_meta, topic_id_of
+from .partition.compaction import DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted
+from .partition.isolation import READ_COMMITTED
+from .partition.partition_log import PartitionLog
+from .partition.retention import Retained
+from .storage.backends import Storage, open_storage
+from .storage.chain import VersionChain
+from .storage.names import validate_name
+from .storage.paths import (ROOT_MARKER, TOPICS_DIR, partition_count_path, topic_config_path,
+                            topic_dir, topic_meta_path)
+from .transactions.producer_ids import ProducerIdAllocator
 
 if TYPE_CHECKING:
-    from .consumer import Consumer
-    from .gc import GcReport
-    from .producer import Producer
+    from .clients.consumer import Consumer
+    from .clients.producer import Producer
 
 FORMAT_VERSION = 1
-ROOT_MARKER = "txlog.json"
 MAX_PARTITIONS = 10_000
 
 # Topic configuration keys we honour (Kafka's names).
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 # Kafka's defaults for the keys that only compaction and retention read.
 TOPIC_DEFAULTS: dict[str, Any] = {"retention.ms": 7 * 24 * 3600 * 1000, "retention.bytes": -1,
-                                  "segment.bytes": 1 << 30}
+                                  "segment.bytes": DEFAULT_SEGMENT_BYTES}
+MIN_SEGMENT_BYTES = 1024
 # What ``alter_topic_config`` may change: keys that appenders do not cache.
 ALTERABLE_CONFIG = ("retention.ms", "retention.bytes", "segment.bytes")
 
@@ -56,7 +60,7 @@ _CONFIG_RULES = {
     "max.message.bytes": _int_at_least(1),
     "retention.ms": _int_at_least(-1),  # -1: no limit by time
     "retention.bytes": _int_at_least(-1),  # -1: no limit by size
-    "segment.bytes": _int_at_least(1024),
+    "segment.bytes": _int_at_least(MIN_SEGMENT_BYTES),
 }
 
 
@@ -80,7 +84,7 @@ class TopicDescription:
     partitions: int
     config: dict[str, Any] = field(default_factory=dict)
     created_ms: int = 0
-    topic_id: str = ""  # this incarnation of the topic (KIP-516); see topic_ids.py
+    topic_id: str = ""  # this incarnation of the topic (KIP-516); see format/topic_ids.py
 
     def setting(self, key: str) -> Any:
         """A config value, Kafka's default where the topic sets none."""
@@ -107,7 +111,7 @@ class Log:
         self._topic_chains: dict[tuple[str, str], VersionChain] = {}
         self._partitions: dict[tuple[str, int], PartitionLog] = {}
         self.producer_ids = ProducerIdAllocator(self.storage)
-        from .coordinator import TransactionCoordinator
+        from .transactions.coordinator import TransactionCoordinator
 
         self.coordinator = TransactionCoordinator(self.storage, self.producer_ids.next_id,
                                                   self.partition)
@@ -122,7 +126,7 @@ class Log:
             if not create:
                 raise LogFormatError(f"{self.root} holds no txlog ({ROOT_MARKER} is missing)")
             marker = msgpack.packb({"format_version": FORMAT_VERSION,
-                                    "created_ms": int(time.time() * 1000)})
+                                    "created_ms": clock.now_ms()})
             self.storage.publish_if_absent(ROOT_MARKER, marker)
             raw = self.storage.read(ROOT_MARKER)
         try:
@@ -145,14 +149,14 @@ class Log:
                 f"topic {name!r}: partitions must be an integer from 1 to {MAX_PARTITIONS}, "
                 f"not {partitions!r}")
         checked = _check_config(name, dict(config or {}))
-        if self.storage.exists(f"topics/{name}/topic.json"):
+        if self.storage.exists(topic_meta_path(name)):
             raise TopicExistsError(f"topic {name!r} already exists in {self.root}")
-        if self.storage.list(f"topics/{name}"):
+        if self.storage.list(topic_dir(name)):
             # Never clear leftovers here: a concurrent creator may already own them.
             raise TopicExistsError(
                 f"topic {name!r} in {self.root} still holds data of an unfinished delete; "
                 f"call delete_topic({name!r}) to finish it")
-        desc = TopicDescription(name, partitions, checked, int(time.time() * 1000),
+        desc = TopicDescription(name, partitions, checked, clock.now_ms(),
                                 new_topic_id())
         meta = msgpack.packb({"name": name, "partitions": partitions, "config": checked,
                               "created_ms": desc.created_ms, "topic_id": desc.topic_id})
@@ -161,8 +165,8 @@ class Log:
         return desc
 
     def topics(self) -> list[str]:
-        return sorted(n for n in self.storage.list("topics")
-                      if self.storage.exists(f"topics/{n}/topic.json"))
+        return sorted(n for n in self.storage.list(TOPICS_DIR)
+                      if self.storage.exists(topic_meta_path(n)))
 
     def describe_topic(self, name: str, refresh: bool = False) -> TopicDescription:
         """The topic's description, cached; ``refresh`` re-reads its partition count.
@@ -276,10 +280,10 @@ class Log:
         """
         validate_name(name, "topic")
         if not self.storage.exists(topic_meta_path(name)) and \
-                not self.storage.list(f"topics/{name}"):
+                not self.storage.list(topic_dir(name)):
             raise UnknownTopicError(f"topic {name!r} does not exist in {self.root}")
         self.storage.delete(topic_meta_path(name))
-        self.storage.delete_tree(f"topics/{name}")
+        self.storage.delete_tree(topic_dir(name))
         with self._lock:
             self._topics.pop(name, None)
             for key in [k for k in self._topic_chains if k[0] == name]:
@@ -355,14 +359,13 @@ class Log:
         only that incarnation of the topic is read (``InconsistentTopicIdError``
         otherwise).
         """
-        table, _ = self.partition(topic, partition, topic_id).read(start, end, isolation_level,
-                                                                    include_headers)
-        return table
+        pieces, _ = self.partition(topic, partition, topic_id).read(start, end, isolation_level)
+        return to_spark_table(pieces, topic, partition, include_headers)
 
     def offsets_for_times(self, topic: str, partition: int, timestamp_ms: int,
                           isolation_level: str = READ_COMMITTED) -> tuple[int, int] | None:
         """Earliest (offset, timestamp) whose timestamp is >= ``timestamp_ms``, or None."""
-        return scan.offset_for_timestamp(self, topic, partition, timestamp_ms, isolation_level)
+        return offset_for_timestamp(self, topic, partition, timestamp_ms, isolation_level)
 
     # --- clients ----------------------------------------------------------------------
 
@@ -400,25 +403,24 @@ class Log:
                     desc.setting("retention.ms"), desc.setting("retention.bytes"), now_ms)
                 for p in self._partitions_of(topic, partitions)}
 
-    def gc(self, chain_age_s: float = 3600.0, decision_age_s: float = 7 * 24 * 3600.0,
-           temp_age_s: float = 3600.0, now_ms: int | None = None) -> "GcReport":
+    def gc(self, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
+           decision_age_s: float = DEFAULT_DECISION_AGE_S, temp_age_s: float = DEFAULT_TEMP_AGE_S,
+           now_ms: int | None = None) -> GcReport:
         """Remove coordinator state, compaction leftovers and temp files nobody needs any
-        more, without changing what anyone reads (gc.py says why each removal is safe)."""
-        from .gc import collect
-
+        more, without changing what anyone reads (admin/gc.py says why each removal is safe)."""
         return collect(self, chain_age_s, decision_age_s, temp_age_s, now_ms)
 
     def producer(self, **config: Any) -> "Producer":
-        from .producer import Producer
+        from .clients.producer import Producer
 
         return Producer(self, **config)
 
     def consumer(self, **config: Any) -> "Consumer":
-        from .consumer import Consumer
+        from .clients.consumer import Consumer
 
         return Consumer(self, **config)
 
-    # --- transactions and groups (see coordinator.py) ------------------------------------
+    # --- transactions and groups (see transactions/) -------------------------------------
 
     def abort_expired_transactions(self) -> list[str]:
         """Abort every Ongoing transaction past its timeout; returns their ids."""
@@ -427,25 +429,25 @@ class Log:
     def committed(self, group_id: str, partitions: list[tuple[str, int]] | None = None
                   ) -> dict[tuple[str, int], int]:
         """The group's committed offsets (only those of committed transactions)."""
-        from .groups import committed_offsets
+        from .transactions.groups import committed_offsets
 
         return committed_offsets(self.storage, group_id, partitions)
 
     def groups(self) -> list[str]:
         """Every consumer group with committed offsets (a stream sink's groups included)."""
-        from .groups import group_ids
+        from .transactions.groups import group_ids
 
         return group_ids(self.storage)
 
     def delete_group(self, group_id: str) -> None:
         """Forget a group's committed offsets (kafka-consumer-groups --delete): a new version
         of its chain marks it deleted; a later commit starts it afresh."""
-        from .groups import delete_group
+        from .transactions.groups import delete_group
 
         delete_group(self.storage, group_id)
 
     def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
         """Plain, non-transactional offset commit for a group."""
-        from .groups import commit_offsets
+        from .transactions.groups import commit_offsets
 
         commit_offsets(self.storage, group_id, offsets)

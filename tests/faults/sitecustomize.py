@@ -15,7 +15,7 @@ _DIR = os.environ.get("TXLOG_TEST_MARKER_FAULTS")
 if _DIR:
     import uuid
 
-    from txlog.partition import PartitionLog
+    from txlog.partition.partition_log import PartitionLog
 
     _original = PartitionLog.append_marker
 

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txlog import Log
-from txlog.partitioner import partitions_for_keys
+from txlog.clients.partitioner import partitions_for_keys
 
 ORDERS, PAID = "orders", "paid-orders"
 PARTITIONS = 4

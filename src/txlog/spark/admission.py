@@ -13,8 +13,10 @@ it is exact to a batch.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from ..log import Log
+if TYPE_CHECKING:
+    from ..log import Log
 
 TopicPartition = tuple[str, int]
 Positions = dict[TopicPartition, int]

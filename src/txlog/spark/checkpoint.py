@@ -3,7 +3,7 @@
 Spark writes ``<checkpointLocation>/metadata`` when a query first starts,
 ``{"id": "<uuid>"}``: the query's identity across restarts (a fresh one
 after the checkpoint is deleted).  The sink records it as the owner of its
-``transactional.id.prefix`` (txlog.sink).
+``transactional.id.prefix`` (txlog.exactly_once.stream_sink).
 
 Spark writes ``<checkpointLocation>/offsets/<batch id>`` before it runs the
 batch: a version line (``v1``), a line of batch metadata, then one line per

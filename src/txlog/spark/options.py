@@ -30,16 +30,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import InvalidConfigError, InvalidNameError
-from ..names import validate_name
-from ..scan import EARLIEST, LATEST, PositionSpec, Subscription
+from ..storage.names import validate_name
+from ..transactions.coordinator import MAX_TRANSACTION_TIMEOUT_MS
+from .planning import EARLIEST, LATEST, PositionSpec, Subscription
 
 log = logging.getLogger(__name__)
 
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
 DeliveryGuarantee = Literal["exactly_once", "at_least_once"]
 
-# Kafka's transaction.max.timeout.ms default, txlog's upper bound too.
-MAX_TRANSACTION_TIMEOUT_MS = 900_000
 # Spark's Kafka source: maxTriggerDelay defaults to 15 minutes.
 DEFAULT_MAX_TRIGGER_DELAY = "15m"
 

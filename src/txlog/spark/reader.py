@@ -14,7 +14,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType,
                                StructField, StructType, TimestampType)
 
-from .. import scan
+from ..clients.positions import end_expired_transactions, offset_for_timestamp
+from . import planning as scan
 from ..errors import InvalidConfigError
 from ..log import Log
 from .options import ReadOptions
@@ -165,7 +166,7 @@ class TxlogBatchReader(DataSourceReader):
             scan.check_named_partitions(spec, subscribed, what)
         tps = [tp for tp in subscribed if self.pruning.keeps(tp)]
         if o.abort_expired_transactions and o.isolation_level == scan.READ_COMMITTED:
-            scan.end_expired_transactions(log, tps)
+            end_expired_transactions(log, tps)
         ranges = scan.plan(log, tps, o.starting, o.ending, o.isolation_level,
                            o.fail_on_data_loss, exact=False)
         ranges = [self._clip(log, r) for r in ranges]
@@ -179,8 +180,8 @@ class TxlogBatchReader(DataSourceReader):
         r = self.pruning.clip(r)
         ms = self.pruning.min_timestamp_ms
         if ms is not None and r.size > 0:
-            found = scan.offset_for_timestamp(log, r.topic, r.partition, ms,
-                                              self.options.isolation_level)
+            found = offset_for_timestamp(log, r.topic, r.partition, ms,
+                                         self.options.isolation_level)
             start = r.end if found is None else max(r.start, min(found[0], r.end))
             r = replace(r, start=start)
         return r

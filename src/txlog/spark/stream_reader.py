@@ -14,7 +14,6 @@ pickled copies on executors and uses nothing but its partition and options.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -23,7 +22,9 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
                                               ReadMaxRows, ReadMinRows,
                                               SupportsTriggerAvailableNow)
 
-from .. import scan
+from .. import clock
+from ..clients.positions import bounds, end_expired_transactions, read_limit
+from . import planning as scan
 from ..errors import OffsetOutOfRangeError, UnknownTopicError
 from ..log import Log
 from . import admission
@@ -50,7 +51,7 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.arrow_schema = arrow_schema
         self._initial: dict | None = None
         self._target: Positions | None = None  # Trigger.AvailableNow: never read past it
-        self._last_trigger_ms = _now_ms()
+        self._last_trigger_ms = clock.monotonic_ms()
 
     def _log(self) -> Log:
         log = getattr(self, "_cached_log", None)
@@ -87,8 +88,8 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         o = self.options
         tps = o.subscription.partitions(log)
         if o.abort_expired_transactions and o.isolation_level == scan.READ_COMMITTED:
-            scan.end_expired_transactions(log, tps)
-        return {tp: scan.read_limit(log, *tp, o.isolation_level) for tp in tps}
+            end_expired_transactions(log, tps)
+        return {tp: read_limit(log, *tp, o.isolation_level) for tp in tps}
 
     def _checked_start(self, start: Positions, available: Positions) -> Positions:
         """``start`` for every partition read now; new partitions start at their beginning.
@@ -137,14 +138,14 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if min_rows is not None and self._target is None:
             waiting = sum(admission.backlog(begin, end).values())
             delay = o.max_trigger_delay_ms or 0
-            if waiting < min_rows and _now_ms() - self._last_trigger_ms < delay:
+            if waiting < min_rows and clock.monotonic_ms() - self._last_trigger_ms < delay:
                 return begin
         if max_rows is not None:
             end = admission.limit_rows(begin, end, max_rows)
         if max_bytes is not None:
             end = admission.limit_bytes(self._log(), begin, end, max_bytes)
         if end != begin:
-            self._last_trigger_ms = _now_ms()
+            self._last_trigger_ms = clock.monotonic_ms()
         return end
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -173,7 +174,7 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if hi <= lo:
                 continue
             try:
-                topic_id = scan.bounds(log, *tp).topic_id
+                topic_id = bounds(log, *tp).topic_id
             except UnknownTopicError:
                 if self._lost(f"{tp[0]}-{tp[1]}: offsets {lo} to {hi} were planned but the "
                               "topic is gone"):
@@ -193,6 +194,3 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, TxlogInputPartition)
         return read_ranges(self.options, self.arrow_schema, partition.ranges)
 
-
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)

@@ -21,12 +21,12 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
                                     WriterCommitMessage)
 from pyspark.sql.types import StructType
 
-from ..coordinator import TransactionMember
+from ..transactions.coordinator import TransactionMember
 from ..errors import InvalidConfigError, TopicExistsError, UnknownTopicError
 from ..log import Log
-from ..producer import Producer
-from ..shared import SharedTransaction
-from ..sink import StreamSink
+from ..clients.producer import Producer
+from ..exactly_once.shared_transaction import SharedTransaction
+from ..exactly_once.stream_sink import StreamSink
 from .checkpoint import query_id, source_offsets
 from .options import WriteOptions
 
@@ -175,7 +175,7 @@ class TxlogBatchWriter(_Sending, DataSourceArrowWriter):
 
 
 class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
-    """One shared transaction per micro-batch, recorded with its batch id (txlog.sink).
+    """One shared transaction per micro-batch, recorded with its batch id (exactly_once.stream_sink).
 
     Spark builds this object anew on the driver for every micro-batch (the
     copy its tasks get) and again for the batch's commit or abort, so the

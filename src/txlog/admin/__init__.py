@@ -1,0 +1,1 @@
+"""Maintenance of a log: garbage collection, dump and verify (docs/cli.md)."""

@@ -1,0 +1,164 @@
+"""Garbage collection: what the log no longer needs, removed without changing what anyone reads.
+
+Every removal here is of an object no reader or writer will use again, and
+each kind has its own reason why that holds while writers run
+(docs/protocol.md, section 8):
+
+* old versions of version chains (transaction metadata, group offsets,
+  leases): a chain is read at its newest version, which always stays, and
+  a version goes only once its successor is older than ``chain_age_s``, so
+  a process that read a version and is about to publish the next still
+  finds its predecessor unless it stalled that long (storage/chain.py checks after
+  publishing, and withdraws a version whose predecessor is gone);
+* decisions: a decision is read while a transaction that follows it is not
+  complete; plain transactions' decisions go once no transaction metadata
+  refers to them outside a complete state, shared transactions' also only
+  after ``decision_age_s``, because a job's late end call would otherwise
+  decide again;
+* leases of decided shared transactions;
+* producer-id blocks but the newest (claimers only look at the newest);
+* batch objects and producer-state snapshots that segments cover (leftovers
+  of a compaction that stopped half-way, or strays, partition/compaction.py);
+* temp files of local publishes that died (storage/backends.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import msgpack
+
+from .. import clock
+from ..storage.paths import BLOCK_DIR, DECISION_DIR, GROUP_DIR, LEASE_DIR, TXN_DIR, VERSION_DIGITS
+from ..transactions.coordinator import COMPLETE, TxnState
+
+if TYPE_CHECKING:  # Log.gc calls collect: gc must not import log at run time
+    from ..log import Log
+
+DEFAULT_CHAIN_AGE_S = 3600.0
+DEFAULT_DECISION_AGE_S = 7 * 24 * 3600.0  # Kafka's transactional.id.expiration.ms
+DEFAULT_TEMP_AGE_S = 3600.0
+_PLAIN_DECISION = re.compile(r"^\d+-\d+$")  # <producer id>-<epoch>: one producer's transaction
+_FINISHED = COMPLETE | {TxnState.EMPTY, TxnState.DEAD}
+
+
+@dataclass
+class GcReport:
+    """What one collection removed, by kind (paths relative to the root)."""
+
+    removed: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, kind: str, path: str) -> None:
+        self.removed.setdefault(kind, []).append(path)
+
+    def count(self, kind: str) -> int:
+        return len(self.removed.get(kind, []))
+
+
+def collect(log: Log, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
+            decision_age_s: float = DEFAULT_DECISION_AGE_S,
+            temp_age_s: float = DEFAULT_TEMP_AGE_S, now_ms: int | None = None) -> GcReport:
+    """Remove everything listed in the module docstring; returns what went."""
+    now_ms = clock.now_ms() if now_ms is None else now_ms
+    report = GcReport()
+    storage = log.storage
+    needed: set[str] = set()
+    for tid in storage.list(TXN_DIR):
+        latest = _trim_chain(log, f"{TXN_DIR}/{tid}", "update_ms", chain_age_s, now_ms, report,
+                             "transaction metadata versions")
+        if latest is not None and TxnState(latest["state"]) not in _FINISHED:
+            needed.add(latest["decision_id"])
+    for group in storage.list(GROUP_DIR):
+        _trim_chain(log, f"{GROUP_DIR}/{group}", "time_ms", chain_age_s, now_ms, report,
+                    "group offset versions")
+    decided = set()
+    for decision_id in storage.list(DECISION_DIR):
+        path = f"{DECISION_DIR}/{decision_id}"
+        try:
+            raw = msgpack.unpackb(storage.read(path))
+        except FileNotFoundError:
+            continue
+        decided.add(decision_id)
+        if decision_id in needed:
+            continue
+        old_enough = _PLAIN_DECISION.match(decision_id) or \
+            raw["time_ms"] < now_ms - decision_age_s * 1000
+        if old_enough:
+            storage.delete(path)
+            report.add("decisions", path)
+    for decision_id in storage.list(LEASE_DIR):
+        if decision_id in decided or (decision_id not in needed and _chain_older_than(
+                log, f"{LEASE_DIR}/{decision_id}", "time_ms", now_ms - decision_age_s * 1000)):
+            for path in _versions(log, f"{LEASE_DIR}/{decision_id}"):
+                storage.delete(path)
+                report.add("lease versions", path)
+            storage.delete(f"{LEASE_DIR}/{decision_id}")
+        else:
+            _trim_chain(log, f"{LEASE_DIR}/{decision_id}", "time_ms", chain_age_s, now_ms,
+                        report, "lease versions")
+    blocks = sorted(n for n in storage.list(BLOCK_DIR) if n.isdigit())
+    for name in blocks[:-1]:
+        storage.delete(f"{BLOCK_DIR}/{name}")
+        report.add("producer-id blocks", f"{BLOCK_DIR}/{name}")
+    for topic in log.topics():
+        for p in range(log.describe_topic(topic, refresh=True).partitions):
+            for path in log.partition(topic, p).remove_leftovers():
+                report.add("batch and snapshot objects segments hold", path)
+    for path in storage.remove_temp_files(temp_age_s):
+        report.add("temp files", path)
+    return report
+
+
+def _versions(log: Log, directory: str) -> list[str]:
+    names = sorted(n for n in log.storage.list(directory)
+                   if n.isdigit() and len(n) == VERSION_DIGITS)
+    return [f"{directory}/{n}" for n in names]
+
+
+def _time_of(log: Log, path: str, key: str) -> int | None:
+    try:
+        value = msgpack.unpackb(log.storage.read(path), strict_map_key=False)
+    except FileNotFoundError:
+        return None
+    return value.get(key) if isinstance(value, dict) else None
+
+
+def _chain_older_than(log: Log, directory: str, key: str, cutoff_ms: float) -> bool:
+    paths = _versions(log, directory)
+    newest = _time_of(log, paths[-1], key) if paths else None
+    return newest is not None and newest < cutoff_ms
+
+
+def _trim_chain(log: Log, directory: str, key: str, age_s: float, now_ms: int,
+                report: GcReport, kind: str) -> dict | None:
+    """Delete the versions of a chain superseded more than ``age_s`` ago (oldest first);
+    returns the newest version's value.
+
+    A process about to publish version ``v + 1`` read ``v`` before anyone
+    published ``v + 1``: deleting ``v`` only once its successor is that old
+    never pulls a predecessor from under a writer that is not stalled for
+    that long, and the newest version, having no successor, always stays.
+    """
+    paths = _versions(log, directory)
+    if not paths:
+        return None
+    try:
+        latest = msgpack.unpackb(log.storage.read(paths[-1]), strict_map_key=False)
+    except FileNotFoundError:
+        return None
+    cutoff = now_ms - age_s * 1000
+    # Versions are written in time order: bisect for the first one written after the cutoff.
+    lo, hi = 0, len(paths)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        written = _time_of(log, paths[mid], key)
+        if written is not None and written >= cutoff:
+            hi = mid
+        else:
+            lo = mid + 1
+    for path in paths[:max(min(lo - 1, len(paths) - 1), 0)]:
+        log.storage.delete(path)
+        report.add(kind, path)
+    return latest

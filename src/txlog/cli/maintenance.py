@@ -1,0 +1,117 @@
+"""``txlog compact``, ``txlog retention`` and ``txlog gc``: keeping a root small while it runs."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..admin.gc import DEFAULT_CHAIN_AGE_S, DEFAULT_DECISION_AGE_S, DEFAULT_TEMP_AGE_S
+from ..partition.compaction import DEFAULT_MIN_BATCHES
+from ..storage.paths import TMP_PREFIX
+from .common import (LeafParser, Progress, json_option, maintained_partitions, non_negative_int,
+                     open_log, partitions_option, positive_int, print_table)
+
+
+def add_compact(commands: Any, leaf_parser: LeafParser) -> None:
+    compact = leaf_parser(
+        commands, "compact", help="merge each partition's oldest batch objects into segments",
+        description="Copy each partition's oldest run of batch objects, byte for byte, into "
+                    "segments of at most the topic's segment.bytes, then delete the batch "
+                    "objects they replace. Safe while producers and consumers run. Prints "
+                    "per partition the segments made, the batches merged into them, their "
+                    "bytes, and the partition's objects (segments and batch objects) before "
+                    "and after.")
+    partitions_option(compact)
+    compact.add_argument("--min-batches", metavar="N", type=positive_int,
+                         default=DEFAULT_MIN_BATCHES,
+                         help="make no segment of fewer batches than this, unless the "
+                              "next batch would not fit in segment.bytes "
+                              f"(default {DEFAULT_MIN_BATCHES})")
+    compact.add_argument("--lag", metavar="N", type=non_negative_int, default=0,
+                         help="leave the newest N offsets of each partition as batch objects "
+                              "(default 0)")
+    json_option(compact)
+
+
+def add_retention(commands: Any, leaf_parser: LeafParser) -> None:
+    retention = leaf_parser(
+        commands, "retention", help="delete the oldest segments that retention allows",
+        description="Apply the topic's retention.ms and retention.bytes: delete whole "
+                    "segments from each partition's log start while their newest record is "
+                    "older than retention.ms or the partition without them still holds "
+                    "retention.bytes (-1 disables a rule; the newest segment always stays; "
+                    "batch objects are never deleted, so compact first). Prints per "
+                    "partition the segments deleted, their bytes and the new log start "
+                    "offset.")
+    partitions_option(retention)
+    json_option(retention)
+
+
+def add_gc(commands: Any, leaf_parser: LeafParser) -> None:
+    gc = leaf_parser(
+        commands, "gc", help="remove coordinator state and leftovers nobody needs any more",
+        description="Remove what no reader or writer will use again, while they run: "
+                    "versions of transaction-metadata, group and lease chains superseded "
+                    "longer ago than --chain-age (the newest always stays); decisions no "
+                    "unfinished transaction follows (shared ones also older than "
+                    "--decision-age); leases of decided transactions; producer-id blocks "
+                    "but the newest; batch files and snapshots that segments cover; temp "
+                    f"files ({TMP_PREFIX}*) of dead local publishes older than --temp-age. "
+                    "docs/protocol.md section 8 says why each removal is safe.")
+    chain_age, decision_age = int(DEFAULT_CHAIN_AGE_S), int(DEFAULT_DECISION_AGE_S)
+    temp_age = int(DEFAULT_TEMP_AGE_S)
+    gc.add_argument("--chain-age", metavar="SECONDS", type=non_negative_int, default=chain_age,
+                    help="only chain versions whose successor is older than this "
+                         f"(default {chain_age})")
+    gc.add_argument("--decision-age", metavar="SECONDS", type=non_negative_int,
+                    default=decision_age,
+                    help="only decisions of shared transactions older than this "
+                         f"(default {decision_age}, {decision_age // 86400} days)")
+    gc.add_argument("--temp-age", metavar="SECONDS", type=non_negative_int, default=temp_age,
+                    help=f"only temp files older than this (default {temp_age})")
+    gc.add_argument("--verbose", action="store_true", help="also print every removed path")
+    json_option(gc)
+
+
+def run_compact(args: argparse.Namespace) -> None:
+    log = open_log(args.root)
+    rows = []
+    partitions = maintained_partitions(log, args.topic, args.partition)
+    with Progress("compacted", "partitions") as progress:
+        for p in partitions:
+            segments, _, batches, _ = log.partition(args.topic, p).stored()
+            made = log.compact(args.topic, [p], args.min_batches, args.lag)[p]
+            after = log.partition(args.topic, p).stored()
+            rows.append((p, len(made), sum(c.batches for c in made),
+                         sum(c.bytes for c in made), segments + batches, after[0] + after[2]))
+            progress.update(len(rows), len(partitions))
+    print_table(("PARTITION", "SEGMENTS-MADE", "BATCHES-MERGED", "BYTES", "OBJECTS-BEFORE",
+                  "OBJECTS-AFTER"), rows, args.json)
+
+
+def run_retention(args: argparse.Namespace) -> None:
+    log = open_log(args.root)
+    rows = []
+    partitions = maintained_partitions(log, args.topic, args.partition)
+    with Progress("retention applied to", "partitions") as progress:
+        for p in partitions:
+            done = log.apply_retention(args.topic, [p])[p]
+            rows.append((p, done.segments_deleted, done.bytes_deleted, done.log_start))
+            progress.update(len(rows), len(partitions))
+    print_table(("PARTITION", "SEGMENTS-DELETED", "BYTES-DELETED", "LOG-START-OFFSET"), rows,
+                 args.json)
+
+
+def run_gc(args: argparse.Namespace) -> None:
+    log = open_log(args.root)
+    report = log.gc(chain_age_s=args.chain_age, decision_age_s=args.decision_age,
+                    temp_age_s=args.temp_age)
+    print_table(("REMOVED", "OBJECTS"), [(kind, len(paths)) for kind, paths
+                                          in sorted(report.removed.items())], args.json)
+    if args.json:
+        return
+    total = sum(len(paths) for paths in report.removed.values())
+    print(f"removed {total} object{'s' if total != 1 else ''}")
+    if args.verbose:
+        for paths in report.removed.values():
+            print("\n".join(paths))

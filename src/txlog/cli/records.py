@@ -1,0 +1,235 @@
+"""``txlog produce`` and ``txlog consume``: records from standard input and to standard output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from ..partition.isolation import READ_COMMITTED, READ_UNCOMMITTED
+from .common import (CommandError, LeafParser, non_negative_int, open_log, positive_int, text,
+                     write_bytes)
+
+POLL_RECORDS = 10_000
+IDLE_SLEEP_S = 0.1
+
+
+def add_produce(commands: Any, leaf_parser: LeafParser) -> None:
+    produce = leaf_parser(
+        commands, "produce", help="write one record per line of standard input",
+        description="Read standard input and write one record per line (the line without "
+                    "its line ending is the value, as bytes; with --format json, a JSON "
+                    "object per line) with an idempotent producer, or with "
+                    "--transactional-id in one transaction. Prints how many records went "
+                    "to which offsets.")
+    produce.add_argument("topic", metavar="TOPIC", help="topic to write to")
+    keys = produce.add_mutually_exclusive_group()
+    keys.add_argument("--key", metavar="K",
+                      help="key of every record (UTF-8); records are then partitioned by "
+                           "this key, as Kafka does")
+    keys.add_argument("--key-separator", metavar="SEP",
+                      help="split each line at the first SEP into key and value")
+    produce.add_argument("--partition", metavar="P", type=non_negative_int,
+                         help="write every record to this partition (default: Kafka's "
+                              "partitioner: murmur2 of the key, sticky for null keys)")
+    produce.add_argument("--format", choices=["lines", "json"], default="lines",
+                         help="lines (default): each line is a value; json: each line is an "
+                              "object with 'value' and optional 'key', 'headers' "
+                              "([[key, value], ...]), 'partition' and 'timestamp' (ms), "
+                              "strings written as UTF-8")
+    produce.add_argument("--transactional-id", metavar="ID",
+                         help="write all records in one transaction of this transactional id, "
+                              "committed at the end of the input (aborted, with nothing "
+                              "visible, if any line fails)")
+
+
+def add_consume(commands: Any, leaf_parser: LeafParser) -> None:
+    consume = leaf_parser(
+        commands, "consume", help="print records of a topic",
+        description="Print records of a topic. Without --from-beginning, --offset or "
+                    "--from-timestamp only records written after the command starts are "
+                    "printed (as Kafka's console consumer), so combine it with --timeout-ms "
+                    "or --follow. The command stops at the end of the log (the last stable "
+                    "offset under read_committed), after --max-records, with --timeout-ms "
+                    "after that long without a new record, and with --follow only when "
+                    "interrupted.")
+    consume.add_argument("topic", metavar="TOPIC", help="topic to read")
+    consume.add_argument("--partition", metavar="P", type=non_negative_int,
+                         help="read only this partition (default: all)")
+    start = consume.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true",
+                       help="start at offset 0 instead of the current end")
+    start.add_argument("--offset", metavar="OFFSET", type=non_negative_int,
+                       help="start at OFFSET (needs --partition)")
+    start.add_argument("--from-timestamp", metavar="MS", type=non_negative_int,
+                       help="start in each partition at the first record whose timestamp is "
+                            "at least MS (milliseconds since the epoch), or at its end")
+    consume.add_argument("--isolation-level", choices=[READ_COMMITTED, READ_UNCOMMITTED],
+                         default=READ_COMMITTED,
+                         help="read_committed (default) shows committed records only; "
+                              "read_uncommitted also shows open and aborted transactions")
+    consume.add_argument("--max-records", metavar="N", type=positive_int,
+                         help="stop after printing N records")
+    waiting = consume.add_mutually_exclusive_group()
+    waiting.add_argument("--timeout-ms", metavar="MS", type=non_negative_int, default=0,
+                         help="keep waiting for new records until none arrived for MS "
+                              "milliseconds (default 0: stop at the end of the log)")
+    waiting.add_argument("--follow", action="store_true",
+                         help="keep waiting for new records until interrupted (or "
+                              "--max-records)")
+    consume.add_argument("--format", choices=["value", "json"], default="value",
+                         help="value (default): each record's value as raw bytes, one per "
+                              "line; json: one JSON object per record with partition, offset, "
+                              "timestamp, timestamp type, key, value and headers (bytes "
+                              "decoded as UTF-8, invalid bytes as backslash escapes)")
+
+
+def run_produce(args: argparse.Namespace) -> None:
+    log = open_log(args.root)
+    log.describe_topic(args.topic)  # fail before reading any input
+    if args.partition is not None:
+        log.partition(args.topic, args.partition)
+    key = None if args.key is None else args.key.encode("utf-8")
+    separator = None if args.key_separator is None else args.key_separator.encode("utf-8")
+    if separator == b"":
+        raise CommandError("--key-separator must not be empty")
+    ranges: dict[int, list[int]] = {}  # partition -> [first offset, last offset, count]
+
+    def written(meta: Any) -> None:
+        r = ranges.setdefault(meta.partition, [meta.offset, meta.offset, 0])
+        r[0], r[1], r[2] = min(r[0], meta.offset), max(r[1], meta.offset), r[2] + 1
+
+    stdin = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
+    lines: Iterable[bytes] = stdin if stdin is not None else (
+        line.encode("utf-8") for line in sys.stdin)
+    interactive = sys.stdin.isatty() and args.transactional_id is None
+    txn = args.transactional_id
+    producer = log.producer(transactional_id=txn) if txn else log.producer()
+
+    def before(number: int) -> str:
+        """What happened to the lines before a bad one, for its error message."""
+        return "nothing was produced (the transaction is aborted)" if txn else \
+            f"the {number - 1} line(s) before it were produced"
+
+    open_txn = False
+    try:
+        if txn:
+            producer.init_transactions()
+            producer.begin_transaction()
+            open_txn = True
+        for number, line in enumerate(lines, 1):
+            value = line[:-1] if line.endswith(b"\n") else line
+            if value.endswith(b"\r"):
+                value = value[:-1]
+            fields: dict[str, Any] = {"key": key, "partition": args.partition}
+            if args.format == "json":
+                fields.update(_json_record(value, number, before(number)))
+            elif separator is not None:
+                if separator not in value:
+                    raise CommandError(
+                        f"line {number} has no key separator {args.key_separator!r}; "
+                        f"{before(number)}")
+                fields["key"], fields["value"] = value.split(separator, 1)
+            else:
+                fields["value"] = value
+            producer.send(args.topic, **fields).add_callback(written)
+            if interactive:
+                producer.flush()  # a person typing expects each line to land now
+        if txn:
+            producer.commit_transaction()
+            open_txn = False
+        producer.flush()
+    except BaseException:
+        if open_txn:
+            producer.abort_transaction()
+        raise
+    finally:
+        producer.close()
+    total = sum(r[2] for r in ranges.values())
+    detail = "; ".join(f"partition {p}: offsets {r[0]}-{r[1]}" for p, r in sorted(ranges.items()))
+    print(f"produced {total} record{'s' if total != 1 else ''} to {args.topic}"
+          + (f" ({detail})" if detail else ""))
+
+
+def _json_record(line: bytes, number: int, before: str) -> dict[str, Any]:
+    """One --format json input line as send() arguments; errors name the line."""
+    try:
+        obj = json.loads(line)
+    except ValueError as exc:
+        raise CommandError(f"line {number} is not JSON ({exc}); {before}") from None
+    if not isinstance(obj, dict) or "value" not in obj:
+        raise CommandError(f"line {number} must be a JSON object with a 'value'; {before}")
+    unknown = set(obj) - {"key", "value", "headers", "partition", "timestamp"}
+    if unknown:
+        raise CommandError(f"line {number} has unknown field(s) {', '.join(sorted(unknown))} "
+                           f"(known: key, value, headers, partition, timestamp); {before}")
+
+    def raw(v: Any) -> bytes | None:
+        return v.encode("utf-8") if isinstance(v, str) else v
+
+    out: dict[str, Any] = {"value": raw(obj["value"])}
+    if obj.get("key") is not None:
+        out["key"] = raw(obj["key"])
+    if "headers" in obj:
+        try:
+            out["headers"] = [(k, raw(v)) for k, v in obj["headers"]]
+        except (TypeError, ValueError):
+            raise CommandError(f"line {number}: 'headers' must be a list of [key, value] "
+                               f"pairs; {before}") from None
+    if "partition" in obj:
+        out["partition"] = obj["partition"]
+    if "timestamp" in obj:
+        out["timestamp_ms"] = obj["timestamp"]
+    return out
+
+
+def run_consume(args: argparse.Namespace) -> None:
+    log = open_log(args.root)
+    desc = log.describe_topic(args.topic)
+    partitions = [args.partition] if args.partition is not None else range(desc.partitions)
+    consumer = log.consumer(isolation_level=args.isolation_level,
+                            auto_offset_reset="earliest" if args.from_beginning else "latest")
+    consumer.assign([(args.topic, p) for p in partitions])
+    if args.offset is not None:
+        if args.partition is None:
+            raise CommandError("--offset needs --partition (offsets are per partition)")
+        end = consumer.end_offsets()[(args.topic, args.partition)]
+        if args.offset > end:
+            raise CommandError(f"offset {args.offset} is past the end of {args.topic}-"
+                               f"{args.partition} ({end})")
+        consumer.seek(args.topic, args.partition, args.offset)
+    elif args.from_timestamp is not None:
+        found = consumer.offsets_for_times({tp: args.from_timestamp
+                                            for tp in consumer.assignment()})
+        for tp, hit in found.items():
+            if hit is None:
+                consumer.seek_to_end(tp)
+            else:
+                consumer.seek(*tp, hit.offset)
+    for tp in consumer.assignment():
+        consumer.position(*tp)  # fix the starting point now, before waiting
+    remaining = args.max_records
+    last_record = time.monotonic()
+    while remaining is None or remaining > 0:
+        records = consumer.poll(min(remaining or POLL_RECORDS, POLL_RECORDS))
+        for r in records:
+            if args.format == "json":
+                print(json.dumps({
+                    "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
+                    "timestamp_type": "LogAppendTime" if r.timestamp_type else "CreateTime",
+                    "key": text(r.key), "value": text(r.value),
+                    "headers": [[k, text(v)] for k, v in r.headers]}))
+            else:
+                write_bytes((r.value or b"") + b"\n")
+        if remaining is not None:
+            remaining -= len(records)
+        if records:
+            last_record = time.monotonic()
+            continue
+        if not args.follow and (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
+            break
+        time.sleep(IDLE_SLEEP_S)
+    consumer.close()

@@ -1,0 +1,1 @@
+"""The clients: producer (with its partitioner), consumer, and Kafka's record columns."""

@@ -1,0 +1,226 @@
+"""The consumer: manual assignment, positions, and polls over the partition's reader.
+
+Names follow kafka-python's KafkaConsumer.  ``poll`` reads each partition with
+the vectorised reader and only then turns the pieces it returns into record
+objects, without building Kafka's record columns in between.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ..errors import IllegalStateError, InvalidConfigError, OffsetOutOfRangeError
+from ..partition.isolation import READ_COMMITTED, check_isolation_level
+from .positions import read_limit
+
+if TYPE_CHECKING:
+    from ..log import Log
+    from ..partition.reader import Piece
+
+TopicPartition = tuple[str, int]
+
+
+class ConsumerRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int  # milliseconds since the epoch
+    timestamp_type: int  # 0 CreateTime, 1 LogAppendTime
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True)
+class OffsetAndTimestamp:
+    offset: int
+    timestamp: int
+
+
+class Consumer:
+    """Reads assigned partitions in offset order, committed-only by default."""
+
+    def __init__(self, log: Log, *, isolation_level: str = READ_COMMITTED,
+                 group_id: str | None = None, auto_offset_reset: str = "latest",
+                 max_poll_records: int = 500, abort_expired_transactions: bool = False) -> None:
+        check_isolation_level(isolation_level, "isolation_level")
+        if auto_offset_reset not in ("earliest", "latest", "none"):
+            raise InvalidConfigError(
+                f"auto_offset_reset must be 'earliest', 'latest' or 'none', "
+                f"not {auto_offset_reset!r}")
+        if not isinstance(max_poll_records, int) or max_poll_records < 1:
+            raise InvalidConfigError(
+                f"max_poll_records must be a positive int, not {max_poll_records!r}")
+        self.log = log
+        self.isolation_level = isolation_level
+        self.group_id = group_id
+        self.auto_offset_reset = auto_offset_reset
+        self.max_poll_records = max_poll_records
+        self.abort_expired_transactions = abort_expired_transactions
+        self._assignment: list[TopicPartition] = []
+        self._positions: dict[TopicPartition, int] = {}
+        self._next = 0  # round-robin start among assigned partitions
+        self._closed = False
+
+    # --- assignment and positions ------------------------------------------------------
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self._check_open()
+        checked = []
+        for tp in partitions:
+            topic, partition = tp
+            self.log.partition(topic, partition)  # raises for unknown topics and partitions
+            checked.append((topic, partition))
+        self._assignment = checked
+        self._positions = {tp: o for tp, o in self._positions.items() if tp in checked}
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._assignment)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the consumer is closed")
+
+    def _check_assigned(self, tp: TopicPartition) -> TopicPartition:
+        tp = (tp[0], tp[1])
+        if tp not in self._assignment:
+            raise IllegalStateError(f"partition {tp[0]}-{tp[1]} is not assigned to this consumer")
+        return tp
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        tp = self._check_assigned((topic, partition))
+        if not isinstance(offset, int) or offset < 0:
+            raise InvalidConfigError(f"seek offset must be a non-negative int, not {offset!r}")
+        self._positions[tp] = offset
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        starts = self.beginning_offsets(list(partitions or self._assignment))
+        for tp, start in starts.items():
+            self._positions[self._check_assigned(tp)] = start
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        ends = self.end_offsets(list(partitions or self._assignment))
+        for tp, end in ends.items():
+            self._positions[self._check_assigned(tp)] = end
+
+    def position(self, topic: str, partition: int) -> int:
+        tp = self._check_assigned((topic, partition))
+        if tp not in self._positions:
+            self._positions[tp] = self._initial_position(tp)
+        return self._positions[tp]
+
+    def _initial_position(self, tp: TopicPartition) -> int:
+        if self.group_id is not None:
+            committed = self.log.committed(self.group_id, [tp])
+            if tp in committed:
+                return committed[tp]
+        return self._reset_position(tp, IllegalStateError(
+            f"no committed offset for {tp[0]}-{tp[1]} and auto_offset_reset='none'"))
+
+    def _reset_position(self, tp: TopicPartition, otherwise: Exception) -> int:
+        """Where ``auto_offset_reset`` puts a partition with no usable position."""
+        if self.auto_offset_reset == "earliest":
+            return self.beginning_offsets([tp])[tp]
+        if self.auto_offset_reset == "latest":
+            return self.end_offsets([tp])[tp]
+        raise otherwise
+
+    # --- offsets ------------------------------------------------------------------------
+
+    def end_offsets(self, partitions: list[TopicPartition] | None = None
+                    ) -> dict[TopicPartition, int]:
+        """The LSO under read_committed, the log end offset otherwise (as Kafka)."""
+        return {(topic, partition): read_limit(self.log, topic, partition, self.isolation_level)
+                for topic, partition in partitions or self._assignment}
+
+    def beginning_offsets(self, partitions: list[TopicPartition] | None = None
+                          ) -> dict[TopicPartition, int]:
+        """The log start offsets: 0 until retention deletes a partition's oldest segments."""
+        return {(t, p): self.log.partition(t, p).log_start()
+                for t, p in partitions or self._assignment}
+
+    def offsets_for_times(self, timestamps: dict[TopicPartition, int]
+                          ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        result: dict[TopicPartition, OffsetAndTimestamp | None] = {}
+        for (topic, partition), ts in timestamps.items():
+            found = self.log.offsets_for_times(topic, partition, ts, self.isolation_level)
+            result[(topic, partition)] = None if found is None else OffsetAndTimestamp(*found)
+        return result
+
+    def committed(self, topic: str, partition: int) -> int | None:
+        if self.group_id is None:
+            raise IllegalStateError("committed() needs a group_id")
+        return self.log.committed(self.group_id, [(topic, partition)]).get((topic, partition))
+
+    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Commit positions (or ``offsets``) for the group, outside any transaction."""
+        if self.group_id is None:
+            raise IllegalStateError("commit() needs a group_id")
+        if offsets is None:
+            offsets = {tp: self.position(*tp) for tp in self._assignment}
+        self.log.commit_offsets(self.group_id, offsets)
+
+    # --- polling -------------------------------------------------------------------------
+
+    def poll(self, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Up to ``max_records`` records, in offset order within each partition."""
+        self._check_open()
+        budget = self.max_poll_records if max_records is None else max_records
+        out: list[ConsumerRecord] = []
+        n = len(self._assignment)
+        for i in range(n):
+            if budget <= 0:
+                break
+            tp = self._assignment[(self._next + i) % n]
+            records = self._poll_partition(tp, budget)
+            out.extend(records)
+            budget -= len(records)
+        if n:
+            self._next = (self._next + 1) % n
+        return out
+
+    def _poll_partition(self, tp: TopicPartition, budget: int) -> list[ConsumerRecord]:
+        topic, partition = tp
+        if self.abort_expired_transactions:
+            self.log.coordinator.abort_expired_in(topic, partition)
+        records: list[ConsumerRecord] = []
+        while budget > 0:
+            start = self.position(topic, partition)
+            try:
+                pieces, next_position = self.log.partition(topic, partition).read(
+                    start, start + budget, self.isolation_level)
+            except OffsetOutOfRangeError as exc:
+                # Kafka's consumer: a position retention deleted (or past the end)
+                # is reset by auto_offset_reset; with 'none' the error surfaces.
+                self._positions[tp] = self._reset_position(tp, exc)
+                continue
+            self._positions[tp] = next_position
+            rows = _rows(topic, partition, pieces)
+            records.extend(rows)
+            budget -= len(rows)
+            if next_position == start or rows:
+                break  # nothing more to read, or a chunk delivered
+        return records
+
+    def close(self) -> None:
+        self._closed = True
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _rows(topic: str, partition: int, pieces: list[Piece]) -> list[ConsumerRecord]:
+    out: list[ConsumerRecord] = []
+    for piece in pieces:
+        cols = piece.records.to_pydict()
+        out.extend(
+            ConsumerRecord(topic, partition, offset, ts, piece.timestamp_type, key, value,
+                           [(h["key"], h["value"]) for h in headers])
+            for offset, ts, key, value, headers in zip(
+                piece.offsets.to_pylist(), piece.timestamps.to_pylist(), cols["key"],
+                cols["value"], cols["headers"], strict=True))
+    return out

@@ -1,0 +1,104 @@
+"""Positions in a partition as a reader sees them: bounds, read limits, offsets by time.
+
+Shared by the consumer, ``Log.offsets_for_times``, the ``txlog`` command and
+the Spark source, so that "earliest", "latest", a timestamp or the LSO mean
+the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..partition.isolation import READ_COMMITTED, READ_UNCOMMITTED, visible_end
+
+if TYPE_CHECKING:
+    from ..log import Log
+    from ..partition.partition_log import PartitionLog
+    from ..partition.producer_state import ProducerState
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PartitionBounds:
+    """What one partition holds now: its log start, last stable offset and log end."""
+
+    topic: str
+    partition: int
+    topic_id: str
+    log_start: int
+    stable: int
+    end: int
+
+    def limit(self, isolation_level: str) -> int:
+        """How far a reader at ``isolation_level`` may read: the LSO or the log end."""
+        return visible_end(isolation_level, self.end, lambda: self.stable)
+
+
+def bounds(log: Log, topic: str, partition: int) -> PartitionBounds:
+    part = log.partition(topic, partition)
+    state = part.state()
+    return PartitionBounds(topic, partition, part.topic_id, part.log_start(),
+                           part.last_stable_offset(state), state.end_offset)
+
+
+def end_expired_transactions(log: Log, partitions: list[tuple[str, int]]) -> None:
+    """End the expired transactions that hold back these partitions' LSO.
+
+    A transaction whose producer died holds every read_committed reader
+    until its timeout (a shared one: its lease) has passed and some process
+    aborts it.  Producers of the partition do that, but a topic nobody
+    writes to any more would stay held, so readers may do it too: aborting
+    an expired transaction is allowed to any process (docs/protocol.md 4.9),
+    and decided ones are only rolled forward.  A reader that may not write
+    to the log only logs what holds it.
+    """
+    for topic, partition in partitions:
+        part = log.partition(topic, partition)
+        state = part.state()
+        if part.last_stable_offset(state) >= state.end_offset:
+            continue  # nothing undecided holds it: the common case costs no request
+        try:
+            log.coordinator.abort_expired_in(topic, partition)
+        except PermissionError as exc:
+            logger.warning("%s-%d: its last stable offset is held by an open transaction, and "
+                           "this reader may not write to the log to end it if it has expired "
+                           "(%s)", topic, partition, exc)
+
+
+def _partition_limit(part: PartitionLog, state: ProducerState, isolation_level: str) -> int:
+    return visible_end(isolation_level, state.end_offset, lambda: part.last_stable_offset(state))
+
+
+def read_limit(log: Log, topic: str, partition: int, isolation_level: str) -> int:
+    """The offset a reader at ``isolation_level`` reads up to (exclusive) right now."""
+    part = log.partition(topic, partition)
+    return _partition_limit(part, part.state(), isolation_level)
+
+
+def offset_for_timestamp(log: Log, topic: str, partition: int, timestamp_ms: int,
+                         isolation_level: str = READ_COMMITTED) -> tuple[int, int] | None:
+    """Earliest (offset, timestamp) whose timestamp is >= ``timestamp_ms``, or None.
+
+    Kafka's ListOffsets by time: the first batch whose max timestamp reaches
+    the target below the reader's cap is found with the segments' time
+    indexes, then the headers of the batch objects after them; only that
+    batch is decoded and searched, as written (aborted records included).
+    """
+    part = log.partition(topic, partition)
+    state = part.state()
+    limit = _partition_limit(part, state, isolation_level)
+    base = part.first_batch_reaching(timestamp_ms, limit)
+    if base is None:
+        return None
+    pieces, _ = part.read(base, min(part.header(base).next_offset, limit), READ_UNCOMMITTED)
+    for piece in pieces:
+        hits = np.flatnonzero(piece.timestamps.to_numpy() >= timestamp_ms)
+        if len(hits):
+            i = int(hits[0])
+            return int(piece.offsets[i].as_py()), int(piece.timestamps[i].as_py())
+    return None

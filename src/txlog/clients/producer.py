@@ -1,0 +1,599 @@
+"""The producer: batching, Kafka's partitioner, idempotence and transactions.
+
+Names follow kafka-python.  There is no background sender thread: records
+accumulate per partition and a batch is published when it reaches
+``batch_size``, when it is older than ``linger_ms`` at the next ``send``, on
+``flush()``, or when a caller waits on one of its futures.  Nothing is ever
+published behind the caller's back, which keeps transaction boundaries exact.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from enum import Enum
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import clock
+from ..format.batch import (HEADER_TYPE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
+                            RECORD_SCHEMA, TRANSACTIONAL_BIT, BatchHeader, compression_attribute,
+                            encode_records)
+from ..transactions.coordinator import plain_decision_id
+from ..errors import (IllegalStateError, InvalidConfigError, InvalidProducerEpochError,
+                      InvalidTxnStateError, OutOfOrderSequenceError, ProducerFencedError,
+                      TransactionAbortedError, TxlogError)
+from ..storage.names import validate_name
+from .accumulator import (RECORD_OVERHEAD, FutureRecordMetadata, Pending, RecordMetadata,
+                          as_bytes, normalise_table)
+from .partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
+
+if TYPE_CHECKING:
+    from ..transactions.coordinator import TransactionMember
+    from ..log import Log
+    from ..partition.partition_log import AppendResult
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZE = 1 << 20  # bytes; each batch is one object, so larger than Kafka's 16 KiB
+DEFAULT_LINGER_MS = 5
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+# How often a producer looks for expired or decided-but-unfinished transactions
+# holding back a partition it writes to (there is no coordinator timer).
+EXPIRY_CHECK_INTERVAL_S = 1.0
+# Append failures that are raised before anything is published: the batch is
+# certainly not in the log, so its sequence may be used again.
+DEFINITIVE_REJECTIONS = (OutOfOrderSequenceError, InvalidProducerEpochError, InvalidTxnStateError,
+                         InvalidConfigError)
+
+
+class ClientState(Enum):
+    """Where a producer is in its transactional life (Kafka's TransactionManager.State).
+
+    One value instead of a flag per question, so that every method asks the
+    same thing the same way and a transition the table below does not allow
+    is a bug found at once rather than a state nobody thought of.  The error
+    that poisons a producer (a fence, a failed batch of a transaction) is
+    kept beside it in ``Producer._fatal``, as Kafka keeps ``lastError``.
+    """
+
+    UNINITIALIZED = "Uninitialized"  # transactional, before init_transactions()
+    READY = "Ready"  # may begin a transaction (a producer without a transactional id: always)
+    IN_TRANSACTION = "InTransaction"
+    PREPARED = "Prepared"  # handed to a shared transaction's coordinator: init again first
+    CLOSED = "Closed"
+
+
+_S = ClientState
+_TRANSITIONS: dict[ClientState, frozenset[ClientState]] = {
+    _S.UNINITIALIZED: frozenset({_S.READY, _S.CLOSED}),
+    _S.READY: frozenset({_S.READY, _S.IN_TRANSACTION, _S.CLOSED}),
+    _S.IN_TRANSACTION: frozenset({_S.READY, _S.PREPARED, _S.CLOSED}),
+    _S.PREPARED: frozenset({_S.READY, _S.CLOSED}),
+    _S.CLOSED: frozenset(),
+}
+
+
+class SentBatch(NamedTuple):
+    """One batch written by ``send_table``."""
+
+    partition: int
+    base_offset: int
+    last_offset: int
+
+
+class Producer:
+    """Kafka-style producer over a Log (see kafka-python's KafkaProducer).
+
+    Unlike Kafka's, one instance is not meant to be shared between threads:
+    without a sender thread, batches are published by the calling thread, so
+    give each thread its own producer (they may share the Log).
+    """
+
+    def __init__(self, log: Log, *, enable_idempotence: bool = True,
+                 transactional_id: str | None = None,
+                 transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+                 batch_size: int = DEFAULT_BATCH_SIZE, linger_ms: int = DEFAULT_LINGER_MS,
+                 compression: str | None = None,
+                 key_serializer: Callable[[Any], bytes] | None = None,
+                 value_serializer: Callable[[Any], bytes] | None = None,
+                 compression_type: str | None = None) -> None:
+        self.log = log
+        if compression_type is not None:  # kafka-python's name for the same option
+            compression = compression_type
+        self._compression = None if compression == "none" else compression
+        self._compression_bits = compression_attribute(compression)
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidConfigError(f"batch_size must be a positive integer, not {batch_size!r}")
+        if not isinstance(linger_ms, (int, float)) or linger_ms < 0:
+            raise InvalidConfigError(f"linger_ms must be >= 0, not {linger_ms!r}")
+        if transactional_id is not None:
+            validate_name(transactional_id, "transactional id")
+            if not enable_idempotence:
+                raise InvalidConfigError(
+                    "a transactional producer needs enable_idempotence=True")
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.enable_idempotence = enable_idempotence
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self._key_serializer = key_serializer
+        self._value_serializer = value_serializer
+        self._partitioner = StickyPartitioner()
+        self._pending: dict[tuple[str, int], Pending] = {}
+        self._sequences: dict[tuple[str, int], int] = {}
+        self._producer_id = NO_PRODUCER_ID
+        self._epoch = NO_PRODUCER_EPOCH
+        self._fatal: BaseException | None = None
+        self._needs_new_id = False  # set when a batch's outcome is unknown
+        # transactions
+        self._state = _S.READY if transactional_id is None else _S.UNINITIALIZED
+        self._decision_id = ""
+        self._txn_partitions: set[tuple[str, int]] = set()
+        self._txn_has_offsets = False
+        self._expiry_checked: dict[tuple[str, int], float] = {}
+        if enable_idempotence and transactional_id is None:
+            self._producer_id = log.producer_ids.next_id()
+            self._epoch = 0
+
+    # --- introspection -------------------------------------------------------------
+
+    @property
+    def producer_id(self) -> int:
+        return self._producer_id
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def partitions_for(self, topic: str) -> set[int]:
+        return set(range(self.log.describe_topic(topic).partitions))
+
+    # --- sending -----------------------------------------------------------------------
+
+    def _transition(self, state: ClientState) -> None:
+        if state not in _TRANSITIONS[self._state]:
+            raise IllegalStateError(f"producer {self.transactional_id!r}: no transition from "
+                                    f"{self._state.value} to {state.value}")
+        self._state = state
+
+    def _check_usable(self) -> None:
+        if self._state is _S.CLOSED:
+            raise IllegalStateError("the producer is closed")
+        if self._fatal is not None:
+            raise self._fatal
+        if self.transactional_id is not None:
+            if self._state in (_S.UNINITIALIZED, _S.PREPARED):
+                raise IllegalStateError(
+                    f"transactional producer {self.transactional_id!r}: call init_transactions() "
+                    "first")
+
+    def _check_can_send(self, what: str) -> None:
+        self._check_usable()
+        if self.transactional_id is not None and self._state is not _S.IN_TRANSACTION:
+            raise IllegalStateError(
+                f"transactional producer {self.transactional_id!r}: {what} outside a "
+                "transaction; call begin_transaction() first")
+        if self._state is _S.PREPARED:
+            raise IllegalStateError("the transaction was handed to its coordinator; "
+                                    "no more records may join it")
+
+    def _join_partitions(self, tps: list[tuple[str, int]]) -> None:
+        """AddPartitionsToTxn before any byte reaches a partition, so that whoever
+        ends or fences this transaction knows to mark it."""
+        new = [tp for tp in tps if tp not in self._txn_partitions]
+        if self.transactional_id is not None and new:
+            self.log.coordinator.add_partitions(self._member(), new)
+            self._txn_partitions.update(new)
+
+    def send(self, topic: str, value: Any = None, key: Any = None,
+             partition: int | None = None, headers: list[tuple[str, bytes]] | None = None,
+             timestamp_ms: int | None = None) -> FutureRecordMetadata:
+        self._check_can_send("send()")
+        if self._key_serializer is not None and key is not None:
+            key = self._key_serializer(key)
+        if self._value_serializer is not None and value is not None:
+            value = self._value_serializer(value)
+        key = as_bytes(key, "key")
+        value = as_bytes(value, "value")
+        num_partitions = self._partition_count(topic, partition)
+        if partition is None:
+            partition = partition_for_key(key, num_partitions) if key is not None \
+                else self._partitioner.partition(topic, num_partitions)
+        elif not isinstance(partition, int) or not 0 <= partition < num_partitions:
+            raise InvalidConfigError(
+                f"topic {topic!r} has partitions 0 to {num_partitions - 1}; "
+                f"cannot send to partition {partition!r}")
+        if timestamp_ms is None:
+            timestamp_ms = clock.now_ms()
+        elif not isinstance(timestamp_ms, int) or timestamp_ms < 0:
+            raise InvalidConfigError(f"timestamp_ms must be a non-negative int, "
+                                     f"not {timestamp_ms!r}")
+        header_list = []
+        for item in headers or ():
+            hkey, hvalue = item
+            if not isinstance(hkey, str):
+                raise TypeError(f"header keys must be str, got {type(hkey).__name__}")
+            header_list.append({"key": hkey, "value": as_bytes(hvalue, "header value")})
+        tp = (topic, partition)
+        self._join_partitions([tp])
+        pending = self._pending.get(tp)
+        if pending is None:
+            pending = self._pending[tp] = Pending(created=time.monotonic())
+        future = FutureRecordMetadata(self, topic, partition)
+        pending.keys.append(key)
+        pending.values.append(value)
+        pending.timestamps.append(timestamp_ms)
+        pending.headers.append(header_list)
+        pending.futures.append(future)
+        pending.size += RECORD_OVERHEAD + len(key or b"") + len(value or b"") + sum(
+            len(h["key"]) + len(h["value"] or b"") for h in header_list)
+        if pending.size >= self.batch_size:
+            self._drain(tp)
+        elif self.linger_ms == 0:
+            self._drain(tp)
+        else:
+            self._drain_lingering()
+        return future
+
+    def send_table(self, topic: str, table: pa.Table | pa.RecordBatch,
+                   partition: int | None = None) -> list[SentBatch]:
+        """Send a whole Arrow table: the bulk path of the Spark writer.
+
+        Columns: ``value`` (binary or string, required, may be null), and
+        optionally ``key`` (binary or string), ``headers``
+        (list<struct<key string, value binary>>), ``timestamp`` (int64 ms or
+        any Arrow timestamp; null means now) and ``partition`` (int32/int64;
+        null lets the partitioner choose).  ``partition`` as an argument sends
+        every row there.  Keyed rows go where Kafka's partitioner puts them,
+        null keys stick to one partition per batch's worth of bytes (KIP-480).
+        Rows are grouped per partition keeping their order, cut into batches
+        of ``batch_size`` bytes and published one by one through the same path
+        as ``send`` (records pending from ``send`` for a partition go first).
+        Returns ``(partition, base offset, last offset)`` of each batch
+        written.  If a batch fails, the exception propagates and later batches
+        are not sent; batches before it stay written unless the producer is
+        transactional and the transaction is aborted.
+        """
+        self._check_can_send("send_table()")
+        records, chosen, sizes = normalise_table(table, clock.now_ms())
+        highest = partition if partition is not None else \
+            int(chosen.max()) if chosen is not None and len(chosen) else None
+        num_partitions = self._partition_count(topic, highest)
+        n = records.num_rows
+        if n == 0:
+            return []
+        if partition is not None:
+            if not isinstance(partition, int) or isinstance(partition, bool) or \
+                    not 0 <= partition < num_partitions:
+                raise InvalidConfigError(
+                    f"topic {topic!r} has partitions 0 to {num_partitions - 1}; "
+                    f"cannot send to partition {partition!r}")
+            parts = np.full(n, partition, dtype=np.int32)
+        else:
+            parts = partitions_for_keys(records.column("key"), num_partitions)
+            if chosen is not None:
+                given = chosen >= 0
+                bad = given & (chosen >= num_partitions)
+                if bad.any():
+                    raise InvalidConfigError(
+                        f"topic {topic!r} has partitions 0 to {num_partitions - 1}; row "
+                        f"{int(np.argmax(bad))} asks for partition {int(chosen[bad][0])}")
+                parts = np.where(given, chosen, parts).astype(np.int32)
+            unkeyed = np.flatnonzero(parts < 0)
+            if len(unkeyed):
+                parts[unkeyed] = self._sticky_partitions(topic, num_partitions, sizes[unkeyed])
+        order = np.argsort(parts, kind="stable")  # per partition, rows keep their input order
+        sorted_parts = parts[order]
+        bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
+        groups = [(int(sorted_parts[lo]), order[lo:hi])
+                  for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, n], strict=True)]
+        self._join_partitions([(topic, p) for p, _ in groups])
+        sent: list[SentBatch] = []
+        for p, rows in groups:
+            tp = (topic, p)
+            self._drain(tp)  # records sent before, to this partition, go first
+            part_records = records.take(pa.array(rows))
+            row_sizes = sizes[rows]
+            starts = np.cumsum(row_sizes) - row_sizes
+            batch_ids = starts // self.batch_size
+            cuts = np.flatnonzero(np.diff(batch_ids)) + 1
+            for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(rows)], strict=True):
+                batch = part_records.slice(int(lo), int(hi - lo))
+                low, high = pc.min_max(batch.column("timestamp")).values()
+                result = self._publish_batch(tp, batch, low.as_py(), high.as_py())
+                sent.append(SentBatch(p, result.base_offset, result.last_offset))
+        return sent
+
+    def _partition_count(self, topic: str, wanted: object = None) -> int:
+        """The topic's partition count, looked up again when ``wanted`` is past the cached
+        one (a partition added since, as a Kafka producer refreshes its metadata)."""
+        count = self.log.describe_topic(topic).partitions
+        if isinstance(wanted, int) and wanted >= count:
+            count = self.log.describe_topic(topic, refresh=True).partitions
+        return count
+
+    def _sticky_partitions(self, topic: str, num_partitions: int,
+                           sizes: np.ndarray) -> np.ndarray:
+        """KIP-480 for a bulk send: unkeyed rows fill one partition per batch's worth of
+        bytes, then move on, as ``send`` would with one record at a time."""
+        chunk = (np.cumsum(sizes) - sizes) // self.batch_size
+        out = np.empty(len(sizes), dtype=np.int32)
+        bounds = np.flatnonzero(np.diff(chunk)) + 1
+        for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(sizes)], strict=True):
+            p = self._partitioner.partition(topic, num_partitions)
+            out[lo:hi] = p
+            self._partitioner.batch_sent(topic, p, num_partitions)
+        return out
+
+    def _drain_lingering(self) -> None:
+        now = time.monotonic()
+        for tp, pending in list(self._pending.items()):
+            if (now - pending.created) * 1000 >= self.linger_ms:
+                self._drain(tp)
+
+    def _drain(self, tp: tuple[str, int]) -> None:
+        pending = self._pending.pop(tp, None)
+        if pending is None:
+            return
+        topic, partition = tp
+        try:
+            table = pa.Table.from_arrays([
+                pa.array(pending.keys, pa.binary()),
+                pa.array(pending.values, pa.binary()),
+                pa.array(pending.timestamps, pa.int64()),
+                pa.array(pending.headers, HEADER_TYPE),
+            ], schema=RECORD_SCHEMA)
+            result = self._publish_batch(tp, table, min(pending.timestamps),
+                                         max(pending.timestamps))
+        except BaseException as exc:
+            for f in pending.futures:
+                f._fail(exc)
+            raise
+        for i, f in enumerate(pending.futures):
+            timestamp = result.log_append_time if result.log_append_time >= 0 \
+                else pending.timestamps[i]
+            f._resolve(RecordMetadata(topic, partition, result.base_offset + i, timestamp))
+
+    def _publish_batch(self, tp: tuple[str, int], records: pa.Table, base_timestamp: int,
+                       max_timestamp: int) -> AppendResult:
+        """Publish one batch of ``records`` (RECORD_SCHEMA) to ``tp``: the one write path.
+
+        Every way of sending ends here, so sequences, idempotence, transactions,
+        max.message.bytes, LogAppendTime and the outcome-unknown rule hold alike.
+        """
+        topic, partition = tp
+        if self._needs_new_id:
+            # A batch of the old id may have landed: its sequences are never reused.
+            self._producer_id = self.log.producer_ids.next_id()
+            self._epoch = 0
+            self._sequences.clear()
+            self._needs_new_id = False
+        payload = encode_records(records, self._compression)
+        desc = self.log.describe_topic(topic)
+        max_bytes = desc.config.get("max.message.bytes")
+        if max_bytes is not None and len(payload) > max_bytes:
+            raise InvalidConfigError(
+                f"batch of {len(payload)} bytes for {topic}-{partition} exceeds the topic's "
+                f"max.message.bytes={max_bytes}")
+        log_append = desc.config.get("message.timestamp.type") == "LogAppendTime"
+        part = self.log.partition(topic, partition)
+        count = records.num_rows
+        sequence = self._sequences.get(tp, 0) if self.enable_idempotence else NO_SEQUENCE
+        attributes = self._compression_bits
+        if self.transactional_id is not None:
+            attributes |= TRANSACTIONAL_BIT
+        header = BatchHeader(
+            base_offset=0, record_count=count, attributes=attributes,
+            base_timestamp=base_timestamp, max_timestamp=max_timestamp,
+            producer_id=self._producer_id, producer_epoch=self._epoch,
+            base_sequence=sequence, decision_id=self._decision_id,
+            transactional_id=self.transactional_id or "")
+        try:
+            result = part.append(header, payload, log_append)
+        except BaseException as exc:
+            self._append_failed(tp, exc)
+            raise
+        if self.enable_idempotence:
+            self._sequences[tp] = (sequence + count) & 0x7FFFFFFF
+        self._partitioner.batch_sent(topic, partition, desc.partitions)
+        self._maybe_abort_expired(tp)
+        return result
+
+    def _append_failed(self, tp: tuple[str, int], exc: BaseException) -> None:
+        """Decide what a failed append means for the batches that follow it.
+
+        A validation error is raised before anything is published, so the
+        producer may go on as it was.  Any other failure, whatever its type,
+        may come after the object was created: reusing the batch's sequence
+        for other records would make them look like a duplicate of it and
+        drop them (Kafka bumps the epoch or fails the producer for the same
+        reason).  An idempotent producer therefore takes a new producer id
+        before its next batch; a transactional one cannot commit this
+        transaction and must abort it (which bumps its epoch) or re-initialise.
+        """
+        if isinstance(exc, ProducerFencedError):
+            self._fatal = exc
+            return
+        if self.transactional_id is not None:
+            if isinstance(exc, TxlogError):
+                self._fatal = exc
+            else:
+                fatal = TransactionAbortedError(
+                    f"transaction of {self.transactional_id!r}: a batch for {tp[0]}-{tp[1]} "
+                    f"failed with {type(exc).__name__} ({exc}) and may or may not have been "
+                    "written; call abort_transaction()")
+                fatal.__cause__ = exc
+                self._fatal = fatal
+            return
+        if isinstance(exc, DEFINITIVE_REJECTIONS) or not self.enable_idempotence:
+            return
+        self._needs_new_id = True
+        self._sequences.clear()
+        logger.warning("producer %d: a batch for %s-%d ended with %s (%s); its outcome is "
+                       "unknown, so the next batch uses a new producer id", self._producer_id,
+                       tp[0], tp[1], type(exc).__name__, exc)
+
+    def _maybe_abort_expired(self, tp: tuple[str, int]) -> None:
+        """Abort other producers' expired transactions in ``tp``, at most once a second.
+
+        Kafka's coordinator aborts them on a timer; with no server, the
+        processes that write to a partition take that duty, so a dead
+        producer cannot hold the LSO back for longer than its timeout.
+        """
+        now = time.monotonic()
+        if now - self._expiry_checked.get(tp, 0.0) < EXPIRY_CHECK_INTERVAL_S:
+            return
+        self._expiry_checked[tp] = now
+        self.log.coordinator.abort_expired_in(*tp)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Publish every pending batch; raises the first error a batch met."""
+        first_error: BaseException | None = None
+        for tp in list(self._pending):
+            try:
+                self._drain(tp)
+            except BaseException as exc:  # keep draining the others, report the first
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush and close.  An open transaction is left for its coordinator (or timeout)."""
+        if self._state is _S.CLOSED:
+            return
+        try:
+            if self._fatal is None and not (self.transactional_id
+                                            and self._state is _S.IN_TRANSACTION):
+                self.flush()
+        finally:
+            self._transition(_S.CLOSED)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- transactions --------------------------------------------------------------------
+
+    def _require_transactional(self) -> str:
+        if self.transactional_id is None:
+            raise IllegalStateError(
+                "this producer has no transactional_id; create it with "
+                "log.producer(transactional_id=...)")
+        return self.transactional_id
+
+    def _member(self) -> TransactionMember:
+        from ..transactions.coordinator import TransactionMember
+
+        return TransactionMember(self._require_transactional(), self._producer_id, self._epoch,
+                                 self._decision_id, sorted(self._txn_partitions))
+
+    def init_transactions(self) -> None:
+        """InitProducerId: fence older instances, abort or finish their transaction."""
+        txn_id = self._require_transactional()
+        if self._state is _S.CLOSED:
+            raise IllegalStateError("the producer is closed")
+        if self._state is _S.IN_TRANSACTION:
+            raise IllegalStateError("init_transactions() during a transaction")
+        self._producer_id, self._epoch = self.log.coordinator.init_producer_id(
+            txn_id, self.transaction_timeout_ms)
+        self._sequences.clear()
+        self._transition(_S.READY)
+        self._fatal = None
+
+    def begin_transaction(self, decision_id: str | None = None) -> None:
+        """Start a transaction; ``decision_id`` joins a multi-producer transaction."""
+        self._require_transactional()
+        self._check_usable()
+        if self._state is _S.IN_TRANSACTION:
+            raise IllegalStateError("a transaction is already in progress")
+        if decision_id is not None:
+            validate_name(decision_id, "decision id")
+        self._decision_id = decision_id or self._plain_decision_id()
+        self._txn_partitions = set()
+        self._txn_has_offsets = False
+        self._transition(_S.IN_TRANSACTION)
+
+    def _check_in_transaction(self, what: str) -> None:
+        self._require_transactional()
+        self._check_usable()
+        if self._state is not _S.IN_TRANSACTION:
+            raise IllegalStateError(f"{what} outside a transaction; call begin_transaction()")
+
+    def send_offsets_to_transaction(self, offsets: dict[tuple[str, int], int],
+                                    group_id: str) -> None:
+        """AddOffsetsToTxn + TxnOffsetCommit: offsets visible only if the transaction commits."""
+        self._check_in_transaction("send_offsets_to_transaction()")
+        self.log.coordinator.add_offsets(self._member(), group_id, offsets)
+        self._txn_has_offsets = True
+
+    def _end(self, commit: bool) -> None:
+        member = self._member()
+        self._transition(_S.READY)
+        try:
+            if not self._txn_partitions and not self._txn_has_offsets:
+                return  # nothing joined the transaction: nothing to decide
+            self._producer_id, self._epoch = self.log.coordinator.end_transaction(member, commit)
+            self._sequences.clear()
+        except ProducerFencedError as exc:
+            self._fatal = exc
+            raise
+
+    def _plain_decision_id(self) -> str:
+        return plain_decision_id(self._producer_id, self._epoch)
+
+    def _is_shared(self) -> bool:
+        return self._decision_id != self._plain_decision_id()
+
+    def commit_transaction(self) -> None:
+        self._check_in_transaction("commit_transaction()")
+        if self._is_shared():
+            raise IllegalStateError(
+                f"producer {self.transactional_id!r} is a member of shared transaction "
+                f"{self._decision_id!r}: call prepare_transaction() and let the coordinator run "
+                "log.coordinator.end_shared_transaction(); a member cannot commit alone")
+        try:
+            self.flush()
+        except BaseException as exc:
+            if isinstance(exc, ProducerFencedError):
+                self._transition(_S.READY)
+                raise
+            raise TransactionAbortedError(
+                f"transaction of {self.transactional_id!r} cannot commit: a batch failed "
+                f"({exc}); call abort_transaction()") from exc
+        self._end(commit=True)
+
+    def abort_transaction(self) -> None:
+        self._require_transactional()
+        if self._state is _S.CLOSED:
+            raise IllegalStateError("the producer is closed")
+        if self._fatal is not None and isinstance(self._fatal, ProducerFencedError):
+            raise self._fatal
+        if self._state is not _S.IN_TRANSACTION:
+            raise IllegalStateError("abort_transaction() outside a transaction")
+        aborted = TransactionAbortedError(f"transaction of {self.transactional_id!r} aborted")
+        for pending in self._pending.values():
+            for f in pending.futures:
+                f._fail(aborted)
+        self._pending.clear()
+        self._fatal = None
+        self._end(commit=False)
+
+    def prepare_transaction(self) -> TransactionMember:
+        """Flush and hand this producer's part of a shared transaction to its coordinator.
+
+        For multi-producer transactions (a Spark job's tasks): the returned
+        member goes to whoever runs ``log.coordinator.end_shared_transaction``.
+        """
+        self._check_in_transaction("prepare_transaction()")
+        self.flush()
+        # The coordinator bumps this id's epoch when it ends the shared
+        # transaction, so this instance cannot go on without a new InitProducerId.
+        self._transition(_S.PREPARED)
+        return self._member()

@@ -1,0 +1,219 @@
+"""A transaction shared by many producers in many processes: one decision for all.
+
+Kafka ties a transaction to one producer, which is why a Spark job (whose
+tasks run in many processes) could never write to Kafka exactly once.  Here
+every participant opens its own transactional producer and joins one
+decision id; whoever ends the job publishes a single decision that commits
+exactly the members it was handed.  This module holds the rules of such a
+job, so that the Spark layer only maps Spark's calls onto them:
+
+* the decision id is fresh for every job (``<prefix>.<random>``), so a
+  decision can never be re-used by accident;
+* each participant attempt has its own transactional id
+  (``<prefix>-<key>``), so fencing one attempt never touches another;
+* attempts that never reached the decision (failed, killed, speculative
+  losers) are ended by whoever ends the job, and transactions left open by
+  an earlier job with the same prefix are ended when the next one starts,
+  so no partition's LSO stays stuck;
+* a running participant keeps the job's lease fresh, and members of a
+  shared transaction time out only when the lease has gone stale, so a job
+  longer than its timeout still commits while one whose driver died is
+  aborted after the timeout (docs/spark.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..transactions.coordinator import Decision, TransactionMember, TxnState
+from ..errors import CommittedButIncompleteError, InvalidConfigError, TransactionAbortedError
+from ..storage.names import validate_name
+
+if TYPE_CHECKING:
+    from ..log import Log
+    from ..clients.producer import Producer
+
+logger = logging.getLogger(__name__)
+
+# Transactional ids and decision ids also travel in batch headers (at most
+# 255 bytes there), so a prefix leaves room for what is appended to it.
+MAX_PREFIX_LENGTH = 200
+# Rolling a standing COMMIT forward is retried this often, waiting 0.1 s, then
+# twice as long each time (about 6 s in all), before the job is told it failed.
+COMPLETE_ATTEMPTS = 7
+COMPLETE_FIRST_BACKOFF_S = 0.1
+
+
+def check_prefix(prefix: str) -> str:
+    validate_name(prefix, "transactional.id.prefix")
+    if len(prefix) > MAX_PREFIX_LENGTH:
+        raise InvalidConfigError(
+            f"transactional.id.prefix {prefix[:20]!r}... is {len(prefix)} characters; at most "
+            f"{MAX_PREFIX_LENGTH} are allowed")
+    return prefix
+
+
+@dataclass(frozen=True)
+class SharedTransaction:
+    """Identity of one job's transaction: small and picklable, it travels to every task."""
+
+    prefix: str
+    decision_id: str
+    timeout_ms: int
+
+    @classmethod
+    def start(cls, log: Log, prefix: str, timeout_ms: int) -> SharedTransaction:
+        """A new job: a fresh decision id; leftovers of earlier jobs of ``prefix`` are ended."""
+        check_prefix(prefix)
+        job = cls(prefix, f"{prefix}.{uuid.uuid4().hex}", timeout_ms)
+        job.end_leftovers(log)
+        log.coordinator.renew_lease(job.decision_id)
+        return job
+
+    def transactional_id(self, key: str) -> str:
+        return f"{self.prefix}-{key}"
+
+    def join(self, log: Log, key: str, **producer_config: object) -> Producer:
+        """A transactional producer for participant ``key``, inside this job's transaction."""
+        producer = log.producer(transactional_id=self.transactional_id(key),
+                                transaction_timeout_ms=self.timeout_ms, **producer_config)
+        producer.init_transactions()
+        producer.begin_transaction(self.decision_id)
+        return producer
+
+    @contextmanager
+    def keep_alive(self, log: Log) -> Iterator[None]:
+        """Renew the job's lease while the body runs (a participant at work)."""
+        stop = threading.Event()
+        interval = max(self.timeout_ms / 4000, 0.05)
+
+        def renew() -> None:
+            while not stop.wait(interval):
+                try:
+                    log.coordinator.renew_lease(self.decision_id)
+                except Exception:  # a missed renewal only shortens the lease
+                    logger.warning("renewing the lease of %s failed", self.decision_id,
+                                   exc_info=True)
+
+        log.coordinator.renew_lease(self.decision_id)
+        thread = threading.Thread(target=renew, name=f"txlog-lease-{self.decision_id}",
+                                  daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def commit(self, log: Log, members: list[TransactionMember]) -> Decision:
+        """Commit exactly ``members``; raises unless every one of them is committed.
+
+        Once the COMMIT decision stands the records are committed, whatever
+        fails afterwards: a failure while rolling it forward (markers, group
+        offsets) is retried with backoff rather than reported as a failed
+        job, which a user would run again and so duplicate.  Should it keep
+        failing, the error says the records are committed.
+        """
+        delay = COMPLETE_FIRST_BACKOFF_S
+        for attempt in range(1, COMPLETE_ATTEMPTS + 1):
+            try:
+                decision = log.coordinator.end_shared_transaction(self.decision_id, members, True)
+                self.end_orphans(log)
+                break
+            except TransactionAbortedError:
+                raise  # DecisionConflictError among them: nothing is committed
+            except Exception as exc:
+                if not self._commit_stands(log, members):
+                    raise  # undecided, or unknowable: the caller's failure, as before
+                if attempt == COMPLETE_ATTEMPTS:
+                    raise CommittedButIncompleteError(
+                        f"the job's records are COMMITTED and must not be written again: the "
+                        f"COMMIT decision of job transaction {self.decision_id!r} stands, but "
+                        f"completing it failed {attempt} times ({type(exc).__name__}: {exc}). "
+                        "Readers see them once any process rolls the transaction forward "
+                        "(a read_committed reader, a producer of the partition, `txlog "
+                        "transactions abort-expired`, the next job of the prefix).",
+                        self.decision_id) from exc
+                logger.warning("job transaction %s is committed; completing it failed (%s), "
+                               "retrying in %.1f s", self.decision_id, exc, delay)
+                time.sleep(delay)
+                delay *= 2
+        if not decision.commit:
+            raise TransactionAbortedError(
+                f"job transaction {self.decision_id!r} was aborted before it could commit "
+                f"({decision.reason or 'aborted'})")
+        return decision
+
+    def _commit_stands(self, log: Log, members: list[TransactionMember]) -> bool:
+        try:
+            decision = log.coordinator.decision(self.decision_id)
+        except Exception:
+            return False
+        return decision is not None and \
+            all(decision.commits(m.producer_id, m.epoch) for m in members)
+
+    def abort(self, log: Log, members: list[TransactionMember]) -> Decision:
+        """Abort the job (a no-op answer if its commit already stands)."""
+        decision = log.coordinator.end_shared_transaction(self.decision_id, members, False)
+        self.end_orphans(log)
+        return decision
+
+    def _own_ids(self, log: Log) -> list[str]:
+        head = f"{self.prefix}-"
+        return [t for t in log.coordinator.transactional_ids() if t.startswith(head)]
+
+    def end_orphans(self, log: Log) -> None:
+        """Roll forward every open transaction of this job that was not handed over.
+
+        The decision stands by now, and it does not name them, so they end
+        aborted.
+        """
+        for txn_id in self._own_ids(log):
+            meta = log.coordinator.metadata(txn_id)
+            if meta is not None and meta.state == TxnState.ONGOING and \
+                    meta.decision_id == self.decision_id:
+                log.coordinator.complete(txn_id, only_decision=self.decision_id)
+
+    def end_leftovers(self, log: Log) -> None:
+        """Abort transactions an earlier job of this prefix left open (its driver died).
+
+        Two jobs must not share a prefix at the same time, as two Kafka
+        producers must not share a transactional id: the newer one fences
+        the older.
+        """
+        end_open_jobs(log, self.prefix, "left open by an earlier job of its prefix",
+                      keep=self.decision_id)
+
+
+def end_open_jobs(log: Log, prefix: str, reason: str, keep: str | None = None) -> list[str]:
+    """End every open job transaction of ``prefix`` (but decision ``keep``'s); returns their ids.
+
+    Undecided ones are aborted (a shared one whole), decided ones rolled
+    forward.  Only the caller knows that no live job of the prefix needs
+    them: the next job of a prefix (its predecessors are dead or fenced), or
+    a stream sink's owner whose micro-batch failed (its batches run one at a
+    time, and no other query writes under its prefix).
+    """
+    mine = re.compile(re.escape(prefix) + r"\.[0-9a-f]{32}")
+    head = f"{prefix}-"
+    ended = []
+    for txn_id in log.coordinator.transactional_ids():
+        if not txn_id.startswith(head):
+            continue
+        meta = log.coordinator.metadata(txn_id)
+        # The decision id's shape, not the transactional id's, says whose it is:
+        # "etl-" also starts the ids of a job with prefix "etl-2".
+        if meta is not None and meta.state == TxnState.ONGOING and \
+                meta.decision_id != keep and mine.fullmatch(meta.decision_id):
+            logger.info("ending %s, %s (decision %s)", txn_id, reason, meta.decision_id)
+            log.coordinator.abort_open(txn_id, reason)
+            ended.append(txn_id)
+    return ended

@@ -1,0 +1,249 @@
+"""The batch file: a fixed big-endian header with Kafka v2's fields, then a payload.
+
+docs/format.md describes every byte; keep the two in step.
+
+Two checksums (both CRC-32C, Kafka's checksum): one over the header, so that
+the producer state can be rebuilt from headers alone without reading large
+payloads, and one over the payload, checked whenever records are read.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, replace
+
+import crc32c
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from ..errors import CorruptBatchError, InvalidConfigError
+
+MAGIC = b"TXL\x01"
+
+# magic, header_crc | header_length, attributes, base_offset, last_offset_delta,
+# base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
+# record_count, payload_length, payload_crc
+_FIXED = struct.Struct(">4sI HhqiqqqhiiII")
+FIXED_SIZE = _FIXED.size  # 66
+MAX_HEADER_SIZE = FIXED_SIZE + 2 * (1 + 255)
+# Enough to hold any header plus a control batch's payload in one read.
+HEADER_READ_SIZE = 1024
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+
+# attributes (Kafka v2 bit positions)
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08  # 0 CreateTime, 1 LogAppendTime
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+
+COMPRESSION_CODES = {None: 0, "none": 0, "lz4": 3, "zstd": 4}
+_CODE_TO_ARROW = {0: None, 3: "lz4", 4: "zstd"}
+
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+
+# control record types, as Kafka's ControlRecordType
+ABORT = 0
+COMMIT = 1
+_CONTROL = struct.Struct(">hhiq")  # version, type, coordinator_epoch, first_offset
+
+HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string(), nullable=False),
+                                  pa.field("value", pa.binary())]))
+RECORD_SCHEMA = pa.schema([
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("timestamp", pa.int64(), nullable=False),
+    pa.field("headers", HEADER_TYPE),
+])
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    record_count: int
+    attributes: int = 0
+    base_timestamp: int = -1
+    max_timestamp: int = -1
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    base_sequence: int = NO_SEQUENCE
+    decision_id: str = ""
+    transactional_id: str = ""
+    payload_length: int = 0
+    payload_crc: int = 0
+    header_length: int = FIXED_SIZE + 2
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.record_count - 1
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.record_count
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.record_count - 1) & 0x7FFFFFFF
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
+
+    @property
+    def compression(self) -> str | None:
+        return _CODE_TO_ARROW.get(self.attributes & COMPRESSION_MASK)
+
+    @property
+    def timestamp_type(self) -> int:
+        return LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_BIT else CREATE_TIME
+
+    @property
+    def is_idempotent(self) -> bool:
+        return self.producer_id != NO_PRODUCER_ID
+
+
+@dataclass(frozen=True, slots=True)
+class ControlRecord:
+    type: int  # ABORT or COMMIT
+    coordinator_epoch: int
+    first_offset: int  # first offset of the transaction in this partition, -1 if none
+
+
+def _short_string(value: str, what: str) -> bytes:
+    raw = value.encode("utf-8")
+    if len(raw) > 255:
+        raise InvalidConfigError(f"{what} {value[:20]!r}... is longer than 255 bytes")
+    return bytes([len(raw)]) + raw
+
+
+def encode_header(h: BatchHeader) -> bytes:
+    strings = _short_string(h.decision_id, "decision id") + _short_string(
+        h.transactional_id, "transactional id")
+    header_length = FIXED_SIZE + len(strings)
+    body = _FIXED.pack(MAGIC, 0, header_length, h.attributes, h.base_offset, h.record_count - 1,
+                       h.base_timestamp, h.max_timestamp, h.producer_id, h.producer_epoch,
+                       h.base_sequence, h.record_count, h.payload_length, h.payload_crc) + strings
+    crc = crc32c.crc32c(body[8:])
+    return body[:4] + struct.pack(">I", crc) + body[8:]
+
+
+def encode_batch(header: BatchHeader, payload: bytes) -> bytes:
+    """Header and payload as one object; fills in the payload length and checksum."""
+    header = replace(header, payload_length=len(payload), payload_crc=crc32c.crc32c(payload))
+    return encode_header(header) + payload
+
+
+def decode_header(data: bytes | memoryview | pa.Buffer, path: str,
+                  expected_offset: int | None) -> BatchHeader:
+    """Parse and check a header; ``data`` may hold just the first bytes of the file."""
+    view = memoryview(data)
+    if len(view) < FIXED_SIZE:
+        raise CorruptBatchError(f"truncated batch header ({len(view)} bytes, need {FIXED_SIZE})",
+                                path, expected_offset)
+    (magic, header_crc, header_length, attributes, base_offset, last_offset_delta, base_ts,
+     max_ts, pid, epoch, base_seq, count, payload_length, payload_crc) = _FIXED.unpack_from(view)
+    if magic != MAGIC:
+        raise CorruptBatchError(f"bad magic {bytes(magic)!r} (expected {MAGIC!r})", path,
+                                expected_offset)
+    if not FIXED_SIZE + 2 <= header_length <= MAX_HEADER_SIZE or len(view) < header_length:
+        raise CorruptBatchError(f"bad or truncated header length {header_length}", path,
+                                expected_offset)
+    if crc32c.crc32c(view[8:header_length]) != header_crc:
+        raise CorruptBatchError("header checksum mismatch", path, expected_offset)
+    if expected_offset is not None and base_offset != expected_offset:
+        raise CorruptBatchError(f"header says base offset {base_offset}", path, expected_offset)
+    if count < 1 or last_offset_delta != count - 1:
+        raise CorruptBatchError(f"bad record count {count}", path, expected_offset)
+    pos = FIXED_SIZE
+    strings = []
+    for _ in range(2):
+        if pos >= header_length:
+            raise CorruptBatchError("header strings overrun the header", path, expected_offset)
+        n = view[pos]
+        if pos + 1 + n > header_length:
+            raise CorruptBatchError("header strings overrun the header", path, expected_offset)
+        try:
+            strings.append(bytes(view[pos + 1:pos + 1 + n]).decode("utf-8"))
+        except UnicodeDecodeError:
+            raise CorruptBatchError("header string is not UTF-8", path, expected_offset) from None
+        pos += 1 + n
+    return BatchHeader(base_offset=base_offset, record_count=count, attributes=attributes,
+                       base_timestamp=base_ts, max_timestamp=max_ts, producer_id=pid,
+                       producer_epoch=epoch, base_sequence=base_seq, decision_id=strings[0],
+                       transactional_id=strings[1], payload_length=payload_length,
+                       payload_crc=payload_crc, header_length=header_length)
+
+
+def payload_of(data: bytes | pa.Buffer, header: BatchHeader, path: str) -> memoryview:
+    """The payload, after checking its length and checksum."""
+    view = memoryview(data)
+    end = header.header_length + header.payload_length
+    if len(view) != end:
+        raise CorruptBatchError(
+            f"batch is {len(view)} bytes, header promises {end}", path, header.base_offset)
+    payload = view[header.header_length:end]
+    if crc32c.crc32c(payload) != header.payload_crc:
+        raise CorruptBatchError("payload checksum mismatch", path, header.base_offset)
+    return payload
+
+
+# --- data batches ------------------------------------------------------------
+
+
+def encode_records(table: pa.Table, compression: str | None) -> bytes:
+    """Arrow IPC stream of the records, with Arrow's own buffer compression."""
+    if compression not in COMPRESSION_CODES:
+        raise InvalidConfigError(
+            f"compression {compression!r} is not supported (use None, 'lz4' or 'zstd')")
+    codec = None if compression in (None, "none") else ("lz4" if compression == "lz4" else "zstd")
+    options = ipc.IpcWriteOptions(compression=codec)
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, RECORD_SCHEMA, options=options) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def decode_records(payload: memoryview | pa.Buffer, header: BatchHeader, path: str) -> pa.Table:
+    try:
+        table = ipc.open_stream(pa.py_buffer(payload)).read_all()
+    except (pa.ArrowInvalid, pa.ArrowException) as exc:
+        raise CorruptBatchError(f"unreadable Arrow payload: {exc}", path, header.base_offset) from exc
+    if table.num_rows != header.record_count or not table.schema.equals(RECORD_SCHEMA):
+        raise CorruptBatchError(
+            f"payload holds {table.num_rows} records with schema {table.schema}, header says "
+            f"{header.record_count}", path, header.base_offset)
+    return table
+
+
+def compression_attribute(compression: str | None) -> int:
+    if compression not in COMPRESSION_CODES:
+        raise InvalidConfigError(
+            f"compression {compression!r} is not supported (use None, 'lz4' or 'zstd')")
+    return COMPRESSION_CODES[compression]
+
+
+# --- control batches ---------------------------------------------------------
+
+
+def encode_control(record: ControlRecord) -> bytes:
+    return _CONTROL.pack(0, record.type, record.coordinator_epoch, record.first_offset)
+
+
+def decode_control(payload: memoryview | bytes, header: BatchHeader, path: str) -> ControlRecord:
+    if len(payload) != _CONTROL.size:
+        raise CorruptBatchError(f"control payload of {len(payload)} bytes", path,
+                                header.base_offset)
+    version, kind, coordinator_epoch, first_offset = _CONTROL.unpack(bytes(payload))
+    if version != 0 or kind not in (ABORT, COMMIT):
+        raise CorruptBatchError(f"unknown control record version {version} type {kind}", path,
+                                header.base_offset)
+    return ControlRecord(kind, coordinator_epoch, first_offset)

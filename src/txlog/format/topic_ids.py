@@ -1,0 +1,54 @@
+"""Topic ids: every incarnation of a topic has its own (Kafka's KIP-516).
+
+A topic deleted and re-created under the same name is a different log.
+Anything derived from one incarnation (cached producer state, snapshots,
+producer sequences, offset ranges planned by a Spark driver) carries the
+incarnation's id and is checked against ``topic.json`` before it is applied,
+so a process that knew the old topic can never mix it with the new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from typing import Any
+
+import msgpack
+
+from ..storage.backends import Storage
+from ..storage.paths import topic_meta_path
+
+
+def new_topic_id() -> str:
+    return uuid.uuid4().hex
+
+
+def topic_id_of(meta: dict[str, Any]) -> str:
+    """The topic id recorded in ``topic.json``.
+
+    Topics created before ids existed have none; theirs is derived from the
+    name and creation time, so every process computes the same one and a
+    re-created topic (a later ``created_ms``) still gets a different one.
+    """
+    found = meta.get("topic_id")
+    if isinstance(found, str) and found:
+        return found
+    seed = f"txlog-topic/{meta['name']}/{meta['created_ms']}".encode()
+    return hashlib.sha256(seed).hexdigest()[:32]
+
+
+def read_topic_meta(storage: Storage, topic: str) -> dict[str, Any] | None:
+    """``topic.json`` of ``topic``, or None when the topic does not exist."""
+    try:
+        raw = storage.read(topic_meta_path(topic))
+    except FileNotFoundError:
+        return None
+    meta = msgpack.unpackb(raw)
+    if not isinstance(meta, dict):
+        raise ValueError(f"topic.json of {topic!r} is not a map")
+    return meta
+
+
+def current_topic_id(storage: Storage, topic: str) -> str | None:
+    meta = read_topic_meta(storage, topic)
+    return None if meta is None else topic_id_of(meta)

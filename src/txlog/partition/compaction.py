@@ -1,0 +1,135 @@
+"""Compaction of one partition (retention, which deletes what compaction made, is retention.py).
+
+Compaction copies the oldest run of batch objects after the segments into
+one new segment, then deletes the batch objects it covers; retention deletes
+whole segments from the log start.  Both run beside appenders and readers in
+other processes without stopping them.  What makes that safe is three rules
+(docs/protocol.md, section 7):
+
+* segments are contiguous and named by their base offset, so two compactors
+  of the same run race for one name and exactly one wins;
+* a segment is published before any batch object it covers is deleted, and
+  batch objects are deleted in offset order, every older run's first;
+* retention never deletes the newest segment, whose snapshot carries the
+  producer state past everything deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from .. import clock
+from ..format.batch import decode_control, decode_header, payload_of
+from .producer_state import ProducerState
+from ..errors import StorageError
+from ..format.segment import encode_segment
+from ..storage.paths import BATCH_SUFFIX, SNAPSHOT_SUFFIX, named_offsets, snapshots_dir
+from .state_manager import ANCHOR_BYTES, StateManager
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SEGMENT_BYTES = 1 << 30  # Kafka's segment.bytes default
+DEFAULT_MIN_BATCHES = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Compacted:
+    """One segment made: its offsets, how many batch objects it replaced, its size."""
+
+    base_offset: int
+    end_offset: int
+    batches: int
+    bytes: int
+
+
+def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
+            min_batches: int = DEFAULT_MIN_BATCHES, upto: int | None = None
+            ) -> Compacted | None:
+    """Copy the oldest run of batch objects (at most ``max_bytes``, below ``upto`` if
+    given; at least ``min_batches`` of them unless ``max_bytes`` cut the run) into a
+    segment.
+
+    Returns None when there is too little to compact or another process
+    compacted the same run first.  Open transactions need no care: batches
+    are copied as they are, and the segment's producer state records them.
+    """
+    state = states.state()
+    start = states.cache.compacted_end(refresh=True)
+    stop = state.end_offset if upto is None else min(upto, state.end_offset)
+    run: list[tuple] = []
+    size = 0
+    expected = start
+    full = False  # the run ends because the next batch would not fit in max_bytes
+    for ref in states.cache.refs(start, stop, state.end_offset):
+        if ref.in_segment or ref.base != expected:
+            break  # another compaction got ahead of this one: it has this run
+        data = states.cache.load(ref)
+        url = states.cache.url(ref.path)
+        header = decode_header(data, url, ref.base)
+        payload = payload_of(data, header, url)  # damage is never copied silently
+        if header.next_offset > stop:
+            break
+        if run and size + len(data) > max_bytes:
+            full = True
+            break
+        control = decode_control(payload, header, url) if header.is_control else None
+        run.append((header, data, control))  # buffers (mapped when large): no copy yet
+        size += len(data)
+        expected = header.next_offset
+    # A full run is compacted however few batches it has: every compaction starts
+    # here, so one large batch must never hold the partition back.
+    if not run or (len(run) < min_batches and not full):
+        return None
+    end_state = _state_at(states, start)
+    for header, _, control in run:
+        end_state.apply(header, control)
+    log_start = states.cache.log_start()
+    end_state.aborted = [a for a in end_state.aborted if a.last_offset >= log_start]
+    last_header, last_data, _ = run[-1]
+    fields = states.snapshot_fields(end_state, last_header.base_offset,
+                                    bytes(memoryview(last_data)[:ANCHOR_BYTES]))
+    segment = encode_segment(states.topic_id, start, [(h, d) for h, d, _ in run],
+                             end_state.end_offset, end_state.aborted, fields,
+                             clock.now_ms())
+    if not states.storage.publish_if_absent(states.cache.segment_path(start), segment):
+        return None
+    end = last_header.next_offset
+    retire_batches(states, end)
+    logger.info("%s-%d: compacted %d batches (offsets %d to %d) into a %d-byte segment",
+                states.topic, states.partition, len(run), start, end, len(segment))
+    return Compacted(start, end, len(run), len(segment))
+
+
+def _state_at(states: StateManager, offset: int) -> ProducerState:
+    """The producer state at the compacted end ``offset``: the newest segment's."""
+    if offset == 0:
+        return ProducerState()
+    for base in reversed(states.cache.list_segments()):
+        head, state = states.segment_state(base)
+        if head.end_offset == offset:
+            return state
+    raise StorageError(f"{states.topic}-{states.partition}: no segment ends at {offset} (the "
+                       "segments changed during the compaction)")
+
+
+def retire_batches(states: StateManager, below: int) -> list[str]:
+    """Delete batch objects and snapshots the segments cover (offsets below ``below``).
+
+    In offset order: a process whose cached prefix ends with a batch object
+    that still exists can then be sure that no batch after it was deleted.
+    Leftovers of an earlier compaction that stopped half-way go first, for
+    the same reason.
+    """
+    deleted = []
+    for base in named_offsets(states.storage.list(states.dir), BATCH_SUFFIX):
+        if base >= below:
+            break
+        deleted.append(states.cache.batch_path(base))
+        states.storage.delete(deleted[-1])
+    snapshots = snapshots_dir(states.dir)
+    for end in named_offsets(states.storage.list(snapshots), SNAPSHOT_SUFFIX):
+        if end <= below:
+            deleted.append(states.snapshot_path(end))
+            states.storage.delete(deleted[-1])
+    return deleted

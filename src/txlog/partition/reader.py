@@ -1,0 +1,208 @@
+"""Reading a range of one partition: its batches, without aborted transactions.
+
+This is the core's read: it answers with the decoded records of each batch
+and the offsets and timestamps the batch implies (a ``Piece`` per batch), in
+no client's column shape; clients/columns.py projects pieces to Kafka's
+record columns.  The last stable offset and the aborted-transaction filter are here
+because only a reader needs them: a writer validates against the producer
+state alone.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..format.arrays import counting, repeat
+from ..format.batch import LOG_APPEND_TIME, decode_header, decode_records, payload_of
+from ..errors import CorruptBatchError, OffsetOutOfRangeError
+from .producer_state import AbortedIndex, OpenTransaction, ProducerState
+from .isolation import READ_COMMITTED, check_isolation_level, visible_end
+from .state_manager import StateManager
+from .storage_cache import BatchRef
+
+PARALLEL_MIN_BATCH_BYTES = 1 << 20  # batches at least this large are read on threads
+SPAN_BATCHES = 64  # batches of one segment fetched with one read (and decoded on one thread)
+
+# Resolves an open transaction: True committed, False aborted, None undecided.
+OutcomeResolver = Callable[[OpenTransaction], "bool | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """Records of one batch within a read range, with the offsets and times they have."""
+
+    records: pa.Table  # as decoded (batch.RECORD_SCHEMA)
+    offsets: pa.Array  # int64
+    timestamps: pa.Array  # int64 ms: the records' own, or the batch's on a LogAppendTime topic
+    timestamp_type: int
+
+
+class Reader:
+    """Reads the partition ``states`` caches, deciding open transactions with ``resolver``."""
+
+    def __init__(self, states: StateManager, resolver: OutcomeResolver | None = None) -> None:
+        self._states = states
+        self._resolver = resolver or (lambda txn: None)
+        # Built from the cached state's ABORT markers as they come; a new state
+        # object (the cache was dropped and reloaded) starts a new index.
+        self._aborted = AbortedIndex()
+        self._aborted_of: ProducerState | None = None
+
+    def last_stable_offset(self, state: ProducerState) -> int:
+        """First offset of the earliest undecided transaction, else the log end."""
+        for txn in state.open_transactions():
+            if self._resolver(txn) is None:
+                return txn.first_offset
+        return state.end_offset
+
+    def aborted_check(self, state: ProducerState) -> Callable[[int, int], bool]:
+        """``(producer id, offset) -> bool``: is a transactional batch there aborted?
+
+        Aborted transactions come from the ABORT markers (an append-only list,
+        indexed incrementally) and from open transactions already decided as
+        aborted whose markers are not written yet.
+        """
+        with self._states.lock:
+            if self._aborted_of is not state:
+                self._aborted, self._aborted_of = AbortedIndex(), state
+            for a in state.aborted[self._aborted.size:]:
+                self._aborted.add(a)
+            index = self._aborted
+        decided_aborted = {txn.producer_id: txn.first_offset
+                           for txn in state.open_transactions() if self._resolver(txn) is False}
+
+        def aborted(producer_id: int, offset: int) -> bool:
+            first = decided_aborted.get(producer_id)
+            return (first is not None and offset >= first) or index.covers(producer_id, offset)
+
+        return aborted
+
+    def read(self, start: int, end: int | None, isolation_level: str
+             ) -> tuple[list[Piece], int]:
+        """The pieces of offsets ``[start, end)`` and the offset up to which the partition was read.
+
+        ``end`` is capped at the last stable offset under read_committed and at
+        the log end otherwise; the offset returned is where to continue from.
+        """
+        check_isolation_level(isolation_level, "isolation_level")
+        states = self._states
+        requested_end = end
+        state = states.state()
+        limit = visible_end(isolation_level, state.end_offset,
+                            lambda: self.last_stable_offset(state))
+        # Below the compacted end, retention may have removed the offset: list the segments.
+        log_start = states.cache.log_start() if 0 <= start < states.cache.compacted_end() else 0
+        if start < log_start or start < 0 or start > state.end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {start} is out of range for {states.topic}-{states.partition} "
+                f"(valid: {log_start} to {state.end_offset})")
+        end = limit if end is None else min(end, limit)
+        if end <= start:
+            return [], start
+        aborted = self.aborted_check(state) if isolation_level == READ_COMMITTED else None
+        wanted = _spans(states.cache.refs(start, end, state.end_offset))
+
+        def load(span: list[BatchRef]) -> list[tuple[Piece | None, int]]:
+            return self._load_span(span, start, end, aborted)
+
+        try:
+            loaded = [load(span) for span in wanted[:1]]
+            # Threads pay off for large batches only: for small ones the per-batch
+            # Python work dominates and contends for the GIL.
+            parallel = len(wanted) > 2 and loaded[0][0][1] >= PARALLEL_MIN_BATCH_BYTES
+            loaded += _reader_pool().map(load, wanted[1:]) if parallel else map(load, wanted[1:])
+        except CorruptBatchError:
+            with states.lock:
+                states.still_current()  # a topic deleted under the read says so, clearly
+            raise
+        # The batches were read by name: had the topic been re-created meanwhile,
+        # they could belong to the new incarnation.  The anchor still being there
+        # proves they do not (one small read per read call).
+        with states.lock:
+            current = states.still_current()
+        if not current:
+            return self.read(start, requested_end, isolation_level)
+        return [piece for span in loaded for piece, _ in span if piece is not None], end
+
+    def _load_span(self, span: list[BatchRef], start: int, end: int,
+                   aborted: Callable[[int, int], bool] | None
+                   ) -> list[tuple[Piece | None, int]]:
+        """The pieces of consecutive batches of one object: one read for all of them."""
+        states = self._states
+        if len(span) == 1:
+            return [self._load_piece(span[0], states.cache.load(span[0]), start, end, aborted)]
+        first, last = span[0], span[-1]
+        whole = BatchRef(first.base, first.path, first.position,
+                         last.position + last.size - first.position)
+        try:
+            buf = states.storage.read_range(whole.path, whole.position, whole.size)
+        except FileNotFoundError:  # the segment went (retention): one by one, with the reason
+            return [self._load_piece(r, states.cache.load(r), start, end, aborted) for r in span]
+        return [self._load_piece(r, buf.slice(r.position - first.position, r.size), start, end,
+                                 aborted) for r in span]
+
+    def _load_piece(self, ref: BatchRef, buf: pa.Buffer, start: int, end: int,
+                    aborted: Callable[[int, int], bool] | None
+                    ) -> tuple[Piece | None, int]:
+        """One batch's records within [start, end) and the batch's payload size.
+
+        Offsets and timestamps are derived here too, so that they are built on
+        the reader threads when a read is parallel.
+
+        No records for control batches and aborted transactions (still
+        checksummed: damage never passes silently, whatever the reader keeps).
+        """
+        base = ref.base
+        url = self._states.cache.url(ref.path)
+        header = decode_header(buf, url, base)
+        payload = payload_of(buf, header, url)
+        if header.is_control:
+            return None, header.payload_length
+        if aborted is not None and header.is_transactional and \
+                aborted(header.producer_id, base):
+            return None, header.payload_length
+        records = decode_records(payload, header, url)
+        lo = max(start - base, 0)
+        hi = min(end, header.next_offset) - base
+        if lo or hi < header.record_count:
+            records = records.slice(lo, hi - lo)
+        millis = records.column("timestamp").combine_chunks()
+        if header.timestamp_type == LOG_APPEND_TIME:
+            millis = repeat(pa.int64(), header.max_timestamp, records.num_rows)
+        offsets = pc.add(counting(pa.int64(), records.num_rows), pa.scalar(base + lo, pa.int64()))
+        return Piece(records, offsets, millis, header.timestamp_type), header.payload_length
+
+
+def _spans(refs: list[BatchRef]) -> list[list[BatchRef]]:
+    """Consecutive batches of one segment grouped (read at once); batch objects alone."""
+    spans: list[list[BatchRef]] = []
+    for ref in refs:
+        prev = spans[-1][-1] if spans else None
+        if prev is not None and ref.in_segment and prev.path == ref.path and \
+                prev.position + prev.size == ref.position and len(spans[-1]) < SPAN_BATCHES:
+            spans[-1].append(ref)
+        else:
+            spans.append([ref])
+    return spans
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _reader_pool() -> ThreadPoolExecutor:
+    """Threads that load batches in parallel: memory-mapping, CRC-32C and Arrow
+    decoding all release the GIL, so a multi-batch read uses every core."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1),
+                                       thread_name_prefix="txlog-read")
+        return _POOL

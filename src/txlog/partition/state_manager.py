@@ -1,0 +1,317 @@
+"""The cached producer state of one partition, kept true to storage.
+
+A partition's producer state (producer_state.py) is a fold over its batch
+headers.  Folding from offset 0 on every call would read the whole log, so
+this module keeps the fold in memory, advances it by the headers written
+since, loads it from a snapshot when starting cold, and writes a snapshot
+every SNAPSHOT_INTERVAL batches.  A cache is only worth having if it can
+never describe another incarnation of the topic: the anchor check below is
+what makes it safe (docs/protocol.md, section 1; the snapshot bytes are in
+docs/format.md, section 3).  Where the batches are, and their headers, is
+the storage cache's (storage_cache.py), which this state shares its lock with.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NoReturn
+
+import crc32c
+import msgpack
+
+from ..errors import CorruptBatchError, InconsistentTopicIdError, StorageError, UnknownTopicError
+from ..format.batch import BatchHeader, ControlRecord
+from ..format.segment import CorruptSegmentError, SegmentHead
+from ..format.topic_ids import current_topic_id
+from ..storage.backends import Storage
+from ..storage.paths import SNAPSHOT_SUFFIX, named_offsets, snapshot_path, snapshots_dir
+from .producer_state import ProducerState
+from .storage_cache import RELOADS, StorageCache
+
+logger = logging.getLogger(__name__)
+
+SNAPSHOT_INTERVAL = 64  # batches between producer-state snapshots
+SNAPSHOTS_KEPT = 2
+ANCHOR_BYTES = 8  # magic + header checksum of a batch
+SNAPSHOT_FORMAT = 2  # 2: the topic id and the last batch's anchor (format.md, section 3)
+
+
+@dataclass(frozen=True, slots=True)
+class _Anchor:
+    """The last object of the cached prefix and its first bytes (magic and header checksum).
+
+    For a segment, ``next_segment`` is its end offset: the prefix is current
+    only while no segment starts there, since a compaction that began at the
+    end of the prefix deletes batches without touching this segment.
+    """
+
+    base: int
+    path: str
+    data: bytes
+    next_segment: int | None = None
+
+
+class StateManager:
+    """The producer state of one partition incarnation, cached, and its storage cache.
+
+    Appends and reads of the partition share this object and its ``lock``, so
+    that what one learns (a batch it published, a listing) the others see.
+    The state is trusted only while its anchor shows the cache still
+    describes this incarnation; ``cache`` (storage_cache.py) knows where the
+    batches are.
+    """
+
+    def __init__(self, storage: Storage, topic: str, partition: int, topic_id: str,
+                 on_stale: Callable[[str, str], None] | None = None) -> None:
+        self.storage = storage
+        self.topic = topic
+        self.partition = partition
+        self.topic_id = topic_id
+        self._on_stale = on_stale
+        self.lock = threading.RLock()
+        self.cache = StorageCache(storage, topic, partition, topic_id, self.lock, self._stale)
+        self.dir = self.cache.dir
+        self._drop_cache()
+
+    def _drop_cache(self) -> None:
+        """Forget everything learnt from storage (at start, and when it was pulled away)."""
+        self._state: ProducerState | None = None
+        self._since_snapshot = 0
+        # The last object of the cached state's prefix: as long as it is
+        # unchanged, the cache describes this incarnation and nothing it
+        # covers was compacted away.  None while the state is empty.
+        self._anchor: _Anchor | None = None
+        self.cache.reset()
+
+    # --- producer state -------------------------------------------------------
+
+    def state(self) -> ProducerState:
+        """The producer state at the current log end (refreshed from storage).
+
+        The headers past the cached end are read first and applied only once
+        the cache is known to still describe this incarnation and to be
+        untouched by compaction (its anchor is unchanged, or for an empty
+        state, no segment exists and ``topic.json`` has our id).  A new
+        incarnation can only be created after every object of the old one
+        was deleted, and compaction deletes batch objects in offset order
+        after publishing their segment: an anchor that still exists after
+        the reads proves that the headers read are the log's own.
+        """
+        with self.lock:
+            for _ in range(RELOADS):
+                if self._state is None:
+                    self._state = self._load_state()
+                state = self._state
+                found = []
+                offset = state.end_offset
+                while (item := self.cache.read_header(offset)) is not None:
+                    found.append(item)
+                    offset = item[0].next_offset
+                if not self.still_current():
+                    continue
+                for header, control, head in found:
+                    self.applied(header, control, head)
+                if self._since_snapshot >= SNAPSHOT_INTERVAL:
+                    self._write_snapshot(state)
+                return state
+            raise StorageError(f"{self.topic}-{self.partition}: the log kept changing under "
+                               f"this process ({RELOADS} reloads in one refresh)")
+
+    def still_current(self) -> bool:
+        """Whether the cached state still describes the log (one or two small reads).
+
+        On a mismatch, ``topic.json`` decides: another topic id, or none,
+        raises (the topic was deleted, perhaps re-created); the same id means
+        the anchor went away for another reason (compaction, retention, or
+        damage): the cache is dropped and False returned, so the caller reloads.
+        """
+        anchor = self._anchor
+        if anchor is not None:
+            try:
+                if self.storage.read_prefix(anchor.path, ANCHOR_BYTES) == anchor.data and (
+                        anchor.next_segment is None or
+                        not self.storage.exists(self.cache.segment_path(anchor.next_segment))):
+                    return True
+            except FileNotFoundError:
+                pass
+        elif not self.cache.listed_segments():
+            current = current_topic_id(self.storage, self.topic)
+            if current != self.topic_id:
+                self._stale(current)
+            return True
+        current = current_topic_id(self.storage, self.topic)
+        if current != self.topic_id:
+            self._stale(current)
+        compacted = bool(self.cache.listed_segments())
+        (logger.debug if compacted else logger.warning)(
+            "%s-%d: %s of the cached state changed or vanished (%s); reloading",
+            self.topic, self.partition, anchor.path if anchor else "the empty prefix",
+            "compaction or retention ran" if compacted else "although the topic is unchanged")
+        self._drop_cache()
+        return False
+
+    def _stale(self, current: str | None) -> NoReturn:
+        """This incarnation is gone: forget it and tell the caller clearly."""
+        self._drop_cache()
+        if self._on_stale is not None:
+            self._on_stale(self.topic, self.topic_id)
+        if current is None:
+            raise UnknownTopicError(
+                f"topic {self.topic!r} (topic id {self.topic_id}) was deleted by another "
+                f"process since this one opened it (partition {self.partition})")
+        raise InconsistentTopicIdError(
+            f"topic {self.topic!r} was deleted and re-created since this process opened it "
+            f"(topic id {self.topic_id}, now {current}); nothing of the old topic is applied "
+            "to the new one: open the partition again to use it")
+
+    def applied(self, header: BatchHeader, control: ControlRecord | None,
+                data: bytes) -> None:
+        """Advance the cached state past a batch; ``data`` holds at least its first bytes."""
+        assert self._state is not None
+        self._anchor = _Anchor(header.base_offset, self.cache.batch_path(header.base_offset),
+                               bytes(data[:ANCHOR_BYTES]))
+        self.cache.note_batch(header.base_offset)
+        self._state.apply(header, control)
+        self._since_snapshot += 1
+
+    def holds(self, base: int, anchor: bytes) -> bool:
+        """Whether the log (reloaded) has, at ``base``, the batch that starts with ``anchor``.
+
+        An appender asks after a publish whose slot may have been compacted
+        away between its refresh and its publish: then its object is a stray
+        that no process reads, and the batch must be written again.
+        """
+        with self.lock:
+            state = self.state()
+            if base >= state.end_offset:
+                return False
+            try:
+                ref = self.cache.ref_of(base)
+                return bytes(self.cache.load(ref, ANCHOR_BYTES)) == anchor
+            except CorruptBatchError:
+                return False
+
+    def segment_state(self, base: int) -> tuple[SegmentHead, ProducerState]:
+        """A segment's header and the producer state at its end (a damaged one is an error:
+        the batches it replaced are gone)."""
+        head, fields = self.cache.segment_snapshot(base)
+        try:
+            return head, self.state_from_fields(fields, head.end_offset)
+        except ValueError as exc:
+            raise CorruptSegmentError(f"segment snapshot unusable: {exc}",
+                                      self.cache.url(head.path), base) from None
+
+    # --- snapshots ------------------------------------------------------------
+
+    def _snapshot_offsets(self) -> list[int]:
+        return named_offsets(self.storage.list(snapshots_dir(self.dir)), SNAPSHOT_SUFFIX)
+
+    def snapshot_path(self, offset: int) -> str:
+        return snapshot_path(self.dir, offset)
+
+    def _load_state(self) -> ProducerState:
+        """The state of the newest segment or snapshot, whichever ends later; else empty.
+
+        A snapshot is only a cache: one that is damaged, of an older format,
+        of another incarnation of the topic, or that does not end with the
+        batch it claims to, is skipped with a warning, never trusted and never
+        fatal.  A segment's state is part of the log (its batches are gone):
+        damage there is an error.
+        """
+        for _ in range(RELOADS):
+            bases = self.cache.list_segments()
+            from_segment = None
+            if bases:
+                try:
+                    head, state = self.segment_state(bases[-1])
+                except FileNotFoundError:
+                    continue
+                from_segment = state, _Anchor(head.base_offset, head.path, head.anchor,
+                                                      head.end_offset)
+            for offset in reversed(self._snapshot_offsets()):
+                if offset <= self.cache.compacted_end():
+                    break
+                loaded = self._load_snapshot_file(offset)
+                if loaded is not None:
+                    self._anchor = loaded[1]
+                    return loaded[0]
+            if from_segment is not None:
+                self._anchor = from_segment[1]
+                logger.debug("%s-%d: producer state loaded from the segment ending at %d",
+                             self.topic, self.partition, self.cache.compacted_end())
+                return from_segment[0]
+            logger.debug("%s-%d: no usable producer-state snapshot; rebuilding from offset 0",
+                         self.topic, self.partition)
+            self._anchor = None
+            return ProducerState()
+        raise StorageError(f"{self.topic}-{self.partition}: the segments kept changing under "
+                           f"this process ({RELOADS} loads)")
+
+    def _load_snapshot_file(self, offset: int) -> tuple[ProducerState, _Anchor] | None:
+        path = self.snapshot_path(offset)
+        try:
+            data = self.storage.read(path)
+        except FileNotFoundError:
+            return None  # pruned by another process meanwhile
+        try:
+            state, anchor = self._parse_snapshot(offset, data)
+        except Exception as exc:  # whatever garbage holds, it only costs a rebuild
+            logger.warning("skipping producer-state snapshot %s: %s", self.cache.url(path), exc)
+            return None
+        logger.debug("%s-%d: producer state loaded from the snapshot at offset %d",
+                     self.topic, self.partition, offset)
+        return state, anchor
+
+    def state_from_fields(self, obj: object, end: int) -> ProducerState:
+        """The state a snapshot's fields hold, refusing (ValueError) anything else."""
+        if not isinstance(obj, dict) or obj.get("v") != SNAPSHOT_FORMAT:
+            raise ValueError(f"not a version {SNAPSHOT_FORMAT} snapshot")
+        if obj.get("topic_id") != self.topic_id:
+            raise ValueError(f"it belongs to topic id {obj.get('topic_id')!r}, not "
+                             f"{self.topic_id!r} (the topic was re-created)")
+        state = ProducerState.from_dict(obj)
+        if state.end_offset != end:
+            raise ValueError(f"it ends at {state.end_offset}, not at {end}")
+        return state
+
+    def snapshot_fields(self, state: ProducerState, last_base: int, anchor: bytes) -> dict:
+        return {"v": SNAPSHOT_FORMAT, "topic_id": self.topic_id, "last": [last_base, anchor],
+                **state.to_dict()}
+
+    def _parse_snapshot(self, offset: int, data: bytes) -> tuple[ProducerState, _Anchor]:
+        if len(data) < 5 or crc32c.crc32c(data[4:]) != int.from_bytes(data[:4], "big"):
+            raise ValueError("checksum mismatch (or truncated)")
+        obj = msgpack.unpackb(data[4:])
+        state = self.state_from_fields(obj, offset)
+        last = obj.get("last")
+        if not (isinstance(last, list) and len(last) == 2 and type(last[0]) is int
+                and isinstance(last[1], bytes) and len(last[1]) == ANCHOR_BYTES):
+            raise ValueError("no valid last-batch anchor")
+        base, anchor = last
+        found = self.cache.read_header(base) if 0 <= base < offset else None
+        if found is None or found[0].next_offset != offset or found[2][:ANCHOR_BYTES] != anchor:
+            raise ValueError(f"the log has no batch at {base} ending at {offset} with the "
+                             "recorded checksum")
+        return state, _Anchor(base, self.cache.batch_path(base), anchor)
+
+    def _write_snapshot(self, state: ProducerState) -> None:
+        """Publish a snapshot; it is only a cache, so failing to write one is harmless."""
+        self._since_snapshot = 0
+        anchor = self._anchor
+        if anchor is None or anchor.next_segment is not None:
+            return  # nothing since the newest segment, whose own snapshot serves
+        body = msgpack.packb(self.snapshot_fields(state, anchor.base, anchor.data))
+        data = crc32c.crc32c(body).to_bytes(4, "big") + body
+        try:
+            # Right before publishing: a topic re-created since the refresh is
+            # not ours to write into (the loader's id check covers the rest).
+            if current_topic_id(self.storage, self.topic) != self.topic_id:
+                return
+            self.storage.publish_if_absent(self.snapshot_path(state.end_offset), data)
+            for old in self._snapshot_offsets()[:-SNAPSHOTS_KEPT]:
+                self.storage.delete(self.snapshot_path(old))
+        except OSError:
+            pass  # e.g. a read-only reader: it just rebuilds from the older snapshot next time

@@ -1,0 +1,346 @@
+"""The storage cache of one partition: where its batches are, and their headers.
+
+A partition is a run of segments from its log start to its *compacted end*,
+then batch objects from there to its log end (docs/protocol.md, section 7).
+Finding a batch should not cost a listing per read, so this cache keeps what
+storage said: the segments' bases, headers and indexes, the bases of the batch
+objects after them, and batch headers (which never change).  It follows
+compaction and retention by listing again when an object it expected is gone.
+What the producer state of the partition is, and whether the cache still
+describes this incarnation of the topic, is the state manager's business
+(state_manager.py); the two share one lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NoReturn
+
+import pyarrow as pa
+
+from ..errors import CorruptBatchError, OffsetOutOfRangeError, StorageError
+from ..format.batch import (HEADER_READ_SIZE, BatchHeader, ControlRecord, decode_control,
+                            decode_header, payload_of)
+from ..format.segment import (CorruptSegmentError, SegmentHead, SegmentIndex, TimeIndex, read_head,
+                              read_header, read_index, read_time_index)
+from ..format.topic_ids import current_topic_id
+from ..storage.backends import Storage
+from ..storage.paths import (BATCH_SUFFIX, batch_path, named_offsets, partition_dir, segment_bases,
+                             segment_path, segments_dir)
+
+RELOADS = 5  # listings or loads in one call before giving up (storage keeps changing under us)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRef:
+    """Where the bytes of one batch are: its own object, or a stretch of a segment."""
+
+    base: int
+    path: str
+    position: int = 0
+    size: int = -1  # -1: the whole object (a batch file)
+
+    @property
+    def in_segment(self) -> bool:
+        return self.size >= 0
+
+
+class StorageCache:
+    """Listings, segment heads and indexes, batch locations and headers of one partition
+    incarnation, as storage last said; ``lock`` is the partition's."""
+
+    def __init__(self, storage: Storage, topic: str, partition: int, topic_id: str,
+                 lock: threading.RLock, stale: Callable[[str | None], NoReturn]) -> None:
+        self.storage = storage
+        self.topic = topic
+        self.partition = partition
+        self.topic_id = topic_id
+        self.dir = partition_dir(topic, partition)
+        self.lock = lock
+        self._stale = stale  # called with the topic's current id when a segment is foreign
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything learnt from storage (at start, and when it was pulled away)."""
+        # Base offsets of batch objects from the compacted end, sorted; complete
+        # up to the state's end once listed.
+        self._bases: list[int] = []
+        self._bases_complete = False
+        self._headers: dict[int, BatchHeader] = {}
+        # Segments as last listed: their bases, and where the newest ends.
+        self._segment_bases: list[int] = []
+        self._compacted_end = 0
+        self._heads: dict[int, SegmentHead] = {}
+        self._indexes: dict[int, SegmentIndex] = {}
+        self._time_indexes: dict[int, TimeIndex] = {}
+
+    # --- paths and headers ----------------------------------------------------
+
+    def batch_path(self, offset: int) -> str:
+        return batch_path(self.dir, offset)
+
+    def segment_path(self, base: int) -> str:
+        return segment_path(self.dir, base)
+
+    def url(self, path: str) -> str:
+        """``path`` as a full URL, for error messages that name the object."""
+        return f"{self.storage.url.rstrip('/')}/{path}"
+
+    def read_header(self, offset: int
+                    ) -> tuple[BatchHeader, ControlRecord | None, bytes] | None:
+        """Header (and control record) of a batch object, with the bytes read; None if absent."""
+        path = self.batch_path(offset)
+        try:
+            head = self.storage.read_prefix(path, HEADER_READ_SIZE)
+        except FileNotFoundError:
+            return None
+        return _decoded(head, self.url(path), offset)
+
+    def header(self, offset: int) -> BatchHeader:
+        """Header of the batch based at ``offset``, wherever it is (cached: batches never change)."""
+        cached = self._headers.get(offset)
+        if cached is None:
+            ref = self.ref_of(offset)
+            data = self.load(ref, HEADER_READ_SIZE)
+            cached = self._headers[offset] = decode_header(data, self.url(ref.path), offset)
+        return cached
+
+    # --- segments -------------------------------------------------------------
+
+    def listed_segments(self) -> list[int]:
+        """Bases of the segments in storage now (one listing, no header read)."""
+        return segment_bases(self.storage.list(segments_dir(self.dir)))
+
+    def list_segments(self) -> list[int]:
+        """List the segments again (they come and go under compaction and retention)."""
+        with self.lock:
+            for _ in range(RELOADS):
+                bases = self.listed_segments()
+                try:
+                    end = self.segment_head(bases[-1]).end_offset if bases else 0
+                except FileNotFoundError:
+                    continue  # deleted by retention after a newer one was made: list again
+                self._segment_bases = bases
+                self._compacted_end = end
+                self._bases = [b for b in self._bases if b >= end]
+                return bases
+            raise StorageError(f"{self.topic}-{self.partition}: the segments kept changing "
+                               f"under this process ({RELOADS} listings)")
+
+    def compacted_end(self, refresh: bool = False) -> int:
+        """Where the segments end and batch objects begin (as last listed)."""
+        if refresh:
+            self.list_segments()
+        return self._compacted_end
+
+    def log_start(self) -> int:
+        """The first offset still stored: the base of the oldest segment, else 0."""
+        bases = self.list_segments()
+        return bases[0] if bases else 0
+
+    def segment_head(self, base: int) -> SegmentHead:
+        """A segment's header (its range and sections); the snapshot is not read."""
+        head = self._heads.get(base)
+        if head is None:
+            path = self.segment_path(base)
+            head = read_header(self.storage, path, self.url(path), base)
+            self._check_topic_id(head)
+            self._heads[base] = head
+        return head
+
+    def _check_topic_id(self, head: SegmentHead) -> None:
+        if head.topic_id != self.topic_id:
+            current = current_topic_id(self.storage, self.topic)
+            if current != self.topic_id:
+                self._stale(current)
+            raise CorruptSegmentError(f"segment belongs to topic id {head.topic_id}, not "
+                                      f"{self.topic_id}", self.url(head.path), head.base_offset)
+
+    def segment_snapshot(self, base: int) -> tuple[SegmentHead, object]:
+        """A segment's header and its snapshot's fields, undecoded (the state manager
+        decodes them: the rules of a producer state are not this cache's business)."""
+        path = self.segment_path(base)
+        head, fields = read_head(self.storage, path, self.url(path), base)
+        self._check_topic_id(head)
+        self._heads[base] = head
+        return head, fields
+
+    def segment_index(self, base: int) -> SegmentIndex:
+        index = self._indexes.get(base)
+        if index is None:
+            head = self.segment_head(base)
+            index = self._indexes[base] = read_index(self.storage, head, self.url(head.path))
+        return index
+
+    def time_index(self, base: int) -> TimeIndex:
+        """A segment's time index (lookups by time and retention only need it)."""
+        index = self._time_indexes.get(base)
+        if index is None:
+            head = self.segment_head(base)
+            index = self._time_indexes[base] = read_time_index(
+                self.storage, head, self.segment_index(base), self.url(head.path))
+        return index
+
+    def _segment_refs(self, base: int, start: int, end: int) -> list[BatchRef]:
+        index = self.segment_index(base)
+        path = self.segment_path(base)
+        lo = max(index.find(start), 0)
+        hi = int(index.bases.searchsorted(end, side="left"))
+        return [BatchRef(int(b), path, int(p), int(n)) for b, p, n in
+                zip(index.bases[lo:hi], index.positions[lo:hi], index.sizes[lo:hi])]
+
+    # --- where batches are ----------------------------------------------------
+
+    def note_batch(self, base: int) -> None:
+        """A batch object at ``base`` was applied past the cached end: remember where it is."""
+        if not self._bases or base > self._bases[-1]:
+            self._bases.append(base)
+
+    def _tail_bases(self, log_end: int) -> list[int]:
+        """Bases of the batch objects from the compacted end to ``log_end``.
+
+        A listing that does not start at the compacted end means a compaction
+        ran since the segments were listed: they are listed again.
+        """
+        for _ in range(RELOADS):
+            if not self._bases_complete:
+                listed = named_offsets(self.storage.list(self.dir), BATCH_SUFFIX)
+                merged = sorted(set(listed) | set(self._bases))
+                self._bases = [b for b in merged if self._compacted_end <= b < log_end]
+                self._bases_complete = True
+            if self._compacted_end >= log_end or \
+                    (self._bases and self._bases[0] == self._compacted_end):
+                return self._bases
+            self._bases_complete = False
+            self.list_segments()
+        raise CorruptBatchError("batch file is missing from the log",
+                                self.url(self.batch_path(self._compacted_end)),
+                                self._compacted_end)
+
+    def refs(self, start: int, end: int, log_end: int) -> list[BatchRef]:
+        """Where the batches holding offsets ``[start, end)`` are, in offset order.
+
+        Logarithmic in the log's size: a bisection over the segments, one in
+        the segment's offset index, one over the batch objects after them.
+        """
+        with self.lock:
+            for _ in range(RELOADS):
+                tail = self._tail_bases(log_end)
+                try:
+                    out = self._segment_part(start, min(end, self._compacted_end))
+                except FileNotFoundError:
+                    self.list_segments()  # retention removed a segment: look again
+                    continue
+                first = max(start, self._compacted_end)
+                lo = max(bisect.bisect_right(tail, first) - 1, 0)
+                hi = bisect.bisect_left(tail, end, lo=lo)
+                out.extend(BatchRef(b, self.batch_path(b)) for b in tail[lo:hi])
+                return out
+            raise StorageError(f"{self.topic}-{self.partition}: segments kept vanishing "
+                               "under a read")
+
+    def _segment_part(self, start: int, end: int) -> list[BatchRef]:
+        if start >= end:
+            return []
+        bases = self._segment_bases
+        if start < bases[0]:
+            raise OffsetOutOfRangeError(
+                f"offset {start} of {self.topic}-{self.partition} was deleted by retention "
+                f"(log start offset {bases[0]})")
+        out: list[BatchRef] = []
+        for i in range(bisect.bisect_right(bases, start) - 1, len(bases)):
+            if bases[i] >= end:
+                break
+            out.extend(self._segment_refs(bases[i], start, end))
+        return out
+
+    def ref_of(self, base: int) -> BatchRef:
+        """Where the batch based at ``base`` is."""
+        with self.lock:
+            if base >= self._compacted_end:
+                return BatchRef(base, self.batch_path(base))
+        return self.relocate(base)
+
+    def relocate(self, base: int) -> BatchRef:
+        """Where the batch at ``base`` is now that its object is gone: in a segment.
+
+        Raises OffsetOutOfRangeError when retention removed it, and
+        CorruptBatchError when nothing holds it (a hole in the log).
+        """
+        with self.lock:
+            bases = self.list_segments()
+            if bases and base < bases[0]:
+                raise OffsetOutOfRangeError(
+                    f"offset {base} of {self.topic}-{self.partition} was deleted by retention "
+                    f"(log start offset {bases[0]})")
+            if base < self._compacted_end:
+                i = bisect.bisect_right(bases, base) - 1
+                found = self._segment_refs(bases[i], base, base + 1)
+                if found and found[0].base == base:
+                    return found[0]
+        raise CorruptBatchError("batch file is missing from the log",
+                                self.url(self.batch_path(base)), base)
+
+    def load(self, ref: BatchRef, limit: int | None = None) -> pa.Buffer:
+        """The batch's bytes (its first ``limit`` only, if given), following it into a
+        segment if compaction moved it meanwhile."""
+        for _ in range(RELOADS):
+            try:
+                if not ref.in_segment:
+                    if limit is None:
+                        return self.storage.read_buffer(ref.path)
+                    return pa.py_buffer(self.storage.read_prefix(ref.path, limit))
+                length = ref.size if limit is None else min(limit, ref.size)
+                return self.storage.read_range(ref.path, ref.position, length)
+            except FileNotFoundError:
+                ref = self.relocate(ref.base)
+        raise StorageError(f"{self.topic}-{self.partition}: the batch at {ref.base} kept "
+                           "moving under a read")
+
+    def first_reaching(self, timestamp_ms: int, end: int, log_end: int) -> int | None:
+        """Base of the first data batch below ``end`` whose max timestamp reaches
+        ``timestamp_ms``: bisections of the segments' time indexes, then the headers
+        of the batch objects after them."""
+        with self.lock:
+            for base in self.list_segments():
+                hit = self.time_index(base).first_reaching(timestamp_ms)
+                if hit is not None:
+                    return hit if hit < end else None
+            for base in self._tail_bases(log_end):
+                if base >= end:
+                    break
+                header = self.header(base)
+                if not header.is_control and header.max_timestamp >= timestamp_ms:
+                    return base
+        return None
+
+    def segment_heads(self) -> list[SegmentHead]:
+        """The segments' headers, oldest first, as listed now (one that retention deleted
+        since the listing is left out)."""
+        heads = []
+        for base in self.list_segments():
+            try:
+                heads.append(self.segment_head(base))
+            except FileNotFoundError:
+                continue
+        return heads
+
+    def tail_sizes(self, log_end: int) -> tuple[int, int]:
+        """The batch objects from the compacted end to ``log_end``: how many, and their
+        bytes (from their cached headers, never a payload)."""
+        bases = [r.base for r in self.refs(self._compacted_end, log_end, log_end)
+                 if not r.in_segment]
+        return len(bases), sum(h.header_length + h.payload_length
+                               for h in map(self.header, bases))
+
+
+def _decoded(head: bytes, url: str, offset: int
+             ) -> tuple[BatchHeader, ControlRecord | None, bytes]:
+    header = decode_header(head, url, offset)
+    control = None
+    if header.is_control:
+        control = decode_control(payload_of(head, header, url), header, url)
+    return header, control, head

@@ -1,0 +1,113 @@
+"""Every path and file name of a log root, in one place (like Kafka's LogFileUtils).
+
+The names are part of the on-disk format (docs/format.md, section 1): a
+process finds a batch, a segment or a transaction's state only by computing
+its name, so two modules that spelled a name differently would not see each
+other's objects.  Paths are relative to the root and use ``/``.
+
+``txlog.json`` and ``topic.json`` hold msgpack, not JSON: the names predate
+the encoding and stay, since existing logs are found by them.
+"""
+
+from __future__ import annotations
+
+# --- the root ------------------------------------------------------------------------------
+
+ROOT_MARKER = "txlog.json"  # the format version of the root (msgpack)
+TMP_PREFIX = ".tmp-"  # objects being written (local and atomic-rename backends); never listed
+PROBE_DIR = f"{TMP_PREFIX}probe"  # where a backend checks that conditional writes work
+
+# --- topics and partitions -----------------------------------------------------------------
+
+TOPICS_DIR = "topics"
+OFFSET_DIGITS = 20
+BATCH_SUFFIX = ".batch"
+SEGMENT_DIR = "segments"
+SEGMENT_SUFFIX = ".segment"
+SNAPSHOT_DIR = "snapshots"
+SNAPSHOT_SUFFIX = ".snapshot"
+
+
+def topic_dir(topic: str) -> str:
+    return f"{TOPICS_DIR}/{topic}"
+
+
+def topic_meta_path(topic: str) -> str:
+    """The topic's creation record (name, partitions, config, topic id; msgpack)."""
+    return f"{topic_dir(topic)}/topic.json"
+
+
+def partition_count_path(topic: str) -> str:
+    """The version chain of partitions added to a topic after its creation."""
+    return f"{topic_dir(topic)}/partition_count"
+
+
+def topic_config_path(topic: str) -> str:
+    """The version chain of a topic's altered config (retention and segment settings)."""
+    return f"{topic_dir(topic)}/config"
+
+
+def partition_dir(topic: str, partition: int) -> str:
+    return f"{topic_dir(topic)}/{partition}"
+
+
+def offset_name(offset: int, suffix: str) -> str:
+    """``<offset, 20 digits><suffix>``: names sort as their offsets do."""
+    return f"{offset:0{OFFSET_DIGITS}d}{suffix}"
+
+
+def named_offsets(names: list[str], suffix: str) -> list[int]:
+    """Offsets of the ``<offset><suffix>`` names, sorted (anything else there is not ours)."""
+    return sorted(int(n[:-len(suffix)]) for n in names
+                  if n.endswith(suffix) and n[:-len(suffix)].isdigit())
+
+
+def batch_path(directory: str, offset: int) -> str:
+    """The batch object based at ``offset`` in partition directory ``directory``."""
+    return f"{directory}/{offset_name(offset, BATCH_SUFFIX)}"
+
+
+def segments_dir(directory: str) -> str:
+    return f"{directory}/{SEGMENT_DIR}"
+
+
+def segment_name(base_offset: int) -> str:
+    return offset_name(base_offset, SEGMENT_SUFFIX)
+
+
+def segment_path(directory: str, base_offset: int) -> str:
+    return f"{segments_dir(directory)}/{segment_name(base_offset)}"
+
+
+def segment_bases(names: list[str]) -> list[int]:
+    """Base offsets of the segment names among ``names``, sorted."""
+    return named_offsets(names, SEGMENT_SUFFIX)
+
+
+def snapshots_dir(directory: str) -> str:
+    return f"{directory}/{SNAPSHOT_DIR}"
+
+
+def snapshot_path(directory: str, end_offset: int) -> str:
+    """The producer-state snapshot at ``end_offset`` of partition directory ``directory``."""
+    return f"{snapshots_dir(directory)}/{offset_name(end_offset, SNAPSHOT_SUFFIX)}"
+
+
+# --- the coordinator -----------------------------------------------------------------------
+
+TXN_DIR = "coordinator/transactions"  # a version chain per transactional id
+DECISION_DIR = "coordinator/decisions"  # one decision object per transaction
+LEASE_DIR = "coordinator/leases"  # a version chain per shared transaction's decision
+GROUP_DIR = "coordinator/groups"  # a version chain per consumer group
+BLOCK_DIR = "coordinator/producer-ids"  # one object per allocated block of producer ids
+VERSION_DIGITS = 20
+
+
+def version_path(directory: str, version: int) -> str:
+    """Version ``version`` of the version chain in ``directory``."""
+    return f"{directory}/{version:0{VERSION_DIGITS}d}"
+
+
+def block_path(block: int) -> str:
+    """The object that allocates block ``block`` of producer ids to its publisher."""
+    return f"{BLOCK_DIR}/{block:020d}"

@@ -1,0 +1,158 @@
+"""Committed offsets of consumer groups.
+
+Each version of ``coordinator/groups/<group id>/`` holds the group's whole
+committed map, so reading is one object.  Transactional offsets are applied
+when their transaction completes; every application records, per
+transactional id, the generation (metadata version) it came from, so a
+process that rolls forward an old transaction late can never move offsets
+back over a newer commit.
+
+Deleting a group (kafka-consumer-groups --delete) publishes one more
+version, a tombstone: no offsets and ``deleted: true``.  Only gc removes
+versions, never the newest and only once its successor is old (the chain's
+exclusive publish relies on the predecessor being there; docs/protocol.md,
+section 8), and the tombstone keeps the ``txn_marks``, so a late
+roll-forward of a transaction whose offsets were applied before the delete
+cannot bring them back.  The next
+commit starts the group afresh; that includes a transaction decided before
+the delete whose offsets are only applied after it, exactly as if it had
+committed after the delete.
+
+A group may record an ``owner``: the one writer whose progress it holds (a
+stream sink's query, txlog.exactly_once.stream_sink).  Every version carries
+it forward; a delete drops it with the offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .. import clock
+from ..storage.chain import VersionChain
+from ..errors import InvalidConfigError, UnknownGroupError
+from ..storage.names import validate_name
+from ..storage.backends import Storage
+from ..storage.paths import GROUP_DIR
+
+
+def _chain(storage: Storage, group_id: str) -> VersionChain:
+    validate_name(group_id, "group id")
+    return VersionChain(storage, f"{GROUP_DIR}/{group_id}")
+
+
+def _check_offsets(offsets: dict[tuple[str, int], int]) -> None:
+    for key, offset in offsets.items():
+        if not (isinstance(key, tuple) and len(key) == 2):
+            raise InvalidConfigError(f"offset keys must be (topic, partition) tuples, not {key!r}")
+        validate_name(key[0], "topic")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise InvalidConfigError(
+                f"offset for {key[0]}-{key[1]} must be a non-negative int, not {offset!r}")
+
+
+def _as_map(value: dict | None) -> dict[tuple[str, int], int]:
+    if value is None:
+        return {}
+    return {(t, p): o for t, p, o in value["offsets"]}
+
+
+def _encode(offsets: dict[tuple[str, int], int], marks: dict[str, int],
+            owner: str | None = None) -> dict:
+    value = {"offsets": [[t, p, o] for (t, p), o in sorted(offsets.items())],
+             "txn_marks": marks, "time_ms": clock.now_ms()}
+    if owner is not None:
+        value["owner"] = owner
+    return value
+
+
+def _owner(value: dict | None) -> str | None:
+    return value.get("owner") if _live(value) else None  # type: ignore[union-attr]
+
+
+def _live(value: dict | None) -> bool:
+    return value is not None and not value.get("deleted", False)
+
+
+def group_ids(storage: Storage) -> list[str]:
+    """Every group that has committed offsets and is not deleted, sorted (reads the
+    newest version of each group)."""
+    return sorted(g for g in storage.list(GROUP_DIR) if _live(_chain(storage, g).latest()[1]))
+
+
+def delete_group(storage: Storage, group_id: str) -> None:
+    """Forget a group's committed offsets: publish a tombstone version of its chain.
+
+    UnknownGroupError if it has no version, or its newest is a tombstone already.
+    """
+    def step(version: int, value: dict | None) -> dict:
+        if not _live(value):
+            raise UnknownGroupError(f"group {group_id!r} does not exist"
+                                    + (" (it was deleted)" if value is not None else ""))
+        assert value is not None
+        return {**_encode({}, dict(value["txn_marks"])), "deleted": True}
+
+    _chain(storage, group_id).update(step)
+
+
+def committed_offsets(storage: Storage, group_id: str,
+                      partitions: list[tuple[str, int]] | None = None
+                      ) -> dict[tuple[str, int], int]:
+    _, value = _chain(storage, group_id).latest()
+    offsets = _as_map(value)
+    if partitions is None:
+        return offsets
+    return {tp: offsets[tp] for tp in map(tuple, partitions) if tp in offsets}
+
+
+def commit_offsets(storage: Storage, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
+    _check_offsets(offsets)
+
+    def step(version: int, value: dict | None) -> dict:
+        merged = _as_map(value)
+        merged.update(offsets)
+        return _encode(merged, dict(value["txn_marks"]) if value else {}, _owner(value))
+
+    _chain(storage, group_id).update(step)
+
+
+def apply_transactional_offsets(storage: Storage, group_id: str,
+                                offsets: dict[tuple[str, int], int], transactional_id: str,
+                                generation: int) -> None:
+    """Apply a committed transaction's offsets once, and never after a newer one."""
+    def step(version: int, value: dict | None) -> dict | None:
+        marks = dict(value["txn_marks"]) if value else {}
+        if marks.get(transactional_id, -1) >= generation:
+            return None
+        merged = _as_map(value)
+        merged.update(offsets)
+        marks[transactional_id] = generation
+        return _encode(merged, marks, _owner(value))
+
+    _chain(storage, group_id).update(step)
+
+
+def group_owner(storage: Storage, group_id: str) -> str | None:
+    """The group's recorded owner (a stream sink's query), None if it has none."""
+    return _owner(_chain(storage, group_id).latest()[1])
+
+
+OwnerStep = Callable[[str | None, dict[tuple[str, int], int]],
+                     tuple[str, dict[tuple[str, int], int]] | None]
+
+
+def set_owner(storage: Storage, group_id: str, step: OwnerStep) -> None:
+    """Change a group's owner (and its offsets with it) in one version, or keep both.
+
+    ``step`` gets the current owner and offsets and returns the new pair, or
+    None to leave the group as it is; it may raise to refuse.  The chain's
+    exclusive publish serialises it with every commit and every other
+    claim, so two claimants can never both believe they own the group.
+    """
+    def update(version: int, value: dict | None) -> dict | None:
+        changed = step(_owner(value), _as_map(value) if _live(value) else {})
+        if changed is None:
+            return None
+        owner, offsets = changed
+        return _encode(offsets, dict(value["txn_marks"]) if value else {}, owner)
+
+    _chain(storage, group_id).update(update)
