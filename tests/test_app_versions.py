@@ -183,3 +183,13 @@ def test_a_version_is_a_non_negative_integer(root: str, version) -> None:
 def test_an_app_id_must_name_a_prefix(app_id: str) -> None:
     with pytest.raises(InvalidConfigError, match="app id"):
         default_prefix(app_id)
+
+
+def test_one_prefix_belongs_to_one_app(root: str) -> None:
+    from txlog import SinkOwnerError
+
+    assert write(root, 0)
+    other = AppVersions("other-app", default_prefix(APP), TIMEOUT_MS)
+    with pytest.raises(SinkOwnerError):
+        other.start(Log(root), 0)
+    assert values(root) == expected(0)

@@ -101,3 +101,24 @@ def test_a_stream_read_shows_its_lag_in_its_group_with_a_parquet_sink(spark, tmp
     rows = describe(root, "dashboard")
     assert [(r["topic"], r["partition"], r["committed_offset"], r["log_end_offset"], r["lag"])
             for r in rows] == [("lag-in", 0, 50, 80, 30), ("lag-in", 1, 50, 80, 30)]
+
+
+def test_the_readers_commit_records_spark_s_end_in_its_group(tmp_path):
+    """Without Spark: what Spark's commit(end) does to the group (and nothing without one)."""
+    from txlog.spark.options import ReadOptions
+    from txlog.spark.reader import arrow_schema, spark_schema
+    from txlog.spark.stream_reader import TxlogStreamReader
+
+    root = str(tmp_path / "log")
+    Log(root).create_topic("t", partitions=2)
+
+    def reader(**extra: str) -> TxlogStreamReader:
+        options = ReadOptions.parse({"path": root, "subscribe": "t", **extra}, streaming=True)
+        return TxlogStreamReader(options, arrow_schema(options, spark_schema(False)))
+
+    reader().commit({"t": {"0": 3, "1": 4}})
+    assert Log(root).groups() == []
+    with_group = reader(groupId="g")
+    with_group.commit({"t": {"0": 3, "1": 4}})
+    with_group.commit({"t": {"0": 5, "1": 4}})
+    assert Log(root).committed("g") == {("t", 0): 5, ("t", 1): 4}
