@@ -30,6 +30,13 @@ fails in every attempt after writing (``failing-batch``), then batch writes whos
 marker writes fail once (``once``) and always (``always``), made to fail by
 tests/faults/sitecustomize.py (on PYTHONPATH, so in every Python worker too, with
 TXLOG_TEST_MARKER_FAULTS naming a scratch directory).
+
+``spark_jobs.py foreach-batch ROOT CHECKPOINT KILL_BATCH MARKER``: a stream of topic
+``fe-in`` whose foreachBatch writes each micro-batch to ``fe-out`` with txnAppId and
+txnVersion = the batch id.  Right after the write of batch KILL_BATCH returns it
+leaves MARKER and SIGKILLs its own process group (the driver and its JVM), before
+Spark records the batch as done; run it in a session of its own.  With MARKER
+present it runs to the end (Trigger.AvailableNow): the restart (``foreach_batch_query``).
 """
 
 from __future__ import annotations
@@ -379,6 +386,42 @@ def commit_faults(spark, log, root: str) -> None:
             os.remove(os.path.join(faults, name))
 
 
+# --- idempotent writes inside foreachBatch ---------------------------------------------------
+
+FE_APP = "fe-app"
+
+
+def write_versioned(root: str, kill_batch: int, marker: str):
+    """The foreachBatch function: an idempotent batch write, then (once) the driver's death."""
+    def write(batch_df, batch_id: int) -> None:
+        batch_df.select("key", "value").write.format("txlog").mode("append") \
+            .option("path", root).option("topic", "fe-out") \
+            .option("txnAppId", FE_APP).option("txnVersion", str(batch_id)).save()
+        if batch_id == kill_batch and not os.path.exists(marker):
+            with open(marker, "w") as f:
+                f.write(str(batch_id))
+            import signal
+
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+    return write
+
+
+def foreach_batch_query(spark, root: str, checkpoint: str, kill_batch: int, marker: str):
+    return spark.readStream.format("txlog").option("path", root).option("subscribe", "fe-in") \
+        .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "40").load() \
+        .writeStream.foreachBatch(write_versioned(root, kill_batch, marker)) \
+        .option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+
+
+def foreach_batch(root: str, checkpoint: str, kill_batch: str, marker: str) -> None:
+    from txlog.spark.session import spark_session
+
+    spark = spark_session("txlog-test-foreach-batch")
+    foreach_batch_query(spark, root, checkpoint, int(kill_batch), marker).awaitTermination()
+    print("unexpected: the query ended without being killed", flush=True)
+    spark.stop()
+
+
 if __name__ == "__main__":
     sys.exit({"hang": hang, "connect": connect, "cluster": cluster,
-              "sink-safety": sink_safety}[sys.argv[1]](*sys.argv[2:]))
+              "sink-safety": sink_safety, "foreach-batch": foreach_batch}[sys.argv[1]](*sys.argv[2:]))

@@ -511,3 +511,67 @@ def test_readers_end_expired_transactions_unless_told_not_to():
     assert not ReadOptions.parse({"path": "/p", "subscribe": "t",
                                   "abortExpiredTransactions": "false"}, streaming=True) \
         .abort_expired_transactions
+
+
+# --- txnAppId / txnVersion (idempotent batch writes) --------------------------------------
+
+
+def test_txn_app_id_and_version_make_a_batch_write_idempotent():
+    opts = WriteOptions.parse({"path": "/p", "TXNAPPID": " etl-1 ", "txnVersion": " 42 "},
+                              streaming=False)
+    assert (opts.txn_app_id, opts.txn_version) == ("etl-1", 42)
+    # The prefix names the group holding the version: stable, so derived from the app id.
+    assert opts.transactional_id_prefix == "txn-etl-1"
+    given = WriteOptions.parse({"path": "/p", "txnAppId": "etl-1", "txnVersion": "0",
+                                "transactional.id.prefix": "mine"}, streaming=False)
+    assert (given.transactional_id_prefix, given.txn_version) == ("mine", 0)
+    assert pickle.loads(pickle.dumps(opts)) == opts
+
+
+def test_txn_options_go_together():
+    write_fails({"path": "/p", "txnAppId": "a"}, False, "option 'txnVersion'",
+                "must be given with txnAppId")
+    write_fails({"path": "/p", "txnVersion": "3"}, False, "option 'txnAppId'",
+                "must be given with txnVersion")
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ("-1", "non-negative integer"), ("1.5", "non-negative integer"),
+    ("x", "non-negative integer"), ("", "non-negative integer"),
+    ("99999999999999999999", "64-bit"),
+])
+def test_txn_version_is_a_non_negative_integer(value, fragment):
+    write_fails({"path": "/p", "txnAppId": "a", "txnVersion": value}, False,
+                "option 'txnVersion'", fragment)
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ("a b", "illegal characters"), ("", "empty"), ("x" * 197, "at most 196"),
+])
+def test_txn_app_id_must_name_a_prefix(value, fragment):
+    write_fails({"path": "/p", "txnAppId": value, "txnVersion": "1"}, False,
+                "option 'txnAppId'", fragment)
+
+
+def test_txn_options_are_for_exactly_once_batch_writes():
+    write_fails({"path": "/p", "txnAppId": "a", "txnVersion": "1",
+                 "transactional.id.prefix": "q", "checkpointLocation": "/ck"}, True,
+                "option 'txnAppId'", "batch writes", "foreachBatch")
+    write_fails({"path": "/p", "txnAppId": "a", "txnVersion": "1",
+                 "deliveryGuarantee": "at_least_once"}, False, "option 'txnAppId'",
+                "exactly_once")
+
+
+def test_txn_option_misspelled():
+    write_fails({"path": "/p", "txnAppID": "a", "txnVersions": "1"}, False,
+                "did you mean 'txnVersion'")
+
+
+# --- groupId on a stream read (progress in a group for any sink) ---------------------------
+
+
+def test_a_stream_read_records_its_progress_in_group_id():
+    assert stream(groupId=" dash ").group_id == "dash"
+    assert stream().group_id is None
+    read_fails({**BASE, "groupId": "g"}, False, "option 'groupId'", "batch read")
+    read_fails({**BASE, "groupId": "a/b"}, True, "option 'groupId'", "illegal characters")

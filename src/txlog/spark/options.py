@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import InvalidConfigError, InvalidNameError
+from ..exactly_once.app_versions import check_app_id, default_prefix
 from ..storage.names import validate_name
 from ..transactions.coordinator import MAX_TRANSACTION_TIMEOUT_MS
 from .planning import EARLIEST, LATEST, PositionSpec, Subscription
@@ -65,12 +66,12 @@ _READ_NAMES = (
     "startingOffsetsByTimestampStrategy", "failOnDataLoss", "minPartitions",
     "maxRecordsPerPartition", "includeHeaders", "isolation.level",
     "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "maxBytesPerTrigger",
-    "abortExpiredTransactions",
+    "abortExpiredTransactions", "groupId",
 )
 _WRITE_NAMES = (
     "path", "topic", "deliveryGuarantee", "transactional.id.prefix", "transaction.timeout.ms",
     "createTopics", "numPartitions", "compression", "batch.size", "groupId",
-    "checkpointLocation", "takeOverFrom", "queryName",
+    "checkpointLocation", "takeOverFrom", "queryName", "txnAppId", "txnVersion",
 )
 # Spark Kafka source options that mean nothing without a Kafka cluster; a
 # pipeline moved from format("kafka") may still carry them.
@@ -411,6 +412,7 @@ class ReadOptions:
     max_trigger_delay_ms: int | None = None
     max_bytes_per_trigger: int | None = None
     abort_expired_transactions: bool = True
+    group_id: str | None = None
     # The fsspec backend's arguments for an object-store path (credentials included:
     # kept out of repr and comparisons).
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -474,8 +476,24 @@ class ReadOptions:
             max_trigger_delay_ms=delay,
             max_bytes_per_trigger=max_bytes,
             abort_expired_transactions=_bool(opts, "abortExpiredTransactions", True),
+            group_id=_read_group(opts, streaming),
             storage_options=_storage_options(opts),
         )
+
+
+def _read_group(opts: _Opts, streaming: bool) -> str | None:
+    """The consumer group a stream reader records its committed micro-batches in."""
+    raw = opts.get("groupId")
+    if raw is None:
+        return None
+    try:
+        group = validate_name(raw.strip(), "group id")
+    except InvalidNameError as exc:
+        raise _fail("groupId", str(exc)) from None
+    if not streaming:
+        raise _fail("groupId", "records the offsets of each micro-batch a streaming query "
+                               "committed; a batch read has no progress to record")
+    return group
 
 
 def _subscription(opts: _Opts) -> Subscription:
@@ -570,6 +588,8 @@ class WriteOptions:
     group_id: str | None = None
     checkpoint_location: str | None = None
     take_over_from: str | None = None
+    txn_app_id: str | None = None
+    txn_version: int | None = None
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @staticmethod
@@ -650,6 +670,9 @@ class WriteOptions:
                 validate_name(take_over, "query id")
             except InvalidNameError as exc:
                 raise _fail("takeOverFrom", str(exc)) from None
+        app_id, version = _txn(opts, streaming, guarantee)
+        if app_id is not None and prefix is None:
+            prefix = default_prefix(app_id)
         return WriteOptions(
             path=path,
             topic=topic,
@@ -663,8 +686,38 @@ class WriteOptions:
             group_id=group_id,
             checkpoint_location=checkpoint,
             take_over_from=take_over,
+            txn_app_id=app_id,
+            txn_version=version,
             storage_options=_storage_options(opts),
         )
+
+
+def _txn(opts: _Opts, streaming: bool, guarantee: DeliveryGuarantee
+         ) -> tuple[str | None, int | None]:
+    """Delta's txnAppId/txnVersion: both or neither, for an exactly_once batch write."""
+    raw_app, raw_version = opts.get("txnAppId"), opts.get("txnVersion")
+    if raw_app is None and raw_version is None:
+        return None, None
+    if raw_app is None or raw_version is None:
+        given, missing = ("txnAppId", "txnVersion") if raw_version is None \
+            else ("txnVersion", "txnAppId")
+        raise _fail(missing, f"must be given with {given}: together they make a batch write "
+                             "idempotent (the app's id and this write's version)")
+    if streaming:
+        raise _fail("txnAppId", "is for batch writes (such as those inside foreachBatch); a "
+                                "stream write to txlog is idempotent by its micro-batch ids "
+                                "already")
+    if guarantee != "exactly_once":
+        raise _fail("txnAppId", "needs deliveryGuarantee exactly_once: the version commits in "
+                                "the write's transaction, and at_least_once has none")
+    try:
+        app_id = check_app_id(raw_app.strip())
+    except InvalidConfigError as exc:
+        raise _fail("txnAppId", str(exc)) from None
+    version = _parse_long("txnVersion", raw_version, what="a non-negative integer")
+    if version < 0:
+        raise _fail("txnVersion", f"must be a non-negative integer, got {raw_version!r}")
+    return app_id, version
 
 
 def _guarantee(opts: _Opts) -> DeliveryGuarantee:

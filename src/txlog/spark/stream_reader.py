@@ -14,6 +14,7 @@ pickled copies on executors and uses nothing but its partition and options.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -32,6 +33,7 @@ from .options import ReadOptions
 from .reader import TxlogInputPartition, read_ranges
 
 Positions = dict[scan.TopicPartition, int]
+logger = logging.getLogger(__name__)
 
 
 def to_json(positions: Positions) -> dict:
@@ -185,8 +187,23 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [TxlogInputPartition((r,)) for r in pieces]
 
     def commit(self, end: dict) -> None:
-        """Nothing to do: progress lives in Spark's checkpoint (and, with a txlog sink and
-        groupId, in the sink's transactions)."""
+        """Record ``end`` in the reader's ``groupId``, whatever the sink, so ``txlog groups
+        describe`` shows the query's lag.
+
+        Spark calls this once a micro-batch is in its commit log (when it
+        plans the next one), so the group never runs ahead of what the sink
+        holds.  A plain offset commit: the positions are Spark's to replay
+        from, the group only shows them, so a failure to record them is
+        logged and the query goes on (the next micro-batch records them again).
+        """
+        group = self.options.group_id
+        if group is None:
+            return
+        try:
+            self._log().commit_offsets(group, from_json(end))
+        except Exception:  # progress for display only: never fail the query for it
+            logger.warning("recording the query's offsets in group %s failed", group,
+                           exc_info=True)
 
     # --- executors ----------------------------------------------------------------------------
 

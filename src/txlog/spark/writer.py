@@ -25,6 +25,7 @@ from ..transactions.coordinator import TransactionMember
 from ..errors import InvalidConfigError, TopicExistsError, UnknownTopicError
 from ..log import Log
 from ..clients.producer import Producer
+from ..exactly_once.app_versions import AppVersions
 from ..exactly_once.shared_transaction import SharedTransaction
 from ..exactly_once.stream_sink import StreamSink
 from .checkpoint import query_id, source_offsets
@@ -134,11 +135,20 @@ class _Sending:
 
 
 class TxlogBatchWriter(_Sending, DataSourceArrowWriter):
-    """One shared transaction per job: every task attempt joins it, the driver decides."""
+    """One shared transaction per job: every task attempt joins it, the driver decides.
 
-    def __init__(self, options: WriteOptions, job: SharedTransaction | None) -> None:
+    With ``txnAppId``/``txnVersion`` the job is one numbered write of an app
+    (``exactly_once.app_versions``): a version already committed makes the
+    whole job a no-op (``job`` is None and ``skip`` set), checked on the
+    driver before any task runs and again in the commit.
+    """
+
+    def __init__(self, options: WriteOptions, job: SharedTransaction | None,
+                 app: AppVersions | None = None, skip: bool = False) -> None:
         self.options = options
         self.job = job
+        self.app = app
+        self.skip = skip
 
     @classmethod
     def create(cls, options: WriteOptions, schema: StructType,
@@ -148,6 +158,13 @@ class TxlogBatchWriter(_Sending, DataSourceArrowWriter):
                 "txlog does not support save mode 'overwrite': a log is append-only; use "
                 "mode('append')")
         _check_write(options, schema)
+        if options.txn_app_id is not None:
+            # Both set by WriteOptions.parse, with the prefix derived from the app id.
+            assert options.txn_version is not None and options.transactional_id_prefix
+            app = AppVersions(options.txn_app_id, options.transactional_id_prefix,
+                              options.transaction_timeout_ms)
+            job = app.start(_open(options), options.txn_version)
+            return cls(options, job, app, skip=job is None)
         job = None
         if options.delivery_guarantee == EXACTLY_ONCE:
             prefix = options.transactional_id_prefix or f"spark-{uuid.uuid4().hex[:12]}"
@@ -157,6 +174,10 @@ class TxlogBatchWriter(_Sending, DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
         from pyspark import TaskContext
 
+        if self.skip:
+            for _ in iterator:  # Spark's batches still have to be taken off its socket
+                pass
+            return TxlogCommitMessage(None, 0)
         if self.job is None:
             return self._write_idempotent(iterator)
         ctx = TaskContext.get()
@@ -166,8 +187,14 @@ class TxlogBatchWriter(_Sending, DataSourceArrowWriter):
         return self._write_in(self.job, key, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        if self.job is not None:
-            self.job.commit(_open(self.options), _members(messages))
+        if self.job is None:
+            return
+        log = _open(self.options)
+        if self.app is not None:
+            assert self.options.txn_version is not None
+            self.app.commit(log, self.job, self.options.txn_version, _members(messages))
+        else:
+            self.job.commit(log, _members(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.job is not None:
