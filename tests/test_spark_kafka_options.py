@@ -173,3 +173,30 @@ def test_producer_settings_reach_the_producer():
         DEFAULT_BATCH_SIZE
     assert config(**{"batch.size": "64k", "kafka.max.request.size": "16384"})["batch_size"] == \
         16384
+
+
+def test_record_larger_than_max_request_size_fails_and_writes_nothing(spark, root):
+    df = spark.createDataFrame([("k", "v" * 10), ("k", "v" * 3_000)], "key string, value string")
+    with pytest.raises(Exception, match=r"record of 3001 bytes .* kafka.max.request.size \(2048\)"):
+        write(df, root, topic="events", **{"kafka.max.request.size": "2048"})
+    assert read(spark, root, subscribe="events").count() == 0
+    write(df, root, topic="events", **{"kafka.max.request.size": "4096"})
+    assert read(spark, root, subscribe="events").count() == 2
+
+
+def test_record_sizes_count_key_value_and_headers():
+    import pyarrow as pa
+    from txlog.errors import InvalidConfigError
+    from txlog.spark.writer import _check_record_sizes
+
+    headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    table = pa.table({
+        "key": pa.array([b"ab", None, b"c"]),
+        "value": pa.array([b"x" * 10, b"y" * 5, None]),
+        "headers": pa.array([[{"key": "h", "value": b"123"}], None,
+                             [{"key": "hh", "value": b"1"}, {"key": "k", "value": None}]],
+                            headers)})
+    _check_record_sizes(table, 16)  # 2 + 10 + 1 + 3
+    with pytest.raises(InvalidConfigError, match="record of 16 bytes"):
+        _check_record_sizes(table, 15)
+    _check_record_sizes(pa.table({"value": pa.array([], pa.binary())}), 1)

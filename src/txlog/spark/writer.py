@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
@@ -134,6 +135,8 @@ class _Sending:
 
     def _by_topic(self, log: Log, batch: pa.RecordBatch) -> Iterator[tuple[str, pa.Table]]:
         table = _records(batch)
+        if self.options.max_request_size is not None:
+            _check_record_sizes(table, self.options.max_request_size)
         topic = self.options.topic
         if topic is not None or "topic" not in batch.schema.names:
             yield topic, table  # type: ignore[misc]
@@ -329,6 +332,32 @@ def _records(batch: pa.RecordBatch) -> pa.Table:
         columns.append(column)
         names.append(name)
     return pa.Table.from_arrays(columns, names=names)
+
+
+def _check_record_sizes(table: pa.Table, limit: int) -> None:
+    """Kafka's producer refuses a record larger than max.request.size
+    (RecordTooLargeException); so does this writer, counting key, value and header bytes."""
+    def lengths(column: pa.ChunkedArray) -> pa.ChunkedArray:
+        return pc.fill_null(pc.binary_length(column), 0).cast(pa.int64())
+
+    sizes = lengths(table.column("value"))
+    if "key" in table.column_names:
+        sizes = pc.add(sizes, lengths(table.column("key")))
+    if "headers" in table.column_names:
+        flat = pc.list_flatten(table.column("headers"))
+        per_header = pc.add(lengths(pc.struct_field(flat, [0])), lengths(pc.struct_field(flat, [1])))
+        parents = pc.list_parent_indices(table.column("headers"))
+        summed = pa.table({"row": parents, "bytes": per_header}).group_by("row").aggregate(
+            [("bytes", "sum")])
+        extra = np.zeros(table.num_rows, dtype=np.int64)
+        extra[summed.column("row").to_numpy()] = summed.column("bytes_sum").to_numpy()
+        sizes = pc.add(sizes, pa.array(extra))
+    largest = pc.max(sizes).as_py()
+    if largest is not None and largest > limit:
+        raise InvalidConfigError(
+            f"a record of {largest} bytes (key, value and headers) is larger than "
+            f"kafka.max.request.size ({limit}); Kafka's producer refuses it too "
+            f"(RecordTooLargeException): raise the option or split the record")
 
 
 def _create_times(column: pa.Array) -> pa.Array:
