@@ -575,3 +575,113 @@ def test_a_stream_read_records_its_progress_in_group_id():
     assert stream().group_id is None
     read_fails({**BASE, "groupId": "g"}, False, "option 'groupId'", "batch read")
     read_fails({**BASE, "groupId": "a/b"}, True, "option 'groupId'", "illegal characters")
+
+
+# --- kafka.* options (Spark's Kafka integration) --------------------------------
+
+
+WRITE = {"path": "/p", "topic": "t"}
+
+
+def write_opts(streaming: bool = False, **extra: str) -> WriteOptions:
+    return WriteOptions.parse({**WRITE, **extra}, streaming=streaming)
+
+
+def test_kafka_producer_options_map_onto_txlog_options():
+    opts = write_opts(**{"kafka.compression.type": "ZSTD", "kafka.batch.size": "16384",
+                         "kafka.linger.ms": "20", "kafka.max.request.size": "524288",
+                         "kafka.transaction.timeout.ms": "60000",
+                         "kafka.enable.idempotence": "true"})
+    assert (opts.compression, opts.batch_size, opts.linger_ms, opts.max_request_size,
+            opts.transaction_timeout_ms) == ("zstd", 16384, 20, 524288, 60_000)
+    assert pickle.loads(pickle.dumps(opts)) == opts
+
+
+@pytest.mark.parametrize("ours, theirs, a, b", [
+    ("compression", "kafka.compression.type", "lz4", "LZ4"),
+    ("batch.size", "kafka.batch.size", "16k", "16384"),
+    ("transaction.timeout.ms", "kafka.transaction.timeout.ms", "60000", "60000"),
+])
+def test_txlog_and_kafka_spelling_agree_or_conflict(ours, theirs, a, b):
+    # Both given with the same meaning: accepted.
+    write_opts(**{ours: a, theirs: b})
+    other = {"compression": "zstd", "batch.size": "32k", "transaction.timeout.ms": "1000"}[ours]
+    write_fails({**WRITE, ours: other, theirs: b}, False, f"option '{ours}'", "contradicts",
+                theirs, "give one of them")
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "GZIP"])
+def test_kafka_codecs_txlog_lacks_are_refused_naming_the_supported_ones(codec):
+    for name in ("kafka.compression.type", "compression"):
+        write_fails({**WRITE, name: codec}, False, f"option '{name}'", "none, lz4 or zstd",
+                    "Arrow IPC")
+
+
+@pytest.mark.parametrize("option, value, fragment", [
+    ("kafka.batch.size", "0", "no batching"),
+    ("kafka.batch.size", "16k", "size in bytes"),
+    ("kafka.batch.size", "4294967296", "between 1 byte"),
+    ("kafka.linger.ms", "-1", "must not be negative"),
+    ("kafka.linger.ms", "soon", "milliseconds"),
+    ("kafka.max.request.size", "0", "must be positive"),
+    ("kafka.transaction.timeout.ms", "900001", "between 1 and 900000"),
+    ("kafka.enable.idempotence", "maybe", "true or false"),
+])
+def test_bad_kafka_producer_values_are_named(option, value, fragment):
+    write_fails({**WRITE, option: value}, False, f"option '{option}'", fragment)
+
+
+def test_idempotence_off_conflicts_with_exactly_once_only():
+    write_fails({**WRITE, "kafka.enable.idempotence": "false"}, False,
+                "option 'kafka.enable.idempotence'", "at_least_once")
+    assert write_opts(deliveryGuarantee="at_least_once",
+                      **{"kafka.enable.idempotence": "false"}).delivery_guarantee == \
+        "at_least_once"
+
+
+@pytest.mark.parametrize("option", ["kafka.key.serializer", "kafka.value.serializer",
+                                    "kafka.partitioner.class", "kafka.interceptor.classes",
+                                    "kafka.transactional.id", "KAFKA.Key.Serializer"])
+@pytest.mark.parametrize("streaming", [False, True])
+def test_options_spark_kafka_sink_refuses_are_refused(option, streaming):
+    options = {**WRITE, option: "x", "transactional.id.prefix": "q", "checkpointLocation": "/ck"}
+    write_fails(options, streaming, f"option '{option}'", "is not supported")
+
+
+@pytest.mark.parametrize("option, reason", [
+    ("kafka.key.deserializer", "DataFrame operations"),
+    ("kafka.value.deserializer", "DataFrame operations"),
+    ("kafka.enable.auto.commit", "commits no offsets"),
+    ("kafka.interceptor.classes", "modify the payload"),
+])
+@pytest.mark.parametrize("streaming", [False, True])
+def test_options_spark_kafka_source_refuses_are_refused(option, reason, streaming):
+    read_fails({**BASE, option: "x"}, streaming, f"option '{option}'", "is not supported", reason)
+
+
+def test_read_and_write_settings_of_the_other_side_are_only_ignored():
+    # A consumer's settings on a write, a producer's on a read: nothing to refuse.
+    write_opts(**{"kafka.key.deserializer": "x", "kafka.enable.auto.commit": "true"})
+    batch(**{"kafka.key.serializer": "x", "kafka.compression.type": "gzip"})
+
+
+def test_ignored_kafka_options_are_logged_once_per_query(caplog):
+    options = {**WRITE, "kafka.bootstrap.servers": "h:9092", "kafka.acks": "all",
+               "kafka.compression.type": "lz4", "kafka.secret.thing": "hunter2"}
+    with caplog.at_level("WARNING", logger="txlog.spark.options"):
+        for _ in range(3):  # Spark parses a query's options more than once
+            WriteOptions.parse(options, streaming=False)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings
+    assert "kafka.acks, kafka.bootstrap.servers, kafka.secret.thing" in warnings[0]
+    assert "kafka.compression.type" not in warnings[0] and "hunter2" not in warnings[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="txlog.spark.options"):
+        ReadOptions.parse({**BASE, "kafka.bootstrap.servers": "h:9092",
+                           "kafka.isolation.level": "read_committed", "groupIdPrefix": "g"},
+                          streaming=True)
+        WriteOptions.parse(WRITE, streaming=False)  # nothing ignored: no warning
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "streaming read" in warnings[0], warnings
+    assert "groupIdPrefix, kafka.bootstrap.servers" in warnings[0]
+    assert "isolation" not in warnings[0]

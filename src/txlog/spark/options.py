@@ -13,6 +13,10 @@ and the same batch/streaming restrictions.  Where Spark accepts something that
 can only fail later (a negative offset below -2, a non-numeric
 ``maxOffsetsPerTrigger`` in a batch query), it is rejected here instead.
 
+Spark's ``kafka.*`` client settings are mapped onto txlog's options, refused
+where Spark's Kafka source or sink refuses them, or logged as ignored (the
+block at the end of this module; docs/spark.md has the table).
+
 One rule stays with the planner, because it needs the log: like Spark, a JSON
 offsets or timestamps map must name exactly the partitions the subscription
 covers when the read is planned (``PositionSpec.default`` only applies to
@@ -442,6 +446,7 @@ class ReadOptions:
         if kafka_reset is not None:
             raise _fail("kafka.auto.offset.reset", "is not supported; set 'startingOffsets' "
                                                    "to 'earliest' or 'latest' instead")
+        _refuse_kafka(opts, _KAFKA_REFUSED_READ)
         max_offsets = _positive(opts, "maxOffsetsPerTrigger")
         min_offsets = _positive(opts, "minOffsetsPerTrigger")
         if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
@@ -461,6 +466,8 @@ class ReadOptions:
                 if name in opts:
                     log.warning("option %s is ignored in batch queries", name)
             max_offsets = min_offsets = delay = max_bytes = None  # type: ignore[assignment]
+        isolation = _isolation(opts)
+        _warn_ignored(opts, "streaming read" if streaming else "batch read", _KAFKA_MAPPED_READ)
         return ReadOptions(
             path=path,
             subscription=subscription,
@@ -470,7 +477,7 @@ class ReadOptions:
             min_partitions=min_partitions,
             max_records_per_partition=max_records,
             include_headers=_bool(opts, "includeHeaders", False),
-            isolation_level=_isolation(opts),
+            isolation_level=isolation,
             max_offsets_per_trigger=max_offsets,
             min_offsets_per_trigger=min_offsets,
             max_trigger_delay_ms=delay,
@@ -591,6 +598,9 @@ class WriteOptions:
     txn_app_id: str | None = None
     txn_version: int | None = None
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # Kafka producer settings without a txlog spelling (kafka.linger.ms, kafka.max.request.size).
+    linger_ms: int | None = None
+    max_request_size: int | None = None
 
     @staticmethod
     def parse(options: Mapping[str, str], streaming: bool) -> WriteOptions:
@@ -616,25 +626,8 @@ class WriteOptions:
                         "restarted query fence and finish its predecessor's transactions. "
                         "Set it to a name unique to this query, or use "
                         "deliveryGuarantee at_least_once")
-        timeout = MAX_TRANSACTION_TIMEOUT_MS
-        raw_timeout = opts.get("transaction.timeout.ms")
-        if raw_timeout is not None:
-            timeout = _parse_long("transaction.timeout.ms", raw_timeout,
-                                  what="milliseconds between 1 and 900000")
-            if not 1 <= timeout <= MAX_TRANSACTION_TIMEOUT_MS:
-                raise _fail("transaction.timeout.ms",
-                            f"must be between 1 and {MAX_TRANSACTION_TIMEOUT_MS} ms, "
-                            f"got {raw_timeout!r}")
+        kafka = _kafka_write(opts, guarantee)
         num_partitions = _positive(opts, "numPartitions", bits=32)
-        compression = (opts.get("compression") or "none").strip().lower()
-        if compression not in ("none", "lz4", "zstd"):
-            raise _fail("compression", f"expected none, lz4 or zstd, got {opts.get('compression')!r}")
-        batch_size = None
-        if opts.get("batch.size") is not None:
-            batch_size = parse_bytes("batch.size", opts.get("batch.size") or "")
-            if not 1 <= batch_size <= _INT_MAX:
-                raise _fail("batch.size", f"must be between 1 byte and {_INT_MAX}, "
-                                          f"got {opts.get('batch.size')!r}")
         group_id = None
         if opts.get("groupId") is not None:
             try:
@@ -673,22 +666,26 @@ class WriteOptions:
         app_id, version = _txn(opts, streaming, guarantee)
         if app_id is not None and prefix is None:
             prefix = default_prefix(app_id)
+        _warn_ignored(opts, "streaming write" if streaming else "batch write",
+                      _KAFKA_MAPPED_WRITE)
         return WriteOptions(
             path=path,
             topic=topic,
             delivery_guarantee=guarantee,
             transactional_id_prefix=prefix,
-            transaction_timeout_ms=timeout,
+            transaction_timeout_ms=kafka["transaction_timeout_ms"],
             create_topics=_bool(opts, "createTopics", False),
             num_partitions=1 if num_partitions is None else num_partitions,
-            compression=compression,  # type: ignore[arg-type]
-            batch_size=batch_size,
+            compression=kafka["compression"],
+            batch_size=kafka["batch_size"],
             group_id=group_id,
             checkpoint_location=checkpoint,
             take_over_from=take_over,
             txn_app_id=app_id,
             txn_version=version,
             storage_options=_storage_options(opts),
+            linger_ms=kafka["linger_ms"],
+            max_request_size=kafka["max_request_size"],
         )
 
 
@@ -729,3 +726,150 @@ def _guarantee(opts: _Opts) -> DeliveryGuarantee:
     if value not in ("exactly_once", "at_least_once"):
         raise _fail("deliveryGuarantee", f"expected exactly_once or at_least_once, got {raw!r}")
     return value  # type: ignore[return-value]
+
+
+# --- kafka.* options: Spark's Kafka integration mapped onto txlog ------------
+#
+# A pipeline moved from format("kafka") carries Kafka client settings.  Each is
+# honoured (mapped onto txlog's own option), refused (where Spark's Kafka source
+# or sink refuses it, or where ignoring it would silently change what is
+# written), or ignored with one WARNING per query naming it.  docs/spark.md has
+# the table.
+
+# Consumer settings Spark's Kafka source refuses (KafkaSourceProvider's
+# validateGeneralOptions), with its reasons.  kafka.auto.offset.reset is refused
+# in ReadOptions.parse with a pointer to startingOffsets.
+_KAFKA_REFUSED_READ = {
+    "kafka.key.deserializer":
+        "keys are always read as bytes (Spark's ByteArrayDeserializer); deserialize them "
+        "with DataFrame operations, e.g. CAST(key AS STRING)",
+    "kafka.value.deserializer":
+        "values are always read as bytes (Spark's ByteArrayDeserializer); deserialize them "
+        "with DataFrame operations, e.g. CAST(value AS STRING) or from_json",
+    "kafka.enable.auto.commit":
+        "the source commits no offsets (Spark's Kafka source refuses it too): positions "
+        "live in the query's checkpoint; use the sink's groupId option to record progress "
+        "in a consumer group",
+    "kafka.interceptor.classes":
+        "interceptors can modify the payload, so they are not safe (Spark's Kafka source "
+        "refuses them for that reason); txlog runs no Java classes either",
+}
+# Producer settings Spark's Kafka sink refuses (kafkaParamsForProducer), and those
+# whose silent omission would write something other than what Kafka would.
+_KAFKA_REFUSED_WRITE = {
+    "kafka.key.serializer":
+        "keys are always written as bytes (Spark's Kafka sink refuses it too); serialize "
+        "them into a string or binary 'key' column",
+    "kafka.value.serializer":
+        "values are always written as bytes (Spark's Kafka sink refuses it too); serialize "
+        "them into a string or binary 'value' column",
+    "kafka.partitioner.class":
+        "txlog places records with Kafka's default partitioner (murmur2 of the key) and "
+        "cannot run a Java partitioner; choose partitions with a 'partition' column",
+    "kafka.interceptor.classes":
+        "producer interceptors can modify records and are Java classes txlog cannot run; "
+        "transform the DataFrame before writing",
+    "kafka.transactional.id":
+        "every task needs its own transactional id (one shared id would fence all tasks "
+        "but one); txlog derives them from option 'transactional.id.prefix', set that",
+}
+# Producer settings taken on writes (the kafka.* name -> what it maps onto).
+_KAFKA_MAPPED_WRITE = ("kafka.compression.type", "kafka.batch.size", "kafka.linger.ms",
+                       "kafka.max.request.size", "kafka.transaction.timeout.ms",
+                       "kafka.enable.idempotence")
+# Consumer settings taken on reads.
+_KAFKA_MAPPED_READ = ("kafka.isolation.level", "kafka.auto.offset.reset")
+_COMPRESSIONS = ("none", "lz4", "zstd")
+# Hashes of the option maps already warned about: Spark parses a query's options
+# more than once (a stream writer per micro-batch), the warning is wanted once.
+_WARNED: set[int] = set()
+
+
+def _refuse_kafka(opts: _Opts, refused: Mapping[str, str]) -> None:
+    for lower in opts.keys():
+        if lower in refused:
+            raise _fail(opts.spelled(lower), f"is not supported: {refused[lower]}")
+
+
+def _warn_ignored(opts: _Opts, kind: str, known: tuple[str, ...]) -> list[str]:
+    """Log, once per query (per distinct option map), the Kafka options that do nothing here."""
+    ignored = sorted(opts.spelled(k) for k in opts.keys()
+                     if (k.startswith("kafka.") and k not in known)
+                     or k in {n.lower() for n in _KAFKA_ONLY})
+    if ignored:
+        fingerprint = hash((kind, tuple(sorted(
+            (k, opts.get(k)) for k in opts.keys()))))
+        if fingerprint not in _WARNED:
+            _WARNED.add(fingerprint)
+            log.warning("txlog %s ignores these Kafka client options (no Kafka client runs "
+                        "here; see docs/spark.md, 'Kafka options'): %s", kind,
+                        ", ".join(ignored))
+    return ignored
+
+
+def _agree(values: dict[str, Any], default: Any) -> Any:
+    """txlog's option and its kafka.* twin: either alone, or both with the same value."""
+    if len(values) > 1:
+        (a, a_value), (b, b_value) = values.items()
+        if a_value != b_value:
+            raise _fail(a, f"{a_value!r} contradicts {b} {b_value!r}; give one of them")
+    return next(iter(values.values()), default)
+
+
+def _kafka_write(opts: _Opts, guarantee: DeliveryGuarantee) -> dict[str, Any]:
+    """The write settings that have a txlog and a kafka.* spelling, and Kafka's producer
+    settings that mean something here; refusals and warnings first."""
+    _refuse_kafka(opts, _KAFKA_REFUSED_WRITE)
+    compressions: dict[str, str] = {}
+    for name in ("compression", "kafka.compression.type"):
+        raw = opts.get(name)
+        if raw is None:
+            continue
+        value = raw.strip().lower()
+        if value not in _COMPRESSIONS:
+            why = (" (gzip and snappy are Kafka codecs txlog does not have: a txlog batch "
+                   "is Arrow IPC, which compresses with lz4 or zstd)"
+                   if value in ("gzip", "snappy") else "")
+            raise _fail(name, f"expected none, lz4 or zstd, got {raw!r}{why}")
+        compressions[name] = value
+    sizes: dict[str, int] = {}
+    raw = opts.get("batch.size")
+    if raw is not None:
+        sizes["batch.size"] = parse_bytes("batch.size", raw)
+    raw = opts.get("kafka.batch.size")
+    if raw is not None:
+        size = _parse_long("kafka.batch.size", raw, what="a size in bytes")
+        if size == 0:
+            raise _fail("kafka.batch.size", "0 (Kafka's 'no batching') would make every "
+                                            "record a batch object of its own; give a size "
+                                            "in bytes")
+        sizes["kafka.batch.size"] = size
+    for name, size in sizes.items():
+        if not 1 <= size <= _INT_MAX:
+            raise _fail(name, f"must be between 1 byte and {_INT_MAX}, got {opts.get(name)!r}")
+    timeouts: dict[str, int] = {}
+    for name in ("transaction.timeout.ms", "kafka.transaction.timeout.ms"):
+        raw = opts.get(name)
+        if raw is None:
+            continue
+        timeout = _parse_long(name, raw, what="milliseconds between 1 and 900000")
+        if not 1 <= timeout <= MAX_TRANSACTION_TIMEOUT_MS:
+            raise _fail(name, f"must be between 1 and {MAX_TRANSACTION_TIMEOUT_MS} ms, "
+                              f"got {raw!r}")
+        timeouts[name] = timeout
+    linger = None
+    raw = opts.get("kafka.linger.ms")
+    if raw is not None:
+        linger = _parse_long("kafka.linger.ms", raw, what="milliseconds")
+        if linger < 0:
+            raise _fail("kafka.linger.ms", f"must not be negative, got {raw!r}")
+    max_request = _positive(opts, "kafka.max.request.size", bits=32)
+    if not _bool(opts, "kafka.enable.idempotence", True) and guarantee == "exactly_once":
+        raise _fail("kafka.enable.idempotence",
+                    "false cannot go with deliveryGuarantee exactly_once: transactions need "
+                    "an idempotent producer (Kafka refuses a transactional.id without it); "
+                    "use deliveryGuarantee at_least_once")
+    return {"compression": _agree(compressions, "none"),
+            "batch_size": _agree(sizes, None),
+            "transaction_timeout_ms": _agree(timeouts, MAX_TRANSACTION_TIMEOUT_MS),
+            "linger_ms": linger, "max_request_size": max_request}

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
@@ -24,7 +25,7 @@ from pyspark.sql.types import StructType
 from ..transactions.coordinator import TransactionMember
 from ..errors import InvalidConfigError, TopicExistsError, UnknownTopicError
 from ..log import Log
-from ..clients.producer import Producer
+from ..clients.producer import DEFAULT_BATCH_SIZE, Producer
 from ..exactly_once.app_versions import AppVersions
 from ..exactly_once.shared_transaction import SharedTransaction
 from ..exactly_once.stream_sink import StreamSink
@@ -61,6 +62,15 @@ def check_input_schema(schema: StructType, options: WriteOptions) -> None:
             raise InvalidConfigError(
                 f"column {column!r} has type {names[column]}; txlog takes "
                 f"{' or '.join(types)} there")
+    if "timestamp" in names and names["timestamp"] != "timestamp":
+        hint = ("it has no time zone, so which instant it names is ambiguous: convert it "
+                "with to_utc_timestamp(timestamp, tz) or CAST(... AS TIMESTAMP)"
+                if names["timestamp"] == "timestamp_ntz" else
+                "give a timestamp (e.g. timestamp_millis(ms) for epoch milliseconds), or "
+                "rename or drop the column to let each record's time be the time of the write")
+        raise InvalidConfigError(
+            f"column 'timestamp' has type {names['timestamp']}; txlog takes a timestamp there, "
+            f"the record's CreateTime; {hint}")
     if options.topic is None and "topic" not in names:
         raise InvalidConfigError(
             "no topic to write to: set option 'topic' or give the DataFrame a 'topic' column")
@@ -73,8 +83,15 @@ class _Sending:
 
     def _producer_config(self) -> dict[str, object]:
         config: dict[str, object] = {"compression": self.options.compression}
-        if self.options.batch_size is not None:
-            config["batch_size"] = self.options.batch_size
+        batch_size = self.options.batch_size
+        if self.options.max_request_size is not None:
+            # Kafka sends no request larger than max.request.size; here a batch is the unit
+            # written at once, so the setting bounds the batch (the default 1 MiB is Kafka's).
+            batch_size = min(batch_size or DEFAULT_BATCH_SIZE, self.options.max_request_size)
+        if batch_size is not None:
+            config["batch_size"] = batch_size
+        if self.options.linger_ms is not None:
+            config["linger_ms"] = self.options.linger_ms
         return config
 
     def _write_idempotent(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
@@ -119,6 +136,8 @@ class _Sending:
 
     def _by_topic(self, log: Log, batch: pa.RecordBatch) -> Iterator[tuple[str, pa.Table]]:
         table = _records(batch)
+        if self.options.max_request_size is not None:
+            _check_record_sizes(table, self.options.max_request_size)
         topic = self.options.topic
         if topic is not None or "topic" not in batch.schema.names:
             yield topic, table  # type: ignore[misc]
@@ -322,17 +341,65 @@ def _coalesced(batches: Iterator[pa.RecordBatch], target_bytes: int
 
 
 def _records(batch: pa.RecordBatch) -> pa.Table:
-    """The producer's columns from Spark's: text as bytes, nothing per record in Python."""
+    """The producer's columns from Spark's: text as bytes, nothing per record in Python.
+
+    A ``timestamp`` column is each record's CreateTime: Spark's microseconds become
+    epoch milliseconds (the sub-millisecond part dropped, as Kafka keeps ms); a null
+    is the time of the write, Kafka's rule for a record sent without one.
+    """
     columns, names = [], []
-    for name in ("key", "value", "partition", "headers"):
+    for name in ("key", "value", "partition", "headers", "timestamp"):
         if name not in batch.schema.names:
             continue
         column = batch.column(name)
         if name in ("key", "value") and column.type in _TEXT and column.type != pa.binary():
             column = column.cast(pa.binary())
+        if name == "timestamp":
+            column = _create_times(column)
         columns.append(column)
         names.append(name)
     return pa.Table.from_arrays(columns, names=names)
+
+
+def _check_record_sizes(table: pa.Table, limit: int) -> None:
+    """Kafka's producer refuses a record larger than max.request.size
+    (RecordTooLargeException); so does this writer, counting key, value and header bytes."""
+    def lengths(column: pa.ChunkedArray) -> pa.ChunkedArray:
+        return pc.fill_null(pc.binary_length(column), 0).cast(pa.int64())
+
+    sizes = lengths(table.column("value"))
+    if "key" in table.column_names:
+        sizes = pc.add(sizes, lengths(table.column("key")))
+    if "headers" in table.column_names:
+        flat = pc.list_flatten(table.column("headers"))
+        per_header = pc.add(lengths(pc.struct_field(flat, [0])), lengths(pc.struct_field(flat, [1])))
+        parents = pc.list_parent_indices(table.column("headers"))
+        summed = pa.table({"row": parents, "bytes": per_header}).group_by("row").aggregate(
+            [("bytes", "sum")])
+        extra = np.zeros(table.num_rows, dtype=np.int64)
+        extra[summed.column("row").to_numpy()] = summed.column("bytes_sum").to_numpy()
+        sizes = pc.add(sizes, pa.array(extra))
+    largest = pc.max(sizes).as_py()
+    if largest is not None and largest > limit:
+        raise InvalidConfigError(
+            f"a record of {largest} bytes (key, value and headers) is larger than "
+            f"kafka.max.request.size ({limit}); Kafka's producer refuses it too "
+            f"(RecordTooLargeException): raise the option or split the record")
+
+
+def _create_times(column: pa.Array) -> pa.Array:
+    """Epoch milliseconds; a time before 1970 fails the task, naming the batch's earliest
+    (a Kafka timestamp is non-negative, and -1 means 'none' to its readers)."""
+    ticks = column.cast(pa.int64())  # in the column's unit; the sign is what matters
+    lowest = pc.min(ticks).as_py()
+    if lowest is not None and lowest < 0:
+        raise InvalidConfigError(
+            f"column 'timestamp' holds {column[pc.index(ticks, lowest).as_py()]}, before "
+            f"1970-01-01 00:00:00 UTC: a record's CreateTime is milliseconds since the epoch "
+            f"and cannot be negative; filter such rows out or set them to null (the time of "
+            f"the write)")
+    millis = column.cast(pa.timestamp("ms", tz=column.type.tz), safe=False).cast(pa.int64())
+    return millis
 
 
 def _members(messages: list[WriterCommitMessage | None]) -> list[TransactionMember]:
