@@ -121,13 +121,14 @@ class StreamSink:
 
     def _owned_by(self, owner: str) -> SinkOwnerError:
         return SinkOwnerError(
-            f"transactional.id.prefix {self.prefix!r} is owned by streaming query {owner}; "
-            f"this query is {self.query_id}, and nothing of it was written. Two queries must "
-            f"not write with one prefix (each would take the other's batch ids as its own). "
-            f"Give this query its own transactional.id.prefix; or, if query {owner} is gone "
-            f"for good (its checkpoint was deleted or replaced), take the prefix over "
-            f"explicitly with option takeOverFrom={owner}: every batch of this query is then "
-            f"written, including records {owner} wrote already if this query reads them "
+            f"transactional.id.prefix {self.prefix!r} is owned by {owner} (a streaming query's "
+            f"id, or a txnAppId); this writer is {self.query_id}, and nothing of it was "
+            f"written. Two writers must not share a prefix (each would take the other's batch "
+            f"ids or versions as its own): give this one its own transactional.id.prefix. "
+            f"If this is a streaming query whose predecessor {owner} is gone for good (its "
+            f"checkpoint was deleted or replaced), take the prefix over explicitly with option "
+            f"takeOverFrom={owner}: every batch of this query is then written, including "
+            f"records {owner} wrote already if this query reads them "
             "again.", self.prefix, owner, self.query_id)
 
     def fence(self, log: Log) -> None:
