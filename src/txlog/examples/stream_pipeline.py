@@ -141,6 +141,8 @@ class ProgressPrinter:
 
     def __init__(self) -> None:
         self._shown: set[int] = set()
+        self.read_upto = 0  # the highest end offsets (summed) of a batch shown
+
 
     def show(self, running) -> None:
         for entry in running.recentProgress:
@@ -149,7 +151,23 @@ class ProgressPrinter:
             if progress["batchId"] in self._shown or "addBatch" not in progress["durationMs"]:
                 continue
             self._shown.add(progress["batchId"])
+            end = progress["sources"][0].get("endOffset") or {}
+            self.read_upto = max(self.read_upto,
+                                 sum(sum(parts.values()) for parts in end.values()))
             print(progress_line(progress), flush=True)
+
+    def catch_up(self, running, target: int, poll_s: float = 0.5) -> None:
+        """Print progress until a batch has read up to ``target`` (summed offsets).
+
+        What ``processAllAvailable`` waits for once the input stops growing,
+        but with the progress lines printed as the batches run.  A query that
+        fails raises here; one stopped by someone else ends the wait.
+        """
+        self.show(running)
+        while self.read_upto < target:
+            if running.awaitTermination(poll_s):
+                break
+            self.show(running)
 
     def follow(self, running, poll_s: float = 0.5) -> None:
         """Print progress until ``running`` terminates (raises what ended it)."""
@@ -207,7 +225,9 @@ def run(args: argparse.Namespace) -> int:
         while feeder.is_alive():
             feeder.join(0.5)
             printer.show(running)
-        running.processAllAvailable()
+        # The input is complete: wait for the query to read all of it.
+        printer.catch_up(running, sum(log.last_stable_offset(SOURCE, p)
+                                      for p in range(PARTITIONS)))
         running.stop()
         printer.show(running)
     # Whatever is left (everything, with --generate 0): drain it and stop.
