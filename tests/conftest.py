@@ -90,8 +90,12 @@ def spark_submit_args(script: str | os.PathLike[str], *args: str) -> list[str]:
     launcher = ("import os, sys; from pyspark.find_spark_home import _find_spark_home; "
                 "os.execv(os.path.join(_find_spark_home(), 'bin', 'spark-submit'), "
                 "['spark-submit'] + sys.argv[1:])")
+    # The defaults file names the log4j file relative to the repository root;
+    # this absolute twin lets a test run from any directory.
+    log4j = f"-Dlog4j2.configurationFile={REPO / 'spark_conf' / 'log4j2.properties'}"
     return ["-c", launcher, "--master", "local[2,4]", "--properties-file",
-            str(REPO / "spark_conf" / "spark-defaults.conf"), str(script), *args]
+            str(REPO / "spark_conf" / "spark-defaults.conf"), "--driver-java-options", log4j,
+            str(script), *args]
 
 
 def spark_submit(script: str | os.PathLike[str], *args: str,

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from txlog.spark import java
-from txlog.spark.session import read_spark_defaults, spark_session
+from txlog.spark.session import read_spark_defaults, resolve_log4j_path, spark_session
 
 from conftest import REPO, run_python, spark_submit
 
@@ -57,6 +57,26 @@ def test_session_runs_and_has_project_defaults(spark):
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"  # explicit conf won
     assert spark.sparkContext.master == "local[2,4]"
     assert spark_session("again") is spark  # joins the running session
+
+
+def test_log4j_file_is_made_absolute_against_the_repository_root(tmp_path):
+    options = "-Xss4m -Dlog4j2.configurationFile=spark_conf/log4j2.properties -Dx=1"
+    assert resolve_log4j_path(options, tmp_path) == (
+        f"-Xss4m -Dlog4j2.configurationFile={tmp_path}/spark_conf/log4j2.properties -Dx=1")
+    for kept in ("-Dlog4j2.configurationFile=/etc/log4j2.xml",
+                 "-Dlog4j2.configurationFile=file:///etc/log4j2.xml", "-Xmx1g"):
+        assert resolve_log4j_path(kept, tmp_path) == kept
+
+
+def test_session_logs_spark_at_warn_through_the_project_log4j_file(spark):
+    """spark_session() gives the driver spark_conf/log4j2.properties, from any directory."""
+    options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
+    assert f"-Dlog4j2.configurationFile={REPO}/spark_conf/log4j2.properties" in options
+    jvm = spark.sparkContext._jvm
+    assert str(jvm.org.apache.logging.log4j.LogManager.getRootLogger().getLevel()) == "WARN"
+    location = jvm.org.apache.logging.log4j.LogManager.getContext(False) \
+        .getConfiguration().getConfigurationSource().getLocation()
+    assert str(location) == str(REPO / "spark_conf" / "log4j2.properties")
 
 
 def test_format_txlog_resolves_in_a_fresh_spark_submit(tmp_path):

@@ -17,6 +17,7 @@ from conftest import REPO, python_env, run_python, spark_submit_args  # noqa: E4
 from helpers_core import wait_for  # noqa: E402
 
 from txlog import Log  # noqa: E402
+from txlog.examples.stream_pipeline import PROGRESS_PREFIX  # noqa: E402
 
 JOBS = Path(__file__).resolve().parent / "spark_jobs.py"
 
@@ -110,6 +111,22 @@ def test_readme_spark_submit_of_the_examples(tmp_path, example, scratch):
                          text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "exactly once: OK" in out.stdout
+    # A first run that reads well: Spark at WARN (spark_conf/log4j2.properties), one
+    # line per micro-batch, and at most 25 other lines, the summary included.
+    lines = (out.stdout + out.stderr).splitlines()
+    progress = [line for line in lines if line.startswith(PROGRESS_PREFIX)]
+    rest = [line for line in lines if not line.startswith(PROGRESS_PREFIX)]
+    assert len(rest) <= 25, "\n".join(rest)
+    assert not [line for line in rest if " INFO " in line], "\n".join(rest)
+    if example == "stream_pipeline":
+        assert progress, out.stdout
+        batches = [int(re.match(r"batch (\d+):", line).group(1)) for line in progress]
+        assert batches == sorted(set(batches)), progress  # one line per micro-batch
+        # Every committed reading went through some micro-batch, and was alerted.
+        committed = committed_count(tmp_path / "r", "readings", 4)
+        assert sum(int(re.search(r"(\d+) readings in", line).group(1))
+                   for line in progress) == committed
+        assert re.search(r"lag 0$", progress[-1]), progress
 
 
 def test_stream_pipeline_with_python_m_runs_again_on_the_same_directory(tmp_path):

@@ -23,6 +23,7 @@ otherwise the query stops once the input is drained and the check runs.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections import Counter
 import random
@@ -109,6 +110,74 @@ def query(spark, root: str, checkpoint: str, delivery: str, max_offsets: int | N
     return sink
 
 
+PROGRESS_PREFIX = "batch "  # how a progress line starts (the README test counts the others)
+
+
+def progress_line(progress: dict) -> str:
+    """One line for one micro-batch, from Spark's own progress report of it.
+
+    Records in is what the batch read; out is what the sink wrote (committed
+    with the batch, exactly once); LSO is the sum over partitions of the
+    input's end as the batch saw it (read_committed: its last stable offsets);
+    lag is how far the batch's end offsets were behind it.
+    """
+    source = progress["sources"][0]
+    end = sum(sum(parts.values()) for parts in (source.get("endOffset") or {}).values())
+    latest = sum(sum(parts.values()) for parts in (source.get("latestOffset") or {}).values())
+    out = progress.get("sink", {}).get("numOutputRows", -1)
+    return (f"{PROGRESS_PREFIX}{progress['batchId']}: {progress['numInputRows']} readings in, "
+            f"{out} alerts out, input LSO {latest}, lag {max(latest - end, 0)}")
+
+
+class ProgressPrinter:
+    """Prints each executed micro-batch once, from ``query.recentProgress``.
+
+    Polled by the thread that runs the query rather than pushed by a
+    StreamingQueryListener: listener events arrive asynchronously and could
+    still be on their way when the summary prints, while ``recentProgress`` is
+    complete once the query has stopped.  Batch ids continue across restarts
+    (same checkpoint), so one printer serves every query of a run.
+    """
+
+    def __init__(self) -> None:
+        self._shown: set[int] = set()
+        self.read_upto = 0  # the highest end offsets (summed) of a batch shown
+
+
+    def show(self, running) -> None:
+        for entry in running.recentProgress:
+            progress = json.loads(entry.json)
+            # Idle reports (no batch ran) have no addBatch time.
+            if progress["batchId"] in self._shown or "addBatch" not in progress["durationMs"]:
+                continue
+            self._shown.add(progress["batchId"])
+            end = progress["sources"][0].get("endOffset") or {}
+            self.read_upto = max(self.read_upto,
+                                 sum(sum(parts.values()) for parts in end.values()))
+            print(progress_line(progress), flush=True)
+
+    def catch_up(self, running, target: int, poll_s: float = 0.5) -> None:
+        """Print progress until a batch has read up to ``target`` (summed offsets).
+
+        What ``processAllAvailable`` waits for once the input stops growing,
+        but with the progress lines printed as the batches run.  A query that
+        fails raises here; one stopped by someone else ends the wait.
+        """
+        self.show(running)
+        while self.read_upto < target:
+            if running.awaitTermination(poll_s):
+                break
+            self.show(running)
+
+    def follow(self, running, poll_s: float = 0.5) -> None:
+        """Print progress until ``running`` terminates (raises what ended it)."""
+        try:
+            while not running.awaitTermination(poll_s):
+                self.show(running)
+        finally:
+            self.show(running)
+
+
 def check(root: str) -> dict[str, int]:
     """Compare the sink with the transform of the committed source, partition by partition."""
     log = Log(root)
@@ -147,17 +216,22 @@ def run(args: argparse.Namespace) -> int:
         feeder.start()
     spark = spark_session("txlog-stream-pipeline")
     sink = query(spark, root, checkpoint, args.delivery, args.max_offsets_per_trigger)
+    printer = ProgressPrinter()
     if args.forever:
-        running = sink.trigger(processingTime=f"{args.trigger_ms} milliseconds").start()
-        running.awaitTermination()
+        printer.follow(sink.trigger(processingTime=f"{args.trigger_ms} milliseconds").start())
         return 1  # only a failure ends a query that runs forever
     if feeder is not None:
         running = sink.trigger(processingTime=f"{args.trigger_ms} milliseconds").start()
-        feeder.join()
-        running.processAllAvailable()
+        while feeder.is_alive():
+            feeder.join(0.5)
+            printer.show(running)
+        # The input is complete: wait for the query to read all of it.
+        printer.catch_up(running, sum(log.last_stable_offset(SOURCE, p)
+                                      for p in range(PARTITIONS)))
         running.stop()
+        printer.show(running)
     # Whatever is left (everything, with --generate 0): drain it and stop.
-    sink.trigger(availableNow=True).start().awaitTermination()
+    printer.follow(sink.trigger(availableNow=True).start())
     spark.stop()
     report = check(root)
     print("; ".join(f"{k}: {v}" for k, v in report.items()))

@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from ..errors import InvalidConfigError, InvalidNameError
 from ..exactly_once.app_versions import check_app_id, default_prefix
+from ..storage.backends import is_secret_option
 from ..storage.names import validate_name
 from ..transactions.coordinator import MAX_TRANSACTION_TIMEOUT_MS
 from .planning import EARLIEST, LATEST, PositionSpec, Subscription
@@ -384,6 +385,8 @@ def _storage_options(opts: _Opts) -> dict[str, Any]:
 
 def _path(opts: _Opts) -> str:
     raw = opts.get("path")
+    if raw is None and not opts.keys():
+        raise InvalidConfigError(NO_OPTIONS_POINTER)
     if raw is None:
         raise InvalidConfigError("missing option 'path' (the txlog root: a directory or URL)")
     if not raw.strip():
@@ -873,3 +876,76 @@ def _kafka_write(opts: _Opts, guarantee: DeliveryGuarantee) -> dict[str, Any]:
             "batch_size": _agree(sizes, None),
             "transaction_timeout_ms": _agree(timeouts, MAX_TRANSACTION_TIMEOUT_MS),
             "linger_ms": linger, "max_request_size": max_request}
+
+
+# --- SQL: options from a catalog table ---------------------------------------
+
+# Keys Spark adds beside a catalog table's OPTIONS when it hands them to a
+# Python data source (PySpark 4.3, CREATE TABLE ... USING txlog): the table's
+# properties, and each option again as "option.<name>".  A DataFrame's
+# .option() calls never carry "provider" with "option.*" copies, so their
+# presence tells a table definition from a read or write.
+_TABLE_PROPERTY = "provider"
+_TABLE_OPTION_PREFIX = "option."
+
+CREDENTIALS_POINTER = (
+    "credentials are not taken from a table's OPTIONS, which Spark stores in its catalog in "
+    "clear text: leave them out of the table and give them to every Spark process through "
+    "the environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN, "
+    "AZURE_STORAGE_ACCOUNT_KEY, GOOGLE_APPLICATION_CREDENTIALS, ...) or the store's "
+    "credentials file (~/.aws/credentials with AWS_PROFILE, a service-account JSON file); "
+    "see docs/spark.md, 'SQL'")
+
+NO_OPTIONS_POINTER = (
+    "no options reached format(\"txlog\"), not even 'path' (the txlog root). If this is a "
+    "table created with CREATE TABLE ... USING txlog: PySpark 4.3 hands a Python data source "
+    "a catalog table's OPTIONS when the table is created, but none when it is queried or "
+    "inserted into, so such a table can be defined but not read or written; use "
+    "spark.read/readStream/write.format(\"txlog\").option(...) instead "
+    "(see docs/spark.md, 'SQL')")
+
+
+def is_table_definition(options: Mapping[str, str]) -> bool:
+    """Whether ``options`` are a catalog table's (CREATE TABLE) rather than ``.option()`` calls."""
+    keys = {str(k).lower() for k in options}
+    return _TABLE_PROPERTY in keys and any(k.startswith(_TABLE_OPTION_PREFIX) for k in keys)
+
+
+def check_table_options(options: Mapping[str, str]) -> None:
+    """Refuse a CREATE TABLE whose OPTIONS hold a credential, naming the option, never its value.
+
+    Only a table definition is refused: credentials given with ``.option()``
+    live as long as the query and are redacted from logs and errors, while a
+    catalog keeps a table's options for good and shows them (DESCRIBE,
+    SHOW CREATE TABLE) to whoever may read the catalog.
+    """
+    if not is_table_definition(options):
+        return
+    for key, value in options.items():
+        name = str(key)
+        if name.lower().startswith(_TABLE_OPTION_PREFIX):
+            continue  # the same option again, under Spark's prefix
+        lower = name.lower()
+        if lower.startswith(STORAGE_PREFIX) and is_secret_option(lower.rsplit(".", 1)[-1]):
+            raise _fail(name, CREDENTIALS_POINTER)
+        if lower == STORAGE_JSON:
+            try:
+                parsed = json.loads(str(value))
+            except ValueError:
+                parsed = None
+            secret = _secret_name(parsed)
+            if secret is not None:
+                raise _fail(name, f"holds credential '{secret}'; {CREDENTIALS_POINTER}")
+
+
+def _secret_name(options: Any, prefix: str = "") -> str | None:
+    if not isinstance(options, dict):
+        return None
+    for name, value in options.items():
+        if isinstance(value, dict):
+            found = _secret_name(value, f"{prefix}{name}.")
+            if found is not None:
+                return found
+        elif is_secret_option(str(name)):
+            return f"{prefix}{name}"
+    return None

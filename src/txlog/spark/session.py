@@ -8,6 +8,7 @@ fail for want of a suitable Java.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,6 +73,9 @@ def spark_session(app_name: str, master: str | None = None, **conf: Any) -> Spar
 
     path = defaults_path()
     merged: dict[str, str] = read_spark_defaults(path) if path is not None else {}
+    if path is not None and _DRIVER_JAVA_OPTIONS in merged:
+        merged[_DRIVER_JAVA_OPTIONS] = resolve_log4j_path(merged[_DRIVER_JAVA_OPTIONS],
+                                                          Path(path).resolve().parent.parent)
     merged.update({k: _conf_value(v) for k, v in conf.items()})
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
@@ -79,6 +83,27 @@ def spark_session(app_name: str, master: str | None = None, **conf: Any) -> Spar
     for key, value in merged.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+_DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+_LOG4J_FILE = re.compile(r"(-Dlog4j2?\.configurationFile=)(\S+)")
+
+
+def resolve_log4j_path(java_options: str, root: Path) -> str:
+    """``java_options`` with a relative ``-Dlog4j2.configurationFile`` made absolute under ``root``.
+
+    spark-defaults.conf names the log4j file relative to the repository root,
+    where the README's spark-submit commands run; a session started from a
+    notebook or a test runs elsewhere, and log4j would then not find the file
+    and fall back to Spark's INFO profile.  URLs and absolute paths stay.
+    """
+    def absolute(match: re.Match[str]) -> str:
+        target = match.group(2)
+        if ":" in target or os.path.isabs(target):
+            return match.group(0)
+        return match.group(1) + str(root / target)
+
+    return _LOG4J_FILE.sub(absolute, java_options)
 
 
 def _conf_value(value: Any) -> str:

@@ -6,7 +6,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStre
                                     DataSourceStreamWriter, DataSourceWriter)
 from pyspark.sql.types import StructType
 
-from .options import ReadOptions, WriteOptions
+from .options import ReadOptions, WriteOptions, check_table_options
 from .reader import TxlogBatchReader, arrow_schema, spark_schema
 from .stream_reader import TxlogStreamReader
 from .writer import TxlogBatchWriter, TxlogStreamWriter
@@ -22,6 +22,9 @@ class TxlogDataSource(DataSource):
     def schema(self) -> StructType:
         # Called before reader(); only includeHeaders shapes the schema, and a bad
         # value is reported by ReadOptions.parse with every other read option.
+        # CREATE TABLE ... USING txlog (without a column list) calls only this,
+        # before the catalog stores the table: the one place to refuse credentials.
+        check_table_options(self.options)
         return spark_schema(str(self.options.get("includeHeaders", "false")).lower() == "true")
 
     def reader(self, schema: StructType) -> DataSourceReader:
