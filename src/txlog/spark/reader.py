@@ -15,7 +15,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
                                StructField, StructType, TimestampType)
 
 from ..clients.positions import end_expired_transactions, offset_for_timestamp
-from . import planning as scan
+from . import planning
 from ..errors import InvalidConfigError
 from ..log import Log
 from .options import ReadOptions
@@ -50,9 +50,9 @@ def arrow_schema(options: ReadOptions, schema: StructType) -> pa.Schema:
 class TxlogInputPartition(InputPartition):
     """One task's offset ranges, fixed on the driver so a re-run task reads the same records."""
 
-    ranges: tuple[scan.OffsetRange, ...]
+    ranges: tuple[planning.OffsetRange, ...]
 
-    def __init__(self, ranges: tuple[scan.OffsetRange, ...]) -> None:
+    def __init__(self, ranges: tuple[planning.OffsetRange, ...]) -> None:
         object.__setattr__(self, "ranges", ranges)
         object.__setattr__(self, "value", None)
 
@@ -69,14 +69,14 @@ class _Pruning:
     max_offset: int | None = None  # inclusive
     min_timestamp_ms: int | None = None
 
-    def keeps(self, tp: scan.TopicPartition) -> bool:
+    def keeps(self, tp: planning.TopicPartition) -> bool:
         topic, partition = tp
         return (self.topics is None or topic in self.topics) and \
             (self.partitions is None or partition in self.partitions) and \
             partition >= self.min_partition and \
             (self.max_partition is None or partition <= self.max_partition)
 
-    def clip(self, r: scan.OffsetRange) -> scan.OffsetRange:
+    def clip(self, r: planning.OffsetRange) -> planning.OffsetRange:
         lo = max(r.start, self.min_offset)
         hi = r.end if self.max_offset is None else min(r.end, self.max_offset + 1)
         return replace(r, start=min(lo, r.end), end=max(min(hi, r.end), min(lo, r.end)))
@@ -163,20 +163,20 @@ class TxlogBatchReader(DataSourceReader):
         log = Log(o.path, storage_options=o.storage_options, create=False)
         subscribed = o.subscription.partitions(log)
         for spec, what in ((o.starting, "starting"), (o.ending, "ending")):
-            scan.check_named_partitions(spec, subscribed, what)
+            planning.check_named_partitions(spec, subscribed, what)
         tps = [tp for tp in subscribed if self.pruning.keeps(tp)]
-        if o.abort_expired_transactions and o.isolation_level == scan.READ_COMMITTED:
+        if o.abort_expired_transactions and o.isolation_level == planning.READ_COMMITTED:
             end_expired_transactions(log, tps)
-        ranges = scan.plan(log, tps, o.starting, o.ending, o.isolation_level,
+        ranges = planning.plan(log, tps, o.starting, o.ending, o.isolation_level,
                            o.fail_on_data_loss, exact=False)
         ranges = [self._clip(log, r) for r in ranges]
-        pieces = scan.split([r for r in ranges if r.size > 0], o.min_partitions,
+        pieces = planning.split([r for r in ranges if r.size > 0], o.min_partitions,
                             o.max_records_per_partition)
         if not pieces:
             return [TxlogInputPartition(())]
         return [TxlogInputPartition((r,)) for r in pieces]
 
-    def _clip(self, log: Log, r: scan.OffsetRange) -> scan.OffsetRange:
+    def _clip(self, log: Log, r: planning.OffsetRange) -> planning.OffsetRange:
         r = self.pruning.clip(r)
         ms = self.pruning.min_timestamp_ms
         if ms is not None and r.size > 0:
@@ -191,14 +191,14 @@ class TxlogBatchReader(DataSourceReader):
         return read_ranges(self.options, self.arrow_schema, partition.ranges)
 
 
-def read_ranges(options: ReadOptions, schema: pa.Schema, ranges: Sequence[scan.OffsetRange]
+def read_ranges(options: ReadOptions, schema: pa.Schema, ranges: Sequence[planning.OffsetRange]
                 ) -> Iterator[pa.RecordBatch]:
     """A task's planned ranges as record batches of exactly Spark's ``schema``."""
     if not ranges:
         return
     log = Log(options.path, storage_options=options.storage_options, create=False)
     for r in ranges:
-        for batch in scan.read_range(log, r, options.isolation_level, options.include_headers):
+        for batch in planning.read_range(log, r, options.isolation_level, options.include_headers):
             # Only the headers' list and struct field names and nullability differ
             # from the stored type; the cast touches no data buffers.
             yield batch if batch.schema.equals(schema) else batch.cast(schema)

@@ -25,14 +25,14 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 
 from .. import clock
 from ..clients.positions import bounds, end_expired_transactions, read_limit
-from . import planning as scan
+from . import planning
 from ..errors import OffsetOutOfRangeError, UnknownTopicError
 from ..log import Log
 from . import admission
 from .options import ReadOptions
 from .reader import TxlogInputPartition, read_ranges
 
-Positions = dict[scan.TopicPartition, int]
+Positions = dict[planning.TopicPartition, int]
 logger = logging.getLogger(__name__)
 
 
@@ -79,7 +79,7 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             o = self.options
             log = self._log()
             tps = o.subscription.partitions(log)
-            ranges = scan.plan(log, tps, o.starting, scan.PositionSpec("latest"),
+            ranges = planning.plan(log, tps, o.starting, planning.PositionSpec("latest"),
                                o.isolation_level, o.fail_on_data_loss, exact=False)
             self._initial = to_json({(r.topic, r.partition): r.start for r in ranges})
         return self._initial
@@ -89,7 +89,7 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log = self._log()
         o = self.options
         tps = o.subscription.partitions(log)
-        if o.abort_expired_transactions and o.isolation_level == scan.READ_COMMITTED:
+        if o.abort_expired_transactions and o.isolation_level == planning.READ_COMMITTED:
             end_expired_transactions(log, tps)
         return {tp: read_limit(log, *tp, o.isolation_level) for tp in tps}
 
@@ -181,8 +181,8 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if self._lost(f"{tp[0]}-{tp[1]}: offsets {lo} to {hi} were planned but the "
                               "topic is gone"):
                     continue
-            ranges.append(scan.OffsetRange(tp[0], tp[1], topic_id, lo, hi))
-        pieces = scan.split(ranges, self.options.min_partitions,
+            ranges.append(planning.OffsetRange(tp[0], tp[1], topic_id, lo, hi))
+        pieces = planning.split(ranges, self.options.min_partitions,
                             self.options.max_records_per_partition)
         return [TxlogInputPartition((r,)) for r in pieces]
 
