@@ -17,26 +17,13 @@ from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.types import IntegerType, StructField, StructType  # noqa: E402
 
 from helpers_core import wait_for  # noqa: E402
+from spark_io import read, write  # noqa: E402
 from txlog import Log  # noqa: E402
 from txlog.transactions.coordinator import TxnState  # noqa: E402
 from txlog.clients.partitioner import partition_for_key  # noqa: E402
 
 # Python workers cannot import this test module: ship its functions by value.
 pyspark.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-def read(spark, root, **options):
-    reader = spark.read.format("txlog").option("path", str(root))
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
-
-
-def write(df, root, **options):
-    writer = df.write.format("txlog").mode("append").option("path", str(root))
-    for key, value in options.items():
-        writer = writer.option(key, value)
-    writer.save()
 
 
 def rows(spark, n, partitions=4):

@@ -15,25 +15,12 @@ import pyspark.cloudpickle  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from conftest import run_python  # noqa: E402
+from spark_io import read, write  # noqa: E402
 from txlog import Log  # noqa: E402
 
 pyspark.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 BASE_MS = 1_700_000_000_000
-
-
-def read(spark, root, **options):
-    reader = spark.read.format("txlog").option("path", str(root))
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
-
-
-def write(df, root, **options):
-    writer = df.write.format("txlog").mode("append").option("path", str(root))
-    for key, value in options.items():
-        writer = writer.option(key, value)
-    writer.save()
 
 
 def rows(spark, n, partitions=2):
