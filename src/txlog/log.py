@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -445,6 +446,15 @@ class Log:
         from .transactions.groups import delete_group
 
         delete_group(self.storage, group_id)
+
+    def reset_offsets(self, group_id: str,
+                      step: Callable[[dict[tuple[str, int], int]], dict[tuple[str, int], int]]
+                      ) -> dict[tuple[str, int], int]:
+        """Set some of an existing group's offsets from its current ones in one version
+        (txlog groups reset-offsets); see transactions.groups.reset_offsets."""
+        from .transactions.groups import reset_offsets
+
+        return reset_offsets(self.storage, group_id, step)
 
     def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
         """Plain, non-transactional offset commit for a group."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -144,3 +145,54 @@ def maintained_partitions(log: Log, topic: str, chosen: list[int] | None) -> lis
     for p in partitions:
         log.partition(topic, p)  # an unknown partition fails here, named
     return partitions
+
+
+def datetime_ms(text: str) -> int:
+    """An ISO 8601 date-time (Kafka's yyyy-MM-ddTHH:mm:ss.SSS, optionally with Z or +HH:MM)
+    as epoch milliseconds.  Without an offset it is taken as UTC, not the machine's local
+    time as Kafka's tool does: the same command then means the same instant on every
+    machine, and every time txlog prints is UTC."""
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 date-time such as 2024-01-31T10:00:00.000 "
+            "(UTC unless it ends in Z or +HH:MM)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+    return (moment - epoch) // datetime.timedelta(milliseconds=1)  # exact, no float
+
+
+def time_spec(text: str) -> str | int:
+    """``--time``: 'earliest', 'latest', epoch milliseconds, or an ISO 8601 date-time."""
+    if text in ("earliest", "latest"):
+        return text
+    if text.lstrip("-").isdigit():
+        return non_negative_int(text)
+    try:
+        return datetime_ms(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not 'earliest', 'latest', epoch milliseconds or an ISO 8601 "
+            "date-time such as 2024-01-31T10:00:00.000") from None
+
+
+def topic_partitions(text: str) -> tuple[str, list[int] | None]:
+    """``TOPIC`` or ``TOPIC:P[,P...]`` (kafka-consumer-groups --topic's form)."""
+    topic, sep, parts = text.partition(":")
+    if not topic:
+        raise argparse.ArgumentTypeError(f"{text!r} has no topic name")
+    if not sep:
+        return topic, None
+    try:
+        return topic, [non_negative_int(p) for p in parts.split(",")]
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: partitions must be TOPIC:P[,P...] ({exc})") from None
+
+
+def scoped_partitions(log: Log, topic: str, chosen: list[int] | None) -> list[tuple[str, int]]:
+    """(topic, partition) for TOPIC[:P,...], each checked to exist (an unknown topic or
+    partition fails here, named)."""
+    return [(topic, p) for p in maintained_partitions(log, topic, chosen)]

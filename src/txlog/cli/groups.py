@@ -1,19 +1,23 @@
-"""``txlog groups``: consumer groups' committed offsets, their lag, and deleting groups."""
+"""``txlog groups``: consumer groups' committed offsets, their lag, resetting them, and
+deleting groups."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from ..clients.positions import bounds
+from ..clients.positions import PartitionBounds, bounds
 from ..errors import UnknownPartitionError, UnknownTopicError
-from .common import CommandError, LeafParser, json_option, open_log, print_table
+from ..log import Log
+from ..partition.isolation import READ_UNCOMMITTED
+from .common import (CommandError, LeafParser, datetime_ms, json_option, non_negative_int,
+                     open_log, print_table, scoped_partitions, topic_partitions)
 
 
 def add_groups(commands: Any, leaf_parser: LeafParser) -> None:
-    groups = commands.add_parser("groups", help="list groups, show their offsets and lag, "
+    groups = commands.add_parser("groups", help="list groups, show their offsets and lag, reset them, "
                                                 "delete them",
-                                 description="Inspect consumer groups.")
+                                 description="Inspect consumer groups, reset their offsets, delete them.")
     group_cmds = groups.add_subparsers(dest="action", metavar="ACTION", required=True)
     leaf_parser(group_cmds, "list", help="print every group id, one per line",
                 description="Print every consumer group that has committed offsets, one per "
@@ -33,6 +37,43 @@ def add_groups(commands: Any, leaf_parser: LeafParser) -> None:
                     "nothing checks for them, and a streaming sink's <prefix>-sink group "
                     "also records which micro-batches it wrote.")
     gdelete.add_argument("group", metavar="GROUP", nargs="+", help="group id")
+    reset = leaf_parser(
+        group_cmds, "reset-offsets", help="move a group's committed offsets",
+        description="Set a group's committed offsets (kafka-consumer-groups --reset-offsets) "
+                    "for the partitions named by --topic or --all-topics. Without --execute "
+                    "only prints the plan: topic, partition, current and new offset. Every "
+                    "new offset is clamped into [log start, log end], as Kafka does. With "
+                    "--execute the new offsets are published as one new version of the "
+                    "group. Stop the group's consumers first: nothing checks for them, and a "
+                    "running consumer's next commit overwrites the reset.")
+    reset.add_argument("group", metavar="GROUP", help="group id (must have committed offsets)")
+    # Exactly one target and one scope: checked in _reset_offsets, so that a wrong
+    # combination is one error line with status 1 like every other bad value.
+    target = reset.add_argument_group("target (exactly one)")
+    target.add_argument("--to-earliest", action="store_true",
+                        help="to each partition's log start offset")
+    target.add_argument("--to-latest", action="store_true",
+                        help="to each partition's log end offset (as Kafka: open "
+                             "transactions' records included)")
+    target.add_argument("--to-offset", metavar="N", type=non_negative_int,
+                        help="to offset N in every partition")
+    target.add_argument("--to-datetime", metavar="ISO8601",
+                        help="to the first record whose timestamp is at least this date-time "
+                             "(e.g. 2024-01-31T10:00:00.000; UTC unless it ends in Z or "
+                             "+HH:MM, where Kafka's tool takes local time), or the log end "
+                             "if there is none")
+    target.add_argument("--shift-by", metavar="N", type=int,
+                        help="move the committed offset by N (negative: back); partitions "
+                             "without one are refused")
+    scope = reset.add_argument_group("scope (one of)")
+    scope.add_argument("--topic", metavar="TOPIC[:P[,P...]]", type=topic_partitions,
+                       action="append",
+                       help="all partitions of TOPIC, or those listed (repeatable)")
+    scope.add_argument("--all-topics", action="store_true",
+                       help="every partition the group has a committed offset for")
+    reset.add_argument("--execute", action="store_true",
+                       help="apply the plan (default: a dry run that changes nothing)")
+    json_option(reset)
 
 
 def run_groups(args: argparse.Namespace) -> None:
@@ -45,6 +86,9 @@ def run_groups(args: argparse.Namespace) -> None:
         for group in dict.fromkeys(args.group):
             log.delete_group(group)
             print(f"deleted group {group}")
+        return
+    if args.action == "reset-offsets":
+        _reset_offsets(log, args)
         return
     committed = log.committed(args.group)
     if not committed:
@@ -59,3 +103,83 @@ def run_groups(args: argparse.Namespace) -> None:
         rows.append((topic, partition, offset, b.end, b.stable, max(b.end - offset, 0)))
     print_table(("TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET",
                   "LAST-STABLE-OFFSET", "LAG"), rows, args.json)
+
+
+TARGETS = ("to_earliest", "to_latest", "to_offset", "to_datetime", "shift_by")
+
+
+def _reset_offsets(log: Log, args: argparse.Namespace) -> None:
+    given = [t for t in TARGETS if getattr(args, t) not in (None, False)]
+    if len(given) != 1:
+        names = ", ".join("--" + t.replace("_", "-") for t in TARGETS)
+        raise CommandError(f"reset-offsets needs exactly one of {names}"
+                           + (f" (got {', '.join('--' + t.replace('_', '-') for t in given)})"
+                              if given else ""))
+    if bool(args.topic) == args.all_topics:
+        raise CommandError("reset-offsets needs --topic TOPIC[:P,...] (repeatable) or "
+                           "--all-topics" + (", not both" if args.all_topics else ""))
+    if args.to_datetime is not None:
+        try:
+            args.to_datetime = datetime_ms(args.to_datetime)
+        except argparse.ArgumentTypeError as exc:
+            raise CommandError(f"--to-datetime: {exc}") from None
+    committed = log.committed(args.group)
+    if not committed:
+        raise CommandError(f"group {args.group!r} has no committed offsets in {log.root}")
+    if args.all_topics:
+        scope = []
+        for tp in sorted(committed):
+            try:
+                log.partition(*tp)
+            except (UnknownTopicError, UnknownPartitionError):
+                continue  # not a partition (a stream sink's batch key), or deleted since
+            scope.append(tp)
+    else:
+        scope = list(dict.fromkeys(tp for topic, parts in args.topic
+                                   for tp in scoped_partitions(log, topic, parts)))
+    found = {tp: bounds(log, *tp) for tp in scope}
+    targets = {tp: _target(log, args, b) for tp, b in found.items()}
+
+    def plan(current: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """New offsets from the offsets being replaced (a shift moves what is committed
+        at the moment of the publish), clamped into [log start, log end]."""
+        new = {}
+        for tp, b in found.items():
+            if args.shift_by is not None:
+                if tp not in current:
+                    raise CommandError(f"cannot shift {tp[0]}-{tp[1]}: group {args.group!r} "
+                                       "has no committed offset for it")
+                wanted = current[tp] + args.shift_by
+            else:
+                wanted = targets[tp]
+            new[tp] = max(b.log_start, min(b.end, wanted))
+        return new
+
+    if args.execute:
+        before: dict[tuple[str, int], int] = {}
+
+        def step(current: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+            before.clear()
+            before.update(current)
+            return plan(current)
+        new = log.reset_offsets(args.group, step)
+    else:
+        before, new = committed, plan(committed)
+    print_table(("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"),
+                [(args.group, t, p, before.get((t, p), "-"), o)
+                 for (t, p), o in sorted(new.items())], args.json)
+
+
+def _target(log: Log, args: argparse.Namespace, b: PartitionBounds) -> int:
+    """The unclamped offset a fixed target names (a shift is computed later)."""
+    if args.to_earliest:
+        return b.log_start
+    if args.to_latest:
+        return b.end
+    if args.to_offset is not None:
+        return args.to_offset
+    if args.to_datetime is not None:
+        # As Kafka's tool: ListOffsets by time without an isolation level, log end if none.
+        hit = log.offsets_for_times(b.topic, b.partition, args.to_datetime, READ_UNCOMMITTED)
+        return b.end if hit is None else hit[0]
+    return 0  # --shift-by: unused

@@ -55,7 +55,10 @@ def add_consume(commands: Any, leaf_parser: LeafParser) -> None:
                     "or --follow. The command stops at the end of the log (the last stable "
                     "offset under read_committed), after --max-records, with --timeout-ms "
                     "after that long without a new record, and with --follow only when "
-                    "interrupted.")
+                    "interrupted. With --group it starts from the group's committed offsets "
+                    "(--from-beginning, or the current end, for partitions without one) and "
+                    "commits the positions after each batch it prints, so the next run "
+                    "continues where this one stopped.")
     consume.add_argument("topic", metavar="TOPIC", help="topic to read")
     consume.add_argument("--partition", metavar="P", type=non_negative_int,
                          help="read only this partition (default: all)")
@@ -67,6 +70,9 @@ def add_consume(commands: Any, leaf_parser: LeafParser) -> None:
     start.add_argument("--from-timestamp", metavar="MS", type=non_negative_int,
                        help="start in each partition at the first record whose timestamp is "
                             "at least MS (milliseconds since the epoch), or at its end")
+    consume.add_argument("--group", metavar="GROUP",
+                         help="read from and commit to this consumer group's offsets (no "
+                              "membership: run one consumer per group and topic at a time)")
     consume.add_argument("--isolation-level", choices=[READ_COMMITTED, READ_UNCOMMITTED],
                          default=READ_COMMITTED,
                          help="read_committed (default) shows committed records only; "
@@ -190,7 +196,11 @@ def run_consume(args: argparse.Namespace) -> None:
     log = open_log(args.root)
     desc = log.describe_topic(args.topic)
     partitions = [args.partition] if args.partition is not None else range(desc.partitions)
-    consumer = log.consumer(isolation_level=args.isolation_level,
+    if args.group is not None and (args.offset is not None or args.from_timestamp is not None):
+        raise CommandError("--group starts from the group's committed offsets: it cannot be "
+                           "combined with --offset or --from-timestamp (reset the group with "
+                           "txlog groups reset-offsets instead)")
+    consumer = log.consumer(isolation_level=args.isolation_level, group_id=args.group,
                             auto_offset_reset="earliest" if args.from_beginning else "latest")
     consumer.assign([(args.topic, p) for p in partitions])
     if args.offset is not None:
@@ -226,10 +236,16 @@ def run_consume(args: argparse.Namespace) -> None:
                 write_bytes((r.value or b"") + b"\n")
         if remaining is not None:
             remaining -= len(records)
+        if records and args.group is not None:
+            # At least once: what is committed has been written out first.
+            sys.stdout.flush()
+            consumer.commit()
         if records:
             last_record = time.monotonic()
             continue
         if not args.follow and (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
             break
         time.sleep(IDLE_SLEEP_S)
+    if args.group is not None:
+        consumer.commit()  # partitions that had nothing to print keep their starting point
     consumer.close()

@@ -6,11 +6,12 @@ import argparse
 import json
 from typing import Any
 
-from ..clients.positions import bounds
+from ..clients.positions import bounds, read_limit
 from ..log import MAX_PARTITIONS, MIN_SEGMENT_BYTES, TOPIC_DEFAULTS, Log
+from ..partition.isolation import READ_COMMITTED, READ_UNCOMMITTED
 from ..storage.names import MAX_NAME_LENGTH
 from .common import (CommandError, LeafParser, config_item, json_option, open_log, positive_int,
-                     print_table, utc)
+                     print_table, scoped_partitions, time_spec, topic_partitions, utc)
 
 
 def add_topics(commands: Any, leaf_parser: LeafParser) -> None:
@@ -68,11 +69,25 @@ def add_topics(commands: Any, leaf_parser: LeafParser) -> None:
 
 def add_offsets(commands: Any, leaf_parser: LeafParser) -> None:
     offsets = leaf_parser(
-        commands, "offsets", help="show each partition's log end offset and last stable offset",
+        commands, "offsets", help="show each partition's log end and last stable offset, or "
+                                 "with --time the offset for a time",
         description="For each partition of TOPIC print the log end offset (one past the last "
                     "batch written) and the last stable offset (the first offset of the "
-                    "earliest undecided transaction, or the log end).")
-    offsets.add_argument("topic", metavar="TOPIC", help="topic name")
+                    "earliest undecided transaction, or the log end). With --time, print "
+                    "instead the offset Kafka's ListOffsets gives for that time "
+                    "(kafka-get-offsets --time): earliest is the log start, latest the "
+                    "last stable offset under read_committed and the log end under "
+                    "read_uncommitted, and a timestamp the first record at or after it "
+                    "below that limit, with its timestamp, or none (-) if there is none.")
+    offsets.add_argument("topic", metavar="TOPIC[:P[,P...]]", type=topic_partitions,
+                         help="topic name, optionally with the partitions to show")
+    offsets.add_argument("--time", metavar="T",
+                         help="earliest, latest, epoch milliseconds, or an ISO 8601 "
+                              "date-time such as 2024-01-31T10:00:00.000 (UTC unless it ends "
+                              "in Z or +HH:MM)")
+    offsets.add_argument("--isolation-level", choices=[READ_COMMITTED, READ_UNCOMMITTED],
+                         default=READ_COMMITTED,
+                         help="for --time: read_committed (default) or read_uncommitted")
     json_option(offsets)
 
 
@@ -89,7 +104,8 @@ def run_topics(args: argparse.Namespace) -> None:
             print(name)
     elif args.action == "describe":
         desc = log.describe_topic(args.name, refresh=True)
-        header, rows = _offset_rows(log, desc.name, desc.partitions, sizes=True)
+        header, rows = _offset_rows(log, desc.name, list(range(desc.partitions)),
+                                   sizes=True)
         config = {**TOPIC_DEFAULTS, **desc.config}
         defaults = sorted(k for k in config if k not in desc.config)
         if args.json:
@@ -123,12 +139,12 @@ def run_topics(args: argparse.Namespace) -> None:
         print(f"deleted topic {args.name}")
 
 
-def _offset_rows(log: Log, topic: str, partitions: int, sizes: bool = False
+def _offset_rows(log: Log, topic: str, partitions: list[int], sizes: bool = False
                  ) -> tuple[tuple[str, ...], list[tuple[Any, ...]]]:
     """Per partition its offsets; with ``sizes`` also its log start and what it stores
     (see ``_stored``)."""
     rows: list[tuple[Any, ...]] = []
-    for p in range(partitions):
+    for p in partitions:
         b = bounds(log, topic, p)
         if not sizes:
             rows.append((p, b.end, b.stable))
@@ -142,5 +158,23 @@ def _offset_rows(log: Log, topic: str, partitions: int, sizes: bool = False
 
 def run_offsets(args: argparse.Namespace) -> None:
     log = open_log(args.root)
-    desc = log.describe_topic(args.topic)
-    print_table(*_offset_rows(log, desc.name, desc.partitions), args.json)
+    topic, chosen = args.topic
+    if args.time is not None:
+        try:
+            args.time = time_spec(args.time)
+        except argparse.ArgumentTypeError as exc:
+            raise CommandError(f"--time: {exc}") from None
+    if args.time is None:
+        parts = [p for _, p in scoped_partitions(log, topic, chosen)]
+        print_table(*_offset_rows(log, topic, parts), args.json)
+        return
+    rows: list[tuple[Any, ...]] = []
+    for _, p in scoped_partitions(log, topic, chosen):
+        if args.time == "earliest":
+            rows.append((p, log.partition(topic, p).log_start(), "-"))
+        elif args.time == "latest":
+            rows.append((p, read_limit(log, topic, p, args.isolation_level), "-"))
+        else:
+            hit = log.offsets_for_times(topic, p, args.time, args.isolation_level)
+            rows.append((p, *(hit if hit is not None else ("-", "-"))))
+    print_table(("PARTITION", "OFFSET", "TIMESTAMP"), rows, args.json)

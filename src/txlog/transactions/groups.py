@@ -115,6 +115,40 @@ def commit_offsets(storage: Storage, group_id: str, offsets: dict[tuple[str, int
     _chain(storage, group_id).update(step)
 
 
+OffsetsStep = Callable[[dict[tuple[str, int], int]], dict[tuple[str, int], int]]
+
+
+def reset_offsets(storage: Storage, group_id: str, step: OffsetsStep
+                  ) -> dict[tuple[str, int], int]:
+    """Replace some of an existing group's offsets (txlog groups reset-offsets) in one version.
+
+    ``step`` gets the offsets of the version being replaced (so a shift is
+    relative to what is committed at the moment of the publish, not to an
+    earlier read) and returns the partitions to set; it may raise to refuse,
+    and is called again if a concurrent commit wins the race.  The new
+    version keeps ``txn_marks``: a late roll-forward of a transaction whose
+    offsets were applied before the reset is skipped and cannot undo it.
+    Returns what was set.  UnknownGroupError for a group with no version or
+    a deleted one.
+    """
+    applied: dict[tuple[str, int], int] = {}
+
+    def update(version: int, value: dict | None) -> dict:
+        if not _live(value):
+            raise UnknownGroupError(f"group {group_id!r} does not exist"
+                                    + (" (it was deleted)" if value is not None else ""))
+        assert value is not None
+        current = _as_map(value)
+        new = step(dict(current))
+        _check_offsets(new)
+        applied.clear()
+        applied.update(new)
+        return _encode({**current, **new}, dict(value["txn_marks"]), _owner(value))
+
+    _chain(storage, group_id).update(update)
+    return applied
+
+
 def apply_transactional_offsets(storage: Storage, group_id: str,
                                 offsets: dict[tuple[str, int], int], transactional_id: str,
                                 generation: int) -> None:
