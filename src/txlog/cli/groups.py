@@ -15,9 +15,10 @@ from .common import (CommandError, LeafParser, datetime_ms, json_option, non_neg
 
 
 def add_groups(commands: Any, leaf_parser: LeafParser) -> None:
-    groups = commands.add_parser("groups", help="list groups, show their offsets and lag, reset them, "
-                                                "delete them",
-                                 description="Inspect consumer groups, reset their offsets, delete them.")
+    groups = commands.add_parser("groups", help="list groups, show their offsets and lag, "
+                                                "reset them, delete them",
+                                 description="Inspect consumer groups, reset their offsets, "
+                                             "delete them.")
     group_cmds = groups.add_subparsers(dest="action", metavar="ACTION", required=True)
     leaf_parser(group_cmds, "list", help="print every group id, one per line",
                 description="Print every consumer group that has committed offsets, one per "
