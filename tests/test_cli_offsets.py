@@ -181,3 +181,30 @@ def test_consume_group_continues_where_the_last_run_stopped(root):
     bad = txlog(root, "consume", "events", "--group", "readers", "--partition", "0",
                 "--offset", "1")
     assert bad.returncode == 1 and "--group" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_reset_and_offsets_clamp_to_a_log_start_retention_moved(tmp_path):
+    """Below the log start nothing can be read any more: a reset never goes there, and
+    'earliest' is the log start, not 0."""
+    root = str(tmp_path / "log")
+    log = Log(root)
+    log.create_topic("old", 1, {"segment.bytes": 1024})
+    producer = log.producer()
+    for i in range(8):
+        producer.send("old", bytes([65 + i]) * 600, partition=0).get()  # a segment each
+    producer.close()
+    log.compact("old", upto_lag=1)
+    log.alter_topic_config("old", {"retention.bytes": 1})
+    log.apply_retention("old")
+    start = log.partition("old", 0).log_start()
+    assert 0 < start < 8
+    log.commit_offsets("g", {("old", 0): 7})
+    proc = txlog(root, "groups", "reset-offsets", "g", "--all-topics", "--to-offset", "0",
+                 "--execute", "--json")
+    assert plan(proc) == {("old", 0): (7, start)}
+    assert Log(root).committed("g") == {("old", 0): start}
+    proc = txlog(root, "groups", "reset-offsets", "g", "--all-topics", "--shift-by", "-1",
+                 "--json")
+    assert plan(proc) == {("old", 0): (start, start)}
+    assert json_rows(txlog(root, "offsets", "old", "--time", "earliest", "--json")) == [
+        {"partition": 0, "offset": start, "timestamp": None}]

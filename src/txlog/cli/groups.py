@@ -110,7 +110,8 @@ TARGETS = ("to_earliest", "to_latest", "to_offset", "to_datetime", "shift_by")
 
 
 def _reset_offsets(log: Log, args: argparse.Namespace) -> None:
-    given = [t for t in TARGETS if getattr(args, t) not in (None, False)]
+    # Not "in (None, False)": --to-offset 0 and --shift-by 0 are given (0 == False).
+    given = [t for t in TARGETS if getattr(args, t) is not None and getattr(args, t) is not False]
     if len(given) != 1:
         names = ", ".join("--" + t.replace("_", "-") for t in TARGETS)
         raise CommandError(f"reset-offsets needs exactly one of {names}"
