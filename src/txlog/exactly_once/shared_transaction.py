@@ -166,17 +166,13 @@ class SharedTransaction:
         self.end_orphans(log)
         return decision
 
-    def _own_ids(self, log: Log) -> list[str]:
-        head = f"{self.prefix}-"
-        return [t for t in log.coordinator.transactional_ids() if t.startswith(head)]
-
     def end_orphans(self, log: Log) -> None:
         """Roll forward every open transaction of this job that was not handed over.
 
         The decision stands by now, and it does not name them, so they end
         aborted.
         """
-        for txn_id in self._own_ids(log):
+        for txn_id in _ids_of(log, self.prefix):
             meta = log.coordinator.metadata(txn_id)
             if meta is not None and meta.state == TxnState.ONGOING and \
                     meta.decision_id == self.decision_id:
@@ -193,6 +189,12 @@ class SharedTransaction:
                       keep=self.decision_id)
 
 
+def _ids_of(log: Log, prefix: str) -> list[str]:
+    """Transactional ids of participants of ``prefix``'s jobs (and some of longer prefixes')."""
+    head = f"{prefix}-"
+    return [t for t in log.coordinator.transactional_ids() if t.startswith(head)]
+
+
 def end_open_jobs(log: Log, prefix: str, reason: str, keep: str | None = None) -> list[str]:
     """End every open job transaction of ``prefix`` (but decision ``keep``'s); returns their ids.
 
@@ -203,11 +205,8 @@ def end_open_jobs(log: Log, prefix: str, reason: str, keep: str | None = None) -
     time, and no other query writes under its prefix).
     """
     mine = re.compile(re.escape(prefix) + r"\.[0-9a-f]{32}")
-    head = f"{prefix}-"
     ended = []
-    for txn_id in log.coordinator.transactional_ids():
-        if not txn_id.startswith(head):
-            continue
+    for txn_id in _ids_of(log, prefix):
         meta = log.coordinator.metadata(txn_id)
         # The decision id's shape, not the transactional id's, says whose it is:
         # "etl-" also starts the ids of a job with prefix "etl-2".
