@@ -18,7 +18,8 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -462,3 +463,30 @@ COMMANDS: dict[str, Callable[..., None]] = {
 
 if __name__ == "__main__":
     COMMANDS[sys.argv[1]](*sys.argv[2:])
+
+
+class Crash(BaseException):
+    """A driver dying at a chosen point (BaseException: nothing may swallow it)."""
+
+
+@contextmanager
+def crash_after_the_decision(monkeypatch, decision_id: str) -> Iterator[None]:
+    """The body's process dies once ``decision_id`` is published, before anything rolls it
+    forward (markers, group offsets, Complete*); expects that death, then revives."""
+    import pytest  # here: the child processes this module also runs need no pytest
+
+    from txlog.transactions.coordinator import TransactionCoordinator
+
+    original = TransactionCoordinator.complete
+
+    def dies_after_the_decision(self, transactional_id, only_decision=None):
+        if self.decision(decision_id) is not None:
+            raise Crash()
+        return original(self, transactional_id, only_decision)
+
+    monkeypatch.setattr(TransactionCoordinator, "complete", dies_after_the_decision)
+    try:
+        with pytest.raises(Crash):
+            yield
+    finally:
+        monkeypatch.setattr(TransactionCoordinator, "complete", original)

@@ -13,18 +13,14 @@ import threading
 
 import pytest
 
+from helpers_core import crash_after_the_decision
 from txlog import READ_COMMITTED, Log, TxlogError
 from txlog.errors import InvalidConfigError
 from txlog.exactly_once.app_versions import AppVersions, default_prefix
-from txlog.transactions.coordinator import TransactionCoordinator
 
 T = "out"
 APP = "orders-etl"
 TIMEOUT_MS = 60_000
-
-
-class Crash(BaseException):
-    """A driver dying at a chosen point (BaseException: nothing may swallow it)."""
 
 
 @pytest.fixture
@@ -99,17 +95,8 @@ def test_killed_after_the_decision_the_replay_skips(root: str, monkeypatch) -> N
     log, writes = Log(root), app()
     job = writes.start(log, 7)
     members = write_tasks(log, job, 7)
-    original = TransactionCoordinator.complete
-
-    def dies_after_the_decision(self, transactional_id, only_decision=None):
-        if self.decision(job.decision_id) is not None:
-            raise Crash()
-        return original(self, transactional_id, only_decision)
-
-    monkeypatch.setattr(TransactionCoordinator, "complete", dies_after_the_decision)
-    with pytest.raises(Crash):
+    with crash_after_the_decision(monkeypatch, job.decision_id):
         writes.commit(log, job, 7, members)
-    monkeypatch.setattr(TransactionCoordinator, "complete", original)
     # A new driver replays version 7: the decided commit is rolled forward, and skipped.
     assert not write(root, 7)
     assert values(root) == expected(7)

@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import pytest
 
+from helpers_core import crash_after_the_decision
 from txlog import READ_COMMITTED, READ_UNCOMMITTED, Log, SinkOwnerError, TxlogError
 from txlog.exactly_once.stream_sink import StreamSink, batch_key
-from txlog.transactions.coordinator import TransactionCoordinator
 
 T = "out"
 TIMEOUT_MS = 60_000
 QUERY = "0f1e2d3c-0000-4000-8000-000000000001"
-
-
-class Crash(BaseException):
-    """A driver dying at a chosen point (BaseException: nothing may swallow it)."""
 
 
 @pytest.fixture
@@ -112,17 +108,8 @@ def test_crash_after_the_decision_before_its_completion(root: str, monkeypatch) 
     log, sink = new_run(root)
     job = sink.begin_batch()
     members = run_tasks(sink, log, job, 0)
-    original = TransactionCoordinator.complete
-
-    def dies_after_the_decision(self, transactional_id, only_decision=None):
-        if self.decision(job.decision_id) is not None:
-            raise Crash()
-        return original(self, transactional_id, only_decision)
-
-    monkeypatch.setattr(TransactionCoordinator, "complete", dies_after_the_decision)
-    with pytest.raises(Crash):
+    with crash_after_the_decision(monkeypatch, job.decision_id):
         sink.commit_batch(log, job, 0, members)
-    monkeypatch.setattr(TransactionCoordinator, "complete", original)
 
     log, sink = new_run(root)
     assert sink.next_batch(log) == 1  # rolled forward: batch 0 counts as committed
