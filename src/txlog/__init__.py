@@ -7,7 +7,7 @@ name (docs/architecture.md shows the layers).
 from .clients.consumer import Consumer, ConsumerRecord, OffsetAndTimestamp
 from .clients.accumulator import FutureRecordMetadata, RecordMetadata
 from .clients.producer import Producer, SentBatch
-from .errors import (CommittedButIncompleteError, ConcurrentTransactionsError, CorruptBatchError,
+from .errors import (CommitFailedError, CommittedButIncompleteError, ConcurrentTransactionsError, CorruptBatchError,
                      DecisionConflictError, SinkOwnerError,
                      IllegalStateError, InconsistentTopicIdError, InvalidConfigError,
                      InvalidNameError, InvalidProducerEpochError, InvalidTransactionTimeoutError,
@@ -15,6 +15,7 @@ from .errors import (CommittedButIncompleteError, ConcurrentTransactionsError, C
                      OutOfOrderSequenceError, ProducerFencedError, StorageError, TopicExistsError,
                      TransactionAbortedError, TxlogError, UnknownPartitionError, UnknownTopicError,
                      UnsupportedStorageError)
+from .errors import GroupNotEmptyError, InconsistentGroupProtocolError
 from .exactly_once.shared_transaction import SharedTransaction
 from .exactly_once.stream_sink import StreamSink
 from .log import Log, TopicDescription
@@ -33,4 +34,5 @@ __all__ = [
     "InvalidTransactionTimeoutError", "TransactionAbortedError", "ConcurrentTransactionsError",
     "IllegalStateError", "DecisionConflictError", "InconsistentTopicIdError",
     "SinkOwnerError", "CommittedButIncompleteError",
+    "CommitFailedError", "GroupNotEmptyError", "InconsistentGroupProtocolError",
 ]

@@ -23,6 +23,28 @@ class TopicExistsError(TxlogError):
     pass
 
 
+class CommitFailedError(TxlogError):
+    """An offset commit from a generation the group has left behind (Kafka's
+    CommitFailedException / ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID).
+
+    The member was removed (session timeout, max.poll.interval.ms) or a
+    rebalance moved the group on: its partitions may belong to another
+    member now, so committing could move their offsets back or, for a
+    transactional commit, write a zombie's output twice.  Poll again to
+    rejoin; a transaction that got this must be aborted.
+    """
+
+
+class InconsistentGroupProtocolError(TxlogError):
+    """A member supports no partition assignor that every other member supports
+    (Kafka's INCONSISTENT_GROUP_PROTOCOL)."""
+
+
+class GroupNotEmptyError(TxlogError):
+    """The group has live members, so its offsets cannot be reset (Kafka's
+    kafka-consumer-groups refuses unless the group is inactive)."""
+
+
 class UnknownGroupError(TxlogError):
     """The group has never committed offsets, or was deleted (Kafka's GroupIdNotFound)."""
 

@@ -452,9 +452,10 @@ class Log:
                       ) -> dict[tuple[str, int], int]:
         """Set some of an existing group's offsets from its current ones in one version
         (txlog groups reset-offsets); see transactions.groups.reset_offsets."""
-        from .transactions.groups import reset_offsets
+        from .transactions.group_members import reset_offsets_if_inactive
 
-        return reset_offsets(self.storage, group_id, step)
+        # Refused (GroupNotEmptyError) while the group has live members, as Kafka's tool.
+        return reset_offsets_if_inactive(self.storage, group_id, step)
 
     def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
         """Plain, non-transactional offset commit for a group."""

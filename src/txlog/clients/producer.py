@@ -24,9 +24,9 @@ from ..format.batch import (HEADER_TYPE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_S
                             RECORD_SCHEMA, TRANSACTIONAL_BIT, BatchHeader, compression_attribute,
                             encode_records)
 from ..transactions.coordinator import plain_decision_id
-from ..errors import (IllegalStateError, InvalidConfigError, InvalidProducerEpochError,
-                      InvalidTxnStateError, OutOfOrderSequenceError, ProducerFencedError,
-                      TransactionAbortedError, TxlogError)
+from ..errors import (CommitFailedError, IllegalStateError, InvalidConfigError,
+                      InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError,
+                      ProducerFencedError, TransactionAbortedError, TxlogError)
 from ..storage.names import validate_name
 from .accumulator import (RECORD_OVERHEAD, FutureRecordMetadata, Pending, RecordMetadata,
                           as_bytes, normalise_table)
@@ -527,9 +527,38 @@ class Producer:
             raise IllegalStateError(f"{what} outside a transaction; call begin_transaction()")
 
     def send_offsets_to_transaction(self, offsets: dict[tuple[str, int], int],
-                                    group_id: str) -> None:
-        """AddOffsetsToTxn + TxnOffsetCommit: offsets visible only if the transaction commits."""
+                                    group_id: str, *, member_id: str | None = None,
+                                    generation: int | None = None) -> None:
+        """AddOffsetsToTxn + TxnOffsetCommit: offsets visible only if the transaction commits.
+
+        With the consumer's ``generation`` (and ``member_id``), the commit is
+        fenced as KIP-447 fences it: refused with CommitFailedError if the
+        group has moved on, here and, atomically, in the group's offsets
+        chain, where the send is registered so that a member taking the
+        partitions over decides this transaction before it reads the offsets
+        (docs/protocol.md, section 9.4).  The refusal leaves the transaction
+        abortable only: commit_transaction() raises it again, abort it.
+        Without a generation it is a simple consumer's commit (Kafka's -1).
+        """
         self._check_in_transaction("send_offsets_to_transaction()")
+        if generation is not None or member_id is not None:
+            from .membership import check_generation
+            from ..transactions.groups import _check_offsets, register_transactional_offsets
+
+            _check_offsets(offsets)
+            if generation is None:
+                raise InvalidConfigError("send_offsets_to_transaction: member_id needs a "
+                                         "generation (the consumer's group metadata)")
+            member = self._member()
+            try:
+                check_generation(self.log, group_id, member_id, generation)
+                register_transactional_offsets(
+                    self.log.storage, group_id, member.transactional_id,
+                    (member.producer_id, member.epoch), generation, member_id or "",
+                    list(offsets))
+            except CommitFailedError as exc:
+                self._fatal = exc  # abortable: commit_transaction() raises it, abort clears it
+                raise
         self.log.coordinator.add_offsets(self._member(), group_id, offsets)
         self._txn_has_offsets = True
 

@@ -99,6 +99,7 @@ TXN_DIR = "coordinator/transactions"  # a version chain per transactional id
 DECISION_DIR = "coordinator/decisions"  # one decision object per transaction
 LEASE_DIR = "coordinator/leases"  # a version chain per shared transaction's decision
 GROUP_DIR = "coordinator/groups"  # a version chain per consumer group
+MEMBERS_DIR = "coordinator/members"  # per group: a generation chain and heartbeat objects
 BLOCK_DIR = "coordinator/producer-ids"  # one object per allocated block of producer ids
 VERSION_DIGITS = 20
 
@@ -111,3 +112,13 @@ def version_path(directory: str, version: int) -> str:
 def block_path(block: int) -> str:
     """The object that allocates block ``block`` of producer ids to its publisher."""
     return f"{BLOCK_DIR}/{block:020d}"
+
+
+def generations_dir(group_id: str) -> str:
+    """The version chain of a group's generations (members and assignment)."""
+    return f"{MEMBERS_DIR}/{group_id}/generations"
+
+
+def heartbeats_dir(group_id: str) -> str:
+    """Where a group's members publish their heartbeats, one live object per member."""
+    return f"{MEMBERS_DIR}/{group_id}/heartbeats"

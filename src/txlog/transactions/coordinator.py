@@ -512,7 +512,7 @@ class TransactionCoordinator:
         if commit:
             for group, offsets in meta.pending_offsets.items():
                 apply_transactional_offsets(self.storage, group, offsets, meta.transactional_id,
-                                            version)
+                                            version, (meta.txn_producer_id, meta.txn_epoch))
         pid, epoch = self._next_identity(meta.txn_producer_id, meta.txn_epoch)
         done = meta.transition(
             S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, producer_id=pid, epoch=epoch,
@@ -554,6 +554,38 @@ class TransactionCoordinator:
             fenced = meta.transition(S.PREPARE_EPOCH_FENCE, epoch=meta.epoch + 1, reason=reason)
             self._publish(version + 1, fenced)  # losing the race is fine: complete() reloads
         self.complete(transactional_id)
+
+    def fence_writer(self, transactional_id: str, producer_id: int, epoch: int,
+                     reason: str) -> None:
+        """Make sure the transaction of ``(producer_id, epoch)`` can no longer commit
+        anything it has not committed yet: abort it if it is open and undecided, roll
+        it forward if decided, and if the id is idle at exactly that identity, bump
+        the epoch so that the identity can start nothing more.
+
+        Used by a group member that takes over partitions from a stale generation
+        (KIP-447, docs/protocol.md section 9.4): the stale member's transaction must
+        be decided before the new owner reads the committed offsets.  An identity
+        the id has already moved past needs nothing: its transaction is complete.
+        """
+        while True:
+            version, meta = self._latest(transactional_id)
+            if meta is None:
+                return
+            if meta.state in PREPARED or meta.state == S.PREPARE_EPOCH_FENCE:
+                self.complete(transactional_id)
+                continue
+            if meta.state == S.ONGOING:
+                if (meta.txn_producer_id, meta.txn_epoch) == (producer_id, epoch):
+                    self._fence_and_abort(transactional_id, reason, only=meta)
+                return
+            if meta.state in (S.EMPTY, *COMPLETE) and \
+                    (meta.producer_id, meta.epoch) == (producer_id, epoch):
+                pid, new_epoch = self._next_identity(producer_id, epoch)
+                if self._publish(version + 1, meta.transition(
+                        S.EMPTY, producer_id=pid, epoch=new_epoch, reason=reason)):
+                    return
+                continue
+            return
 
     def abort_if_expired(self, transactional_id: str) -> bool:
         meta = self.metadata(transactional_id)
