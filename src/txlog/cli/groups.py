@@ -4,8 +4,12 @@ deleting groups."""
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
+from .. import clock
+from ..transactions.group_members import (GroupGeneration, GroupMembership, is_expired,
+                                          last_seen_ms)
 from ..clients.positions import PartitionBounds, bounds
 from ..errors import UnknownPartitionError, UnknownTopicError
 from ..log import Log
@@ -24,10 +28,16 @@ def add_groups(commands: Any, leaf_parser: LeafParser) -> None:
                 description="Print every consumer group that has committed offsets, one per "
                             "line, sorted (a streaming sink's <prefix>-sink group included).")
     gdesc = leaf_parser(
-        group_cmds, "describe", help="show a group's committed offsets and lag",
-        description="For each partition the group committed an offset for, print the "
-                    "committed offset, the partition's log end offset, its last stable "
-                    "offset and the lag between the committed offset and the log end.")
+        group_cmds, "describe", help="show a group's members, assignment, offsets and lag",
+        description="For each partition the group committed an offset for (or assigned to a "
+                    "member), print the committed offset, the partition's log end offset, "
+                    "its last stable offset and the lag between the committed offset and "
+                    "the log end. A group whose consumers join it as members (consume "
+                    "--group, GroupMember) also shows, before that table, its state, "
+                    "generation, assignor and leader, then one line per member (member id, "
+                    "instance id, client id, milliseconds since its last heartbeat, its "
+                    "partitions), and the partition table gains the owning member; with "
+                    "--json the group is the first line, its members a list in it.")
     gdesc.add_argument("group", metavar="GROUP", help="group id")
     json_option(gdesc)
     gdelete = leaf_parser(
@@ -45,8 +55,9 @@ def add_groups(commands: Any, leaf_parser: LeafParser) -> None:
                     "only prints the plan: topic, partition, current and new offset. Every "
                     "new offset is clamped into [log start, log end], as Kafka does. With "
                     "--execute the new offsets are published as one new version of the "
-                    "group. Stop the group's consumers first: nothing checks for them, and a "
-                    "running consumer's next commit overwrites the reset.")
+                    "group. Refused while the group has live members (as Kafka: the group "
+                    "must be inactive); consumers that commit without joining the group are "
+                    "not seen, so stop those first.")
     reset.add_argument("group", metavar="GROUP", help="group id (must have committed offsets)")
     # Exactly one target and one scope: checked in _reset_offsets, so that a wrong
     # combination is one error line with status 1 like every other bad value.
@@ -91,19 +102,72 @@ def run_groups(args: argparse.Namespace) -> None:
     if args.action == "reset-offsets":
         _reset_offsets(log, args)
         return
+    _describe(log, args)
+
+
+def _describe(log: Log, args: argparse.Namespace) -> None:
+    membership = GroupMembership(log.storage, args.group)
+    state = membership.latest()
     committed = log.committed(args.group)
-    if not committed:
+    if not committed and state.generation == 0:
         raise CommandError(f"group {args.group!r} has no committed offsets in {log.root}")
+    owners = {tp: m for m, parts in state.assignment.items() for tp in parts}
     rows = []
-    for (topic, partition), offset in sorted(committed.items()):
+    for topic, partition in sorted(set(committed) | set(owners)):
+        offset = committed.get((topic, partition), "-")
         try:
             b = bounds(log, topic, partition)
         except (UnknownTopicError, UnknownPartitionError):  # e.g. a stream sink's batch key
-            rows.append((topic, partition, offset, "-", "-", "-"))
-            continue
-        rows.append((topic, partition, offset, b.end, b.stable, max(b.end - offset, 0)))
-    print_table(("TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET",
-                  "LAST-STABLE-OFFSET", "LAG"), rows, args.json)
+            row: tuple = (topic, partition, offset, "-", "-", "-")
+        else:
+            lag = max(b.end - offset, 0) if offset != "-" else "-"
+            row = (topic, partition, offset, b.end, b.stable, lag)
+        rows.append(row + ((owners.get((topic, partition), "-"),) if state.generation else ()))
+    header = ("TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET", "LAST-STABLE-OFFSET",
+              "LAG")
+    if state.generation == 0:  # no member ever joined: offsets only
+        print_table(header, rows, args.json)
+        return
+    beats = membership.heartbeats()
+    now = clock.now_ms()
+    members = [{"member_id": m.member_id, "instance_id": m.group_instance_id,
+                "client_id": m.client_id, "heartbeat_age_ms": now - last_seen_ms(m, beats),
+                "expired": is_expired(m, beats, now),
+                "assignment": [list(tp) for tp in state.assignment.get(m.member_id, ())]}
+               for m in state.members]
+    group_state = _group_state(state, beats, now)
+    if args.json:
+        print(json.dumps({"group": args.group, "state": group_state,
+                          "generation": state.generation, "protocol": state.protocol,
+                          "leader": state.leader, "members": members}))
+    else:
+        print_table(("GROUP", "STATE", "GENERATION", "PROTOCOL", "LEADER", "MEMBERS"),
+                    [(args.group, group_state, state.generation, state.protocol or "-",
+                      state.leader or "-", len(members))])
+        print()
+        print_table(("MEMBER-ID", "INSTANCE-ID", "CLIENT-ID", "HEARTBEAT-AGE-MS", "PARTITIONS"),
+                    [(m["member_id"], m["instance_id"] or "-", m["client_id"],
+                      f"{m['heartbeat_age_ms']}{' (expired)' if m['expired'] else ''}",
+                      ",".join(f"{t}-{p}" for t, p in m["assignment"]) or "-")
+                     for m in members])
+        print()
+    print_table((*header, "CONSUMER-ID"), rows, args.json)
+
+
+def _group_state(state: GroupGeneration, beats: dict, now: int) -> str:
+    """Kafka's names: Empty without members, PreparingRebalance while a member past its
+    session timeout is still listed, CompletingRebalance while partitions wait for their
+    earlier owner to let go, Stable otherwise."""
+    if not state.members:
+        return "Empty"
+    if any(is_expired(m, beats, now) for m in state.members):
+        return "PreparingRebalance"
+    ids = {m.member_id for m in state.members}
+    for waiters in state.waiting.values():
+        if any(w in ids and (w not in beats or beats[w].generation < state.generation)
+               for w in waiters):
+            return "CompletingRebalance"
+    return "Stable"
 
 
 TARGETS = ("to_earliest", "to_latest", "to_offset", "to_datetime", "shift_by")

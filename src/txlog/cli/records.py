@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -55,10 +57,13 @@ def add_consume(commands: Any, leaf_parser: LeafParser) -> None:
                     "or --follow. The command stops at the end of the log (the last stable "
                     "offset under read_committed), after --max-records, with --timeout-ms "
                     "after that long without a new record, and with --follow only when "
-                    "interrupted. With --group it starts from the group's committed offsets "
-                    "(--from-beginning, or the current end, for partitions without one) and "
-                    "commits the positions after each batch it prints, so the next run "
-                    "continues where this one stopped.")
+                    "interrupted. With --group it joins the consumer group (as a Kafka "
+                    "consumer that subscribes): the group's members share the topic's "
+                    "partitions, and this one reads only those assigned to it, each from "
+                    "the group's committed offset (--from-beginning, or the current end, "
+                    "for partitions without one). It commits its positions after each batch "
+                    "it prints and when it hands a partition over, and leaves the group when "
+                    "it stops, so the next run continues where this one stopped.")
     consume.add_argument("topic", metavar="TOPIC", help="topic to read")
     consume.add_argument("--partition", metavar="P", type=non_negative_int,
                          help="read only this partition (default: all)")
@@ -71,8 +76,13 @@ def add_consume(commands: Any, leaf_parser: LeafParser) -> None:
                        help="start in each partition at the first record whose timestamp is "
                             "at least MS (milliseconds since the epoch), or at its end")
     consume.add_argument("--group", metavar="GROUP",
-                         help="read from and commit to this consumer group's offsets (no "
-                              "membership: run one consumer per group and topic at a time)")
+                         help="join this consumer group: read the partitions it assigns "
+                              "from its committed offsets and commit as it goes")
+    consume.add_argument("--session-timeout-ms", metavar="MS", type=positive_int,
+                         default=45000,
+                         help="with --group: how long the group waits for this member's "
+                              "heartbeat before giving its partitions to others (default "
+                              "45000, Kafka's session.timeout.ms)")
     consume.add_argument("--isolation-level", choices=[READ_COMMITTED, READ_UNCOMMITTED],
                          default=READ_COMMITTED,
                          help="read_committed (default) shows committed records only; "
@@ -200,8 +210,14 @@ def run_consume(args: argparse.Namespace) -> None:
         raise CommandError("--group starts from the group's committed offsets: it cannot be "
                            "combined with --offset or --from-timestamp (reset the group with "
                            "txlog groups reset-offsets instead)")
+    if args.group is not None and args.partition is not None:
+        raise CommandError("--group joins the group, which assigns the partitions: it cannot "
+                           "be combined with --partition")
     consumer = log.consumer(isolation_level=args.isolation_level, group_id=args.group,
                             auto_offset_reset="earliest" if args.from_beginning else "latest")
+    if args.group is not None:
+        _consume_in_group(log, consumer, args)
+        return
     consumer.assign([(args.topic, p) for p in partitions])
     if args.offset is not None:
         if args.partition is None:
@@ -225,27 +241,84 @@ def run_consume(args: argparse.Namespace) -> None:
     last_record = time.monotonic()
     while remaining is None or remaining > 0:
         records = consumer.poll(min(remaining or POLL_RECORDS, POLL_RECORDS))
-        for r in records:
-            if args.format == "json":
-                print(json.dumps({
-                    "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
-                    "timestamp_type": "LogAppendTime" if r.timestamp_type else "CreateTime",
-                    "key": text(r.key), "value": text(r.value),
-                    "headers": [[k, text(v)] for k, v in r.headers]}))
-            else:
-                write_bytes((r.value or b"") + b"\n")
+        _print_records(records, args.format)
         if remaining is not None:
             remaining -= len(records)
-        if records and args.group is not None:
-            # At least once: what is committed has been written out first.
-            sys.stdout.flush()
-            consumer.commit()
         if records:
             last_record = time.monotonic()
             continue
         if not args.follow and (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
             break
         time.sleep(IDLE_SLEEP_S)
-    if args.group is not None:
-        consumer.commit()  # partitions that had nothing to print keep their starting point
     consumer.close()
+
+
+def _print_records(records: list[Any], fmt: str) -> None:
+    for r in records:
+        if fmt == "json":
+            print(json.dumps({
+                "partition": r.partition, "offset": r.offset, "timestamp": r.timestamp,
+                "timestamp_type": "LogAppendTime" if r.timestamp_type else "CreateTime",
+                "key": text(r.key), "value": text(r.value),
+                "headers": [[k, text(v)] for k, v in r.headers]}))
+        else:
+            write_bytes((r.value or b"") + b"\n")
+
+
+def _consume_in_group(log: Any, consumer: Any, args: argparse.Namespace) -> None:
+    """Consume as a member of ``args.group``: the group decides the partitions, every
+    hand-over commits first (at least once: what is committed was printed)."""
+    from ..clients.membership import GroupMember
+    from ..errors import CommitFailedError
+
+    def commit(parts: list[tuple[str, int]]) -> None:
+        sys.stdout.flush()
+        offsets = {tp: consumer.position(*tp) for tp in parts if tp in consumer.assignment()}
+        if offsets:
+            try:
+                member.commit(offsets)
+            except CommitFailedError as exc:  # the group moved on: the next poll catches up
+                print(f"txlog: warning: {exc}", file=sys.stderr)
+
+    class Listener:
+        def on_partitions_revoked(self, revoked: list[tuple[str, int]]) -> None:
+            commit(revoked)
+            consumer.assign(sorted(member.assignment()))
+
+        def on_partitions_assigned(self, assigned: list[tuple[str, int]]) -> None:
+            consumer.assign(sorted(member.assignment()))
+            for tp in assigned:
+                consumer.position(*tp)  # from the committed offset, read after the fence
+
+    session = args.session_timeout_ms
+    member = GroupMember(log, args.group, [args.topic], session_timeout_ms=session,
+                         heartbeat_interval_ms=max(1, min(3000, session // 3)),
+                         client_id="txlog-consume", listener=Listener())
+    remaining = args.max_records
+    last_record = time.monotonic()
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)  # through the finally below: leave the group
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, terminate)
+    try:
+        while remaining is None or remaining > 0:
+            member.poll()
+            records = consumer.poll(min(remaining or POLL_RECORDS, POLL_RECORDS))
+            _print_records(records, args.format)
+            if remaining is not None:
+                remaining -= len(records)
+            if records:
+                commit(sorted(consumer.assignment()))
+                last_record = time.monotonic()
+                continue
+            if member.waiting():
+                last_record = time.monotonic()  # partitions still being handed over to us
+            elif not args.follow and \
+                    (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
+                break
+            time.sleep(IDLE_SLEEP_S)
+    finally:
+        member.close()  # commits what it hands back (revoked) and leaves the group
+        consumer.close()

@@ -147,6 +147,10 @@ class GroupMember:
         """The partitions this member may consume now (handed over by their earlier owners)."""
         return set(self._owned)
 
+    def waiting(self) -> set[TopicPartition]:
+        """Partitions assigned to this member that their earlier owner has not let go of yet."""
+        return self._target - self._owned
+
     def metadata(self) -> ConsumerGroupMetadata:
         return ConsumerGroupMetadata(self.group_id, self.generation, self.member_id,
                                      self.group_instance_id)
