@@ -134,6 +134,9 @@ def sticky_assign(members: Sequence[MemberInfo], counts: Mapping[str, int],
     # Members with different subscriptions: move single partitions from the most to
     # the least loaded member that can take them until no move narrows the spread.
     for _ in range(len(everything)):
+        loads = [len(out[m.member_id]) for m in ordered]
+        if max(loads) - min(loads) <= 1:
+            break  # balanced already (always so when all subscribe to the same topics)
         moved = False
         for giver in sorted(ordered, key=lambda m: -len(out[m.member_id])):
             for tp in sorted(out[giver.member_id], reverse=True):
