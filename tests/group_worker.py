@@ -108,11 +108,16 @@ def main() -> None:
                       flush=True)
                 os.kill(os.getpid(), signal.SIGSTOP)
                 print("WOKE", flush=True)
+                woke = True
+            else:
+                woke = False
             offsets = {tp: consumer.position(*tp) for tp in consumer.assignment()}
             try:
                 producer.send_offsets_to_transaction(offsets, group, member_id=member.member_id,
                                                      generation=generation)
                 producer.commit_transaction()
+                if woke:
+                    print("COMMITTED-AFTER-STALL", flush=True)
             except CommitFailedError as exc:
                 print("REFUSED", exc, flush=True)
                 producer.abort_transaction()

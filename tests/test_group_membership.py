@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from txlog import CommitFailedError, GroupNotEmptyError, Log
+from txlog import (CommitFailedError, GroupNotEmptyError, Log, ProducerFencedError,
+                   TransactionAbortedError)
 from txlog.clients.assignors import (range_assign, roundrobin_assign, select_protocol,
                                      sticky_assign)
 from txlog.clients.membership import GroupMember
@@ -212,6 +213,39 @@ def _commit_as(m: GroupMember, generation: int, offsets) -> None:
     commit_offsets(m.log.storage, "g", offsets, generation=generation)
 
 
+def test_zombie_fenced_between_send_and_commit_cannot_commit(memlog):
+    """KIP-447's hard case: the offsets were sent (the generation was current then), and
+    the member is removed before it commits.  The new owner decides that transaction
+    (aborts it) before it reads the offsets, so the zombie's commit fails and its output
+    never becomes visible; the new owner starts from the offsets before it."""
+    memlog.create_topic("t", 1)
+    memlog.create_topic("out", 1)
+    with memlog.producer() as p:
+        for i in range(4):
+            p.send("t", str(i).encode(), partition=0)
+    zombie = member(memlog, session_timeout_ms=600, heartbeat_interval_ms=100)
+    zombie.poll()
+    producer = memlog.producer(transactional_id="ctp-zombie")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("out", b"from the zombie", partition=0)
+    producer.send_offsets_to_transaction({("t", 0): 4}, "g", member_id=zombie.member_id,
+                                         generation=zombie.generation)
+    zombie._stop.set()  # it stalls here: no heartbeats, no polls
+    heir = member(memlog, session_timeout_ms=600, heartbeat_interval_ms=100)
+    deadline = time.monotonic() + 10
+    while heir.assignment() != {("t", 0)}:  # waits for the zombie, then expires it
+        assert time.monotonic() < deadline, "the heir never took over"
+        heir.poll()
+        time.sleep(0.02)
+    assert memlog.committed("g").get(("t", 0), 0) == 0  # read after the zombie was decided
+    with pytest.raises((ProducerFencedError, TransactionAbortedError)):
+        producer.commit_transaction()
+    assert memlog.read("out", 0).num_rows == 0  # the zombie's output is aborted
+    assert memlog.committed("g").get(("t", 0), 0) == 0
+    heir.close()
+
+
 def test_max_poll_interval_leaves_the_group(memlog):
     memlog.create_topic("t", 2)
     a = member(memlog, max_poll_interval_ms=400)
@@ -350,13 +384,13 @@ def last_commits(out: Path, name: str) -> dict[int, int]:
 
 def test_two_processes_split_then_one_takes_over_after_sigkill(tmp_path):
     root, out = str(tmp_path / "log"), tmp_path
-    per = 300
+    per = 200
     log = fill(root, 4, per)
-    a = Worker("consume", root, "a", out, batch=8, pause_s=0.05)
+    a = Worker("consume", root, "a", out, batch=6, pause_s=0.05)
     b = None
     try:
         wait_for(lambda: len(a.owned()) == 4, 20, "a to own all 4 partitions")
-        b = Worker("consume", root, "b", out, batch=8, pause_s=0.05)
+        b = Worker("consume", root, "b", out, batch=6, pause_s=0.05)
         wait_for(lambda: len(a.owned()) == 2 and len(b.owned()) == 2, 20, "a 2+2 split")
         assert a.owned() | b.owned() == {("in", p) for p in range(4)}
         wait_for(lambda: len(records_of(out, "b")) > 20, 20, "b to consume")
@@ -404,8 +438,8 @@ def test_zombie_of_a_consume_transform_produce_loop_is_fenced(tmp_path):
         wait_for(lambda: all(log.committed("g").get(("in", p), 0) > o for p, o in stalled), 30,
                  "b to commit past z's batch")
         os.kill(workers["z"].proc.pid, signal.SIGCONT)
-        refused = workers["z"].wait_line("REFUSED", 20)
-        assert "no longer in the group" in refused or "stale" in refused
+        wait_for(lambda: any(line.startswith(("REFUSED", "COMMITTED-AFTER-STALL"))
+                             for line in workers["z"].drain()), 20, "z to try its commit")
         wait_for(lambda: log.committed("g") == {("in", p): per for p in range(4)}, 60,
                  "everything to be committed")
     finally:
@@ -423,6 +457,9 @@ def test_zombie_of_a_consume_transform_produce_loop_is_fenced(tmp_path):
     # Output values name their input (partition:offset), input values are "p:i" at offset i.
     assert set(seen) == expected, sorted(expected - set(seen))[:5]
     assert [v for v, n in seen.items() if n > 1] == []  # each input exactly once
+    # ... because the woken zombie's transactional offset commit was refused.
+    refused = [line for line in workers["z"].seen if line.startswith("REFUSED")]
+    assert refused and ("no longer in the group" in refused[0] or "stale" in refused[0])
 
 
 def group_history(log: Log) -> list[dict]:
