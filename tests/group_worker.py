@@ -11,6 +11,10 @@ transaction per batch (output to topic ``out``, offsets sent with the
 member's generation); if ``OUT_DIR/NAME.stall`` exists when a batch's output
 is written, it stops itself (SIGSTOP) before sending the offsets.
 
+With option ``churn`` ([min s, max s]) a member leaves (or, one time in three,
+stops heartbeating as if it had crashed) after a random time and joins again as
+a new member, until ``OUT_DIR/settle`` exists.
+
 Both print ``MEMBER <id>``, ``OWNED <json>`` on every change of assignment,
 and write the owned set to ``OUT_DIR/NAME.owned`` (replaced atomically), so
 the test can follow them.  SIGTERM ends the loop and leaves the group.
@@ -20,12 +24,16 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import sys
 import time
 
 from txlog import CommitFailedError, Log
 from txlog.clients.membership import GroupMember
+
+
+ASSIGNORS = [["range"], ["roundrobin", "range"], ["range", "cooperative-sticky"]]
 
 
 def main() -> None:
@@ -56,11 +64,18 @@ def main() -> None:
             consumer.assign(sorted(member.assignment()))
             write_owned()
 
-    member = GroupMember(log, group, ["in"], assignors=opts.get("assignors", ["range"]),
-                         session_timeout_ms=opts.get("session_timeout_ms", 1500),
-                         heartbeat_interval_ms=opts.get("heartbeat_interval_ms", 300),
-                         max_poll_interval_ms=opts.get("max_poll_interval_ms", 3000),
-                         client_id=name, listener=Listener())
+    rng = random.Random()
+
+    def new_member(assignors) -> GroupMember:
+        return GroupMember(log, group, ["in"], assignors=assignors,
+                           session_timeout_ms=opts.get("session_timeout_ms", 1500),
+                           heartbeat_interval_ms=opts.get("heartbeat_interval_ms", 300),
+                           max_poll_interval_ms=opts.get("max_poll_interval_ms", 3000),
+                           client_id=name, listener=Listener())
+
+    member = new_member(opts.get("assignors", ["range"]))
+    churn = opts.get("churn")  # [min s, max s]: leave and join again after that long
+    leave_at = time.monotonic() + rng.uniform(*churn) if churn else None
     records_file = open(os.path.join(out_dir, f"{name}.records"), "a")
     commits_file = open(os.path.join(out_dir, f"{name}.commits"), "a")
 
@@ -84,6 +99,16 @@ def main() -> None:
     pause = opts.get("pause_s", 0.05)
     announced = None
     while not stop:
+        if leave_at is not None and time.monotonic() > leave_at and \
+                not os.path.exists(os.path.join(out_dir, "settle")):
+            if rng.random() < 0.3:
+                member._stop.set()  # as if it crashed: no leave, the others expire it
+                print("ABANDONED", member.member_id, flush=True)
+            else:
+                member.close()  # revokes (commits) and leaves
+            consumer.assign([])
+            member = new_member(rng.choice(ASSIGNORS))
+            leave_at = time.monotonic() + rng.uniform(*churn)
         member.poll()
         if member.member_id != announced:
             announced = member.member_id

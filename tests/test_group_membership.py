@@ -472,28 +472,33 @@ def group_history(log: Log) -> list[dict]:
 
 
 def test_stress_eight_members_join_and_leave_at_random(tmp_path):
+    """8 processes whose members leave (or stop heartbeating, as if crashed) and join again
+    at random moments, 3 of them SIGKILLed and replaced on the way; then they settle."""
     root, out = str(tmp_path / "log"), tmp_path
     rng = random.Random(int(os.environ.get("TXLOG_STRESS_SEED", time.time())))
     log = fill(root, 8, 400)
-    live: list[Worker] = []
-    gone: list[Worker] = []
     started = 0
-    end = time.monotonic() + 10
+
+    def spawn() -> Worker:
+        nonlocal started
+        started += 1
+        return Worker("consume", root, f"w{started}", out, batch=5, pause_s=0.05,
+                      churn=[0.5, 2.5], assignors=rng.choice(
+                          [["range"], ["roundrobin", "range"], ["range", "cooperative-sticky"]]))
+
+    live = [spawn() for _ in range(8)]
+    killed: list[Worker] = []
+    kills = sorted(rng.uniform(3, 9) for _ in range(3))
+    t0 = time.monotonic()
     try:
-        while time.monotonic() < end:
-            if len(live) < 8 and (not live or rng.random() < 0.5):
-                live.append(Worker("consume", root, f"w{started}", out, batch=5, pause_s=0.05,
-                                   assignors=rng.choice([["range"], ["roundrobin", "range"],
-                                                         ["range", "cooperative-sticky"]])))
-                started += 1
-            elif live:
-                w = live.pop(rng.randrange(len(live)))
-                (w.kill if rng.random() < 0.4 else w.stop)()
-                gone.append(w)
-            time.sleep(rng.uniform(0.2, 1.0))
-        while len(live) < 3:  # keep a few to the end
-            live.append(Worker("consume", root, f"w{started}", out, batch=5, pause_s=0.05))
-            started += 1
+        for at in kills:
+            time.sleep(max(0.0, t0 + at - time.monotonic()))
+            victim = live.pop(rng.randrange(len(live)))
+            victim.kill()
+            killed.append(victim)
+            live.append(spawn())
+        time.sleep(max(0.0, t0 + 10 - time.monotonic()))
+        (out / "settle").touch()
         membership = GroupMembership(log.storage, "g")
 
         def settled() -> bool:
@@ -507,11 +512,13 @@ def test_stress_eight_members_join_and_leave_at_random(tmp_path):
         state = membership.latest()
         owners = collections.Counter(tp for w in live for tp in w.owned())
         assert set(owners) == {("in", p) for p in range(8)} and set(owners.values()) == {1}
-        print(f"stress: {started} members started, {len(gone)} left or were killed, "
-              f"final generation {state.generation}")
+        joins = sum(1 for w in live + killed for line in w.drain() if line.startswith("MEMBER"))
+        print(f"stress: {started} processes, {joins} joins, {len(killed)} SIGKILLs, final "
+              f"generation {state.generation}")
+        assert joins >= 16
     finally:
-        for w in live + gone:
-            w.kill() if w.proc.poll() is None and w in gone else w.stop()
+        for w in live:
+            w.stop()
     history = group_history(log)
     highest: dict[tuple[str, int], int] = {}
     for version in history:
