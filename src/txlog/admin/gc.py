@@ -16,6 +16,9 @@ each kind has its own reason why that holds while writers run
   after ``decision_age_s``, because a job's late end call would otherwise
   decide again;
 * leases of decided shared transactions;
+* heartbeat objects older than ``chain_age_s`` of members the group's newest
+  generation does not list (a member that crashed is removed by the others,
+  who delete its heartbeats; these are the strays of a removal that died);
 * producer-id blocks but the newest (claimers only look at the newest);
 * batch objects and producer-state snapshots that segments cover (leftovers
   of a compaction that stopped half-way, or strays, partition/compaction.py);
@@ -31,7 +34,8 @@ from typing import TYPE_CHECKING
 import msgpack
 
 from .. import clock
-from ..storage.paths import BLOCK_DIR, DECISION_DIR, GROUP_DIR, LEASE_DIR, TXN_DIR, VERSION_DIGITS
+from ..storage.paths import (BLOCK_DIR, DECISION_DIR, GROUP_DIR, LEASE_DIR, MEMBERS_DIR, TXN_DIR,
+                             VERSION_DIGITS, generations_dir, heartbeats_dir)
 from ..transactions.coordinator import COMPLETE, TxnState
 
 if TYPE_CHECKING:  # Log.gc calls collect: gc must not import log at run time
@@ -73,6 +77,10 @@ def collect(log: Log, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
     for group in storage.list(GROUP_DIR):
         _trim_chain(log, f"{GROUP_DIR}/{group}", "time_ms", chain_age_s, now_ms, report,
                     "group offset versions")
+    for group in storage.list(MEMBERS_DIR):
+        _trim_chain(log, generations_dir(group), "time_ms", chain_age_s, now_ms, report,
+                    "group generation versions")
+        _remove_stray_heartbeats(log, group, now_ms - chain_age_s * 1000, report)
     decided = set()
     for decision_id in storage.list(DECISION_DIR):
         path = f"{DECISION_DIR}/{decision_id}"
@@ -109,6 +117,19 @@ def collect(log: Log, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
     for path in storage.remove_temp_files(temp_age_s):
         report.add("temp files", path)
     return report
+
+
+def _remove_stray_heartbeats(log: Log, group: str, cutoff_ms: float, report: GcReport) -> None:
+    from ..transactions.group_members import GroupMembership, HEARTBEAT_SEPARATOR
+
+    members = {m.member_id for m in GroupMembership(log.storage, group).latest().members}
+    directory = heartbeats_dir(group)
+    for name in log.storage.list(directory):
+        parts = name.split(HEARTBEAT_SEPARATOR)
+        if len(parts) == 3 and parts[0] not in members and parts[2].isdigit() and \
+                int(parts[2]) < cutoff_ms:
+            log.storage.delete(f"{directory}/{name}")
+            report.add("stray heartbeats", f"{directory}/{name}")
 
 
 def _versions(log: Log, directory: str) -> list[str]:

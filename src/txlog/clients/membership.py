@@ -43,6 +43,9 @@ TopicPartition = tuple[str, int]
 
 # While partitions wait for their previous owner, poll() looks again this often.
 HANDOFF_CHECK_S = 0.1
+# A member lists the generation chain afresh this often (one LIST), in case it
+# fell so far behind that gc removed the version after the one it knows.
+RELIST_S = 60.0
 
 
 class RebalanceListener(Protocol):
@@ -136,6 +139,7 @@ class GroupMember:
         self._hb_lock = threading.Lock()  # heartbeat publishes
         self._last_poll = time.monotonic()
         self._next_check = 0.0
+        self._relist_at = time.monotonic() + RELIST_S
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._left = False  # left for max.poll.interval.ms: no heartbeats until poll()
@@ -174,6 +178,11 @@ class GroupMember:
                 return
             self._next_check = now + (HANDOFF_CHECK_S if waiting
                                       else self.heartbeat_interval_ms / 1000)
+            if now > self._relist_at:
+                # Probing forward from a version gc has removed would find nothing:
+                # list the chain afresh now and then (admin/gc.py, protocol.md 9.2).
+                self._membership.chain._listed = False
+                self._relist_at = now + RELIST_S
             state = self._membership.latest()
             if state.generation != self.generation:
                 self._adopt(state)
