@@ -279,6 +279,28 @@ def test_reset_offsets_refused_while_members_live(memlog):
     assert memlog.reset_offsets("g", lambda current: {("t", 0): 0}) == {("t", 0): 0}
 
 
+def test_reset_removes_expired_members_and_fences_them(memlog):
+    """A member past its session timeout does not block a reset (as Kafka's coordinator
+    would have expired it), and cannot commit over the reset if it comes back."""
+    memlog.create_topic("t", 1)
+    memlog.commit_offsets("g", {("t", 0): 3})
+    a = member(memlog, session_timeout_ms=200, heartbeat_interval_ms=50)
+    a.poll()
+    a._stop.set()  # stalls
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            memlog.reset_offsets("g", lambda current: {("t", 0): 0})
+            break
+        except GroupNotEmptyError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert GroupMembership(memlog.storage, "g").latest().members == ()
+    with pytest.raises(CommitFailedError):
+        _commit_as(a, a.generation, {("t", 0): 3})  # even past the membership probe
+    assert memlog.committed("g") == {("t", 0): 0}
+
+
 # --- processes ------------------------------------------------------------------------------------
 
 

@@ -270,7 +270,39 @@ def reset_offsets_if_inactive(storage: Storage, group_id: str, step: OffsetsStep
                 f"current state is {state.state} (generation {state.generation}, "
                 f"{len(live)} live member(s): "
                 f"{', '.join(m.member_id for m in live[:5])}{'...' if len(live) > 5 else ''})")
+        if state.members:
+            # Members past their session timeout that nobody removed yet: remove them
+            # (as Kafka's coordinator would have), and fence their generation below, so
+            # that one coming back to life cannot commit over the reset.
+            state = _remove_expired(storage, group_id, state)
+            if state is None:
+                continue  # the group changed meanwhile: check again
         try:
-            return reset_offsets(storage, group_id, step, fenced_at=fenced)
+            return reset_offsets(storage, group_id, step, fenced_at=fenced,
+                                 fence_to=state.generation if state.generation else None)
         except StaleGroupFence:
             continue
+
+
+def _remove_expired(storage: Storage, group_id: str, seen: GroupGeneration
+                    ) -> GroupGeneration | None:
+    """Publish an empty generation after ``seen`` if every member is still expired;
+    None if the chain moved on or someone came back to life."""
+    membership = GroupMembership(storage, group_id)
+    beats = membership.heartbeats()
+
+    def step(current: GroupGeneration) -> GroupGeneration | None:
+        if current.generation != seen.generation:
+            raise StaleGroupFence(group_id)
+        now = clock.now_ms()
+        if any(not is_expired(m, beats, now) for m in current.members):
+            raise StaleGroupFence(group_id)
+        return GroupGeneration(current.generation + 1, None, (), {}, {}, {},
+                               "expired members removed by reset-offsets", now)
+
+    try:
+        new = membership.update(step)
+    except StaleGroupFence:
+        return None
+    membership.delete_heartbeats({m.member_id for m in seen.members})
+    return new

@@ -171,7 +171,8 @@ OffsetsStep = Callable[[dict[tuple[str, int], int]], dict[tuple[str, int], int]]
 
 
 def reset_offsets(storage: Storage, group_id: str, step: OffsetsStep,
-                  fenced_at: int | None = None) -> dict[tuple[str, int], int]:
+                  fenced_at: int | None = None, fence_to: int | None = None
+                  ) -> dict[tuple[str, int], int]:
     """Replace some of an existing group's offsets (txlog groups reset-offsets) in one version.
 
     ``step`` gets the offsets of the version being replaced (so a shift is
@@ -183,7 +184,8 @@ def reset_offsets(storage: Storage, group_id: str, step: OffsetsStep,
     Returns what was set.  UnknownGroupError for a group with no version or
     a deleted one.  With ``fenced_at``, StaleGroupFence if the group's
     generation fence is no longer that one (a member joined since the caller
-    found the group inactive: section 9.4).
+    found the group inactive: section 9.5); ``fence_to`` raises the fence in
+    the same version, so no member of an older generation can commit after.
     """
     applied: dict[tuple[str, int], int] = {}
 
@@ -199,8 +201,10 @@ def reset_offsets(storage: Storage, group_id: str, step: OffsetsStep,
         _check_offsets(new)
         applied.clear()
         applied.update(new)
-        return _encode({**current, **new}, dict(value["txn_marks"]), _owner(value),
-                       _fence(value))
+        fence = _fence(value)
+        if fence_to is not None:
+            fence["generation"] = max(fence["generation"], fence_to)
+        return _encode({**current, **new}, dict(value["txn_marks"]), _owner(value), fence)
 
     _chain(storage, group_id).update(update)
     return applied
