@@ -19,6 +19,7 @@ generation), and ``close()`` to leave.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 import uuid
@@ -111,7 +112,8 @@ class GroupMember:
                                      f"not {topics!r}")
         for topic in topics:
             validate_name(topic, "topic")
-        validate_name(client_id, "client id")
+        if not isinstance(client_id, str) or not client_id:
+            raise InvalidConfigError(f"client_id must be a non-empty string, not {client_id!r}")
         if group_instance_id is not None:
             validate_name(group_instance_id, "group instance id")
         self.session_timeout_ms = _positive_ms("session_timeout_ms", session_timeout_ms)
@@ -134,6 +136,7 @@ class GroupMember:
         self._state: GroupGeneration | None = None
         self._owned: set[TopicPartition] = set()  # handed to the application
         self._target: set[TopicPartition] = set()  # assigned in self.generation
+        self._kept: set[TopicPartition] = set()  # revoked (eager) and assigned again
         self._heartbeat_name: str | None = None
         self._lock = threading.RLock()  # poll, commit, close, and a poll-interval leave
         self._hb_lock = threading.Lock()  # heartbeat publishes
@@ -268,7 +271,10 @@ class GroupMember:
                                waiting, counts, reason, clock.now_ms())
 
     def _join(self) -> None:
-        member_id = f"{self.client_id}-{uuid.uuid4().hex}"
+        # Kafka's member id is "<client id>-<uuid>"; here it becomes part of object
+        # names, so the client id's characters outside the naming rule become '_'.
+        prefix = re.sub(r"[^A-Za-z0-9._-]", "_", self.client_id)[:100]
+        member_id = f"{prefix}-{uuid.uuid4().hex}"
         info = MemberInfo(member_id, self.client_id, self.group_instance_id, self.topics,
                           self.assignors, self.session_timeout_ms, self.max_poll_interval_ms,
                           clock.now_ms())
@@ -312,6 +318,10 @@ class GroupMember:
             return
         target = set(state.assignment.get(self.member_id, ()))
         revoked = self._owned if state.protocol not in COOPERATIVE else self._owned - target
+        # Revoked by an eager assignor only to be assigned again: nobody else owned
+        # them in between, so taking them back needs no fence (which would refuse the
+        # revoke-time commits of members that have not caught up yet).
+        self._kept = set(revoked & target)
         if revoked:
             self._revoke(sorted(revoked))
         self._state = state
@@ -344,7 +354,11 @@ class GroupMember:
                 free.append(tp)
         if not free:
             return
-        take_over(self.log.storage, self.log.coordinator, self.group_id, state.generation, free)
+        moved = [tp for tp in free if tp not in self._kept]
+        if moved:
+            take_over(self.log.storage, self.log.coordinator, self.group_id, state.generation,
+                      moved)
+        self._kept.difference_update(free)
         self._owned.update(free)
         if self.listener is not None:
             self.listener.on_partitions_assigned(free)
