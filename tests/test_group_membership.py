@@ -246,6 +246,23 @@ def test_zombie_fenced_between_send_and_commit_cannot_commit(memlog):
     heir.close()
 
 
+def test_fence_registrations_in_the_offsets_chain(memlog):
+    from txlog.transactions.groups import (drop_pending, fence_generation,
+                                           register_transactional_offsets)
+
+    st = memlog.storage
+    register_transactional_offsets(st, "g", "t1", (7, 0), 3, "m1", [("a", 0)])  # no group yet
+    register_transactional_offsets(st, "g", "t2", (8, 0), 3, "m2", [("a", 1)])
+    assert fence_generation(st, "g", 4, [("a", 0)]) == [("t1", 7, 0, 3)]  # only a-0's sender
+    with pytest.raises(CommitFailedError, match="generation 3 is stale"):
+        register_transactional_offsets(st, "g", "t1", (7, 1), 3, "m1", [("a", 0)])
+    drop_pending(st, "g", [("t1", 7, 0, 3)])
+    assert fence_generation(st, "g", 5, [("a", 0), ("a", 1)]) == [("t2", 8, 0, 3)]
+    memlog.delete_group("g")  # a tombstone keeps the fence
+    with pytest.raises(CommitFailedError):
+        _commit_as(type("M", (), {"log": memlog})(), 4, {("a", 0): 1})
+
+
 def test_max_poll_interval_leaves_the_group(memlog):
     memlog.create_topic("t", 2)
     a = member(memlog, max_poll_interval_ms=400)

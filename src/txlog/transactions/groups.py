@@ -81,7 +81,7 @@ def _fence(value: dict | None) -> dict:
     """The generation fence a version carries forward (a tombstone keeps it too: a
     deleted group's old members must stay refused)."""
     if value is None:
-        return {}
+        return {"generation": -1, "pending_txns": {}}
     return {"generation": value.get("generation", -1),
             "pending_txns": dict(value.get("pending_txns", {}))}
 
