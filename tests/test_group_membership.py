@@ -441,7 +441,7 @@ def test_two_processes_split_then_one_takes_over_after_sigkill(tmp_path):
               f"clock-skew margin {CLOCK_SKEW_MARGIN_MS} ms, heartbeat {HEARTBEAT_MS} ms)")
         # Expiry is judged at the last heartbeat + session + margin and seen at the next
         # check (a heartbeat interval); the rest is one rebalance.
-        assert takeover_ms < SESSION_MS + CLOCK_SKEW_MARGIN_MS + HEARTBEAT_MS + 1500
+        assert takeover_ms < SESSION_MS + CLOCK_SKEW_MARGIN_MS + HEARTBEAT_MS + 3000
         wait_for(lambda: log.committed("g") == {("in", p): per for p in range(4)}, 60,
                  "a to consume and commit everything")
     finally:
@@ -527,7 +527,8 @@ def test_stress_eight_members_join_and_leave_at_random(tmp_path):
 
     live = [spawn() for _ in range(8)]
     killed: list[Worker] = []
-    kills = sorted(rng.uniform(3, 9) for _ in range(3))
+    kills = sorted(rng.uniform(1, 7) for _ in range(3))
+    wait_for(lambda: all(w.member_id() for w in live), 60, "all 8 processes to join")
     t0 = time.monotonic()
     try:
         for at in kills:
@@ -536,7 +537,7 @@ def test_stress_eight_members_join_and_leave_at_random(tmp_path):
             victim.kill()
             killed.append(victim)
             live.append(spawn())
-        time.sleep(max(0.0, t0 + 10 - time.monotonic()))
+        time.sleep(max(0.0, t0 + 8 - time.monotonic()))
         (out / "settle").touch()
         membership = GroupMembership(log.storage, "g")
 
@@ -554,7 +555,7 @@ def test_stress_eight_members_join_and_leave_at_random(tmp_path):
         joins = sum(1 for w in live + killed for line in w.drain() if line.startswith("MEMBER"))
         print(f"stress: {started} processes, {joins} joins, {len(killed)} SIGKILLs, final "
               f"generation {state.generation}")
-        assert joins >= 16
+        assert joins >= started + 4  # members left and joined again inside the processes
     finally:
         for w in live:
             w.stop()

@@ -538,9 +538,12 @@ class Producer:
         partitions over decides this transaction before it reads the offsets
         (docs/protocol.md, section 9.4).  The refusal leaves the transaction
         abortable only: commit_transaction() raises it again, abort it.
-        Without a generation it is a simple consumer's commit (Kafka's -1).
+        Without a generation (or with -1 and no member id, the metadata of a
+        consumer that has not joined) it is a simple consumer's commit.
         """
         self._check_in_transaction("send_offsets_to_transaction()")
+        if generation == -1 and not member_id:
+            generation = member_id = None  # Kafka's UNKNOWN_GENERATION_ID: no fencing
         if generation is not None or member_id is not None:
             from .membership import check_generation
             from ..transactions.groups import _check_offsets, register_transactional_offsets
