@@ -263,6 +263,21 @@ def test_fence_registrations_in_the_offsets_chain(memlog):
         _commit_as(type("M", (), {"log": memlog})(), 4, {("a", 0): 1})
 
 
+def test_groups_are_independent(memlog):
+    memlog.create_topic("t", 2)
+    a = GroupMember(memlog, "g1", ["t"], session_timeout_ms=SESSION_MS,
+                    heartbeat_interval_ms=HEARTBEAT_MS)
+    b = GroupMember(memlog, "g2", ["t"], session_timeout_ms=SESSION_MS,
+                    heartbeat_interval_ms=HEARTBEAT_MS)
+    a.poll()
+    b.poll()
+    assert a.assignment() == b.assignment() == {("t", 0), ("t", 1)}
+    a.commit({("t", 0): 1})
+    assert memlog.committed("g1") == {("t", 0): 1} and memlog.committed("g2") == {}
+    a.close()
+    b.close()
+
+
 def test_max_poll_interval_leaves_the_group(memlog):
     memlog.create_topic("t", 2)
     a = member(memlog, max_poll_interval_ms=400)
@@ -470,12 +485,15 @@ def test_zombie_of_a_consume_transform_produce_loop_is_fenced(tmp_path):
                  sum(len(w.owned()) for w in workers.values()) == 4, 30, "three owners")
         (out / "z.stall").touch()
         stalled = json.loads(workers["z"].wait_line("STALLING", 20).split(" ", 1)[1])
+        stalled_at = time.monotonic()
         workers["a"].kill()  # SIGKILL, wherever it is
         b = workers["b"]
         wait_for(lambda: len(b.owned()) == 4, 20, "b to take over from the dead and the stalled")
         # b re-processes what z had in flight, committing past it, while z sleeps on.
         wait_for(lambda: all(log.committed("g").get(("in", p), 0) > o for p, o in stalled), 30,
                  "b to commit past z's batch")
+        # The scenario: z stays stopped for longer than max.poll.interval.ms (3 s).
+        time.sleep(max(0.0, stalled_at + 3.2 - time.monotonic()))
         os.kill(workers["z"].proc.pid, signal.SIGCONT)
         wait_for(lambda: any(line.startswith(("REFUSED", "COMMITTED-AFTER-STALL"))
                              for line in workers["z"].drain()), 20, "z to try its commit")
