@@ -263,6 +263,36 @@ def test_fence_registrations_in_the_offsets_chain(memlog):
         _commit_as(type("M", (), {"log": memlog})(), 4, {("a", 0): 1})
 
 
+def test_membership_on_s3(s3_server, s3_root):
+    """The object names (member ids, '@' in heartbeat names) survive a real S3 listing,
+    and the requests of a heartbeat and a periodic look are what the table says."""
+    from txlog.storage.backends import open_storage
+
+    storage = RequestCounter(open_storage(s3_root, s3_server.storage_options))
+    log = Log(storage)
+    log.create_topic("t", 2)
+    a = GroupMember(log, "g", ["t"], session_timeout_ms=SESSION_MS,
+                    heartbeat_interval_ms=HEARTBEAT_MS, client_id="a client")
+    b = GroupMember(log, "g", ["t"], session_timeout_ms=SESSION_MS,
+                    heartbeat_interval_ms=HEARTBEAT_MS)
+    a.poll()
+    b.poll()
+    settle(a, b)
+    assert a.member_id.startswith("a_client-")
+    assert set(GroupMembership(storage, "g").heartbeats()) == {a.member_id, b.member_id}
+    b.commit({tp: 1 for tp in b.assignment()})
+    storage.take()
+    b._heartbeat()
+    heartbeat = storage.take()
+    b._next_check = 0.0
+    b.poll()
+    look = storage.take()
+    assert heartbeat == {"PUT": 1, "DELETE": 1}
+    assert look in ({"GET": 1, "LIST": 1}, {"GET": 3, "LIST": 1})  # the leader: + metadata
+    a.close()
+    b.close()
+
+
 def test_groups_are_independent(memlog):
     memlog.create_topic("t", 2)
     a = GroupMember(memlog, "g1", ["t"], session_timeout_ms=SESSION_MS,
