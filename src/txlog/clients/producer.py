@@ -336,6 +336,26 @@ class Producer:
             if (now - pending.created) * 1000 >= self.linger_ms:
                 self._drain(tp)
 
+    def next_due(self) -> float | None:
+        """When (``time.monotonic()``) the oldest pending batch's ``linger_ms`` runs out,
+        or None with nothing pending: for a caller that publishes in the background."""
+        if not self._pending:
+            return None
+        return min(p.created for p in self._pending.values()) + self.linger_ms / 1000
+
+    def drain_due(self) -> None:
+        """Publish the pending batches whose ``linger_ms`` has run out.
+
+        A background sender (``txlog.kafka``'s) calls this so that records do
+        not wait for the next ``send``; errors fail the batch's futures and
+        are raised, as ``flush`` raises them.
+        """
+        self._drain_lingering()
+
+    def drain(self, tp: tuple[str, int]) -> None:
+        """Publish ``tp``'s pending batch now (what a future's ``get()`` does)."""
+        self._drain((tp[0], tp[1]))
+
     def _drain(self, tp: tuple[str, int]) -> None:
         pending = self._pending.pop(tp, None)
         if pending is None:
