@@ -17,6 +17,7 @@ import inspect
 import json
 import os
 import re
+import sys
 import threading
 import time
 import uuid
@@ -244,7 +245,17 @@ def test_the_sender_publishes_lingering_records_without_a_flush(root) -> None:
     p.close()
 
 
-def test_one_producer_shared_by_threads_writes_each_record_once_in_order(root) -> None:
+@pytest.fixture
+def fast_switching():
+    """Threads switch every microsecond instead of every 5 ms, so that races show."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(before)
+
+
+def test_one_producer_shared_by_threads_writes_each_record_once_in_order(root, fast_switching
+                                                                       ) -> None:
     p = producer(root, linger_ms=2)
     threads, per_thread = 8, 150
     futures: dict[int, list] = {}
