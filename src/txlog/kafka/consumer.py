@@ -529,9 +529,10 @@ class KafkaConsumer:
         """One poll's records, the position moving past each as it is handed out, so that a
         commit after breaking out of the loop commits only what was seen."""
         timeout_ms = 1000 * max(0.0, self._consumer_timeout - time.monotonic())
+        # An assign() or seek() drops this generator; a pause() stops it here.
         for tp, records in self.poll(timeout_ms=timeout_ms, update_offsets=False).items():
             for record in records:
-                if tp not in self.assignment() or tp in self._paused:
+                if tp in self._paused:
                     break
                 self._core.seek(tp.topic, tp.partition, record.offset + 1)
                 yield record

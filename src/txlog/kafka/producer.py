@@ -46,7 +46,7 @@ class FutureRecordMetadata:
         self.is_done = False
         self.value: RecordMetadata | None = None
         self.exception: BaseException | None = None
-        self._event = threading.Event()
+        self._event: threading.Event | None = None  # made when someone waits
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[Any], Any]] = []
         self._errbacks: list[Callable[[BaseException], Any]] = []
@@ -62,9 +62,9 @@ class FutureRecordMetadata:
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
         """Wait up to ``timeout`` seconds (None: as long as it takes) for the record's offset."""
-        if not self._event.is_set():
+        if not self.is_done:
             self._producer._request_publish(self._tp)
-            if not self._event.wait(timeout):
+            if not self._wait(timeout):
                 raise KafkaTimeoutError(
                     f"Timeout after waiting for {timeout} secs: the batch of {self._tp.topic}-"
                     f"{self._tp.partition} is not written yet")
@@ -72,6 +72,16 @@ class FutureRecordMetadata:
             raise self.exception
         assert self.value is not None
         return self.value
+
+    def _wait(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` seconds for the outcome; whether it came."""
+        with self._lock:
+            if self.is_done:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     def add_callback(self, f: Callable[..., Any], *args: Any, **kwargs: Any
                      ) -> FutureRecordMetadata:
@@ -115,7 +125,9 @@ class FutureRecordMetadata:
             self.value, self.exception, self.is_done = value, error, True
             callbacks = self._callbacks if error is None else self._errbacks
             self._callbacks, self._errbacks = [], []
-        self._event.set()
+            event = self._event
+        if event is not None:
+            event.set()
         self._producer._forget(self)
         for fn in callbacks:
             _call(fn, value if error is None else error)
@@ -234,7 +246,7 @@ class KafkaProducer:
         self._request_publish(None)
         for future in waiting:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not future._event.wait(left):
+            if not future._wait(left):
                 raise KafkaTimeoutError(f"Timeout after waiting for {timeout} secs: records "
                                         "are still being written")
         failed = [f for f in waiting if f.exception is not None]
