@@ -27,8 +27,9 @@ import pytest
 
 import txlog
 from txlog import Log
-from txlog.kafka import (ConsumerGroupMetadata, ConsumerRecord, KafkaConsumer, KafkaProducer,
-                         OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition)
+from txlog.kafka import (ConsumerGroupMetadata, ConsumerRebalanceListener, ConsumerRecord,
+                         KafkaConsumer, KafkaProducer, OffsetAndMetadata, OffsetAndTimestamp,
+                         RecordMetadata, TopicPartition)
 from txlog.kafka import errors
 from txlog.kafka.config import ACCEPTED, CONSUMER_CONFIG, PRODUCER_CONFIG, REFUSED, USED
 
@@ -281,6 +282,21 @@ def test_one_producer_shared_by_threads_writes_each_record_once_in_order(root, f
         mine = [int(v.split(":")[1]) for v in values if v.startswith(f"{t}:")]
         assert mine == list(range(per_thread))
     p.close()
+
+
+def test_records_sent_without_flush_or_close_are_written_at_exit(tmp_path) -> None:
+    """kafka-python closes its producers at interpreter exit; a script that only sends
+    must not lose its records."""
+    root = str(tmp_path / "log")
+    Log(root).create_topic(TOPIC, partitions=1)
+    script = ("import sys\nfrom txlog.kafka import KafkaProducer\n"
+              "producer = KafkaProducer(bootstrap_servers=sys.argv[1], linger_ms=60_000)\n"
+              "for i in range(3):\n    producer.send('orders', b'%d' % i)\n")
+    run_python(["-c", script, root], env={"JAVA_HOME": os.environ.get("JAVA_HOME", "")},
+               timeout=60)
+    c = consumer(root)
+    c.assign([TopicPartition(TOPIC, 0)])
+    assert [r.value for r in drain(c)] == [b"0", b"1", b"2"]
 
 
 def test_callbacks_and_errbacks(root) -> None:
@@ -539,6 +555,65 @@ def test_subscribe_with_a_group_id_is_refused_until_membership_exists(root) -> N
         c.subscribe([TOPIC])
     assert c.subscription() is None
     assert c.group_metadata() == ConsumerGroupMetadata(group_id="g")
+
+
+class StandInMember:
+    """The group member's interface (txlog.clients.membership.GroupMember) as a test double:
+    checks that every group call of KafkaConsumer goes through the one member object."""
+
+    def __init__(self, log, group_id, topics, config, listener) -> None:
+        self.group_id, self.topics, self.listener = group_id, topics, listener
+        self.owned: set[tuple[str, int]] = set()
+        self.commits: list[dict] = []
+        self.closed = False
+
+    def poll(self) -> None:
+        if not self.owned:  # the first poll: a rebalance hands out two partitions
+            self.owned = {(TOPIC, 0), (TOPIC, 2)}
+            self.listener.on_partitions_assigned(sorted(self.owned))
+
+    def assignment(self) -> set[tuple[str, int]]:
+        return set(self.owned)
+
+    def metadata(self) -> tuple:
+        return (self.group_id, 7, "member-1", None)
+
+    def commit(self, offsets: dict) -> None:
+        self.commits.append(offsets)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_group_calls_go_through_the_one_member_object(root, monkeypatch) -> None:
+    import txlog.kafka.consumer as kafka_consumer
+
+    members = []
+    monkeypatch.setattr(kafka_consumer, "_join_group",
+                        lambda *a: members.append(StandInMember(*a)) or members[-1])
+    fill(root, per_partition=2)
+
+    class Listener(ConsumerRebalanceListener):
+        def __init__(self) -> None:
+            self.assigned: list = []
+
+        def on_partitions_assigned(self, assigned):
+            self.assigned.append(assigned)
+
+    listener = Listener()
+    c = KafkaConsumer(bootstrap_servers=root, group_id="g", auto_offset_reset="earliest",
+                      enable_auto_commit=False)
+    c.subscribe([TOPIC], listener=listener)
+    (member,) = members
+    assert (member.group_id, member.topics) == ("g", [TOPIC])
+    assert {r.partition for r in drain(c)} == {0, 2}
+    assert listener.assigned == [[TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 2)]]
+    c.commit()
+    assert member.commits == [{(TOPIC, 0): 2, (TOPIC, 2): 2}]
+    assert Log(root).committed("g") == {}  # not written around the member
+    assert c.group_metadata() == ConsumerGroupMetadata("g", 7, "member-1", None, "<stable>")
+    c.close()
+    assert member.closed
 
 
 def test_offset_out_of_range_is_catchable_by_both_names(root) -> None:
