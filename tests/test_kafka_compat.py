@@ -21,7 +21,6 @@ import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 

@@ -32,9 +32,9 @@ from ..clients.consumer import Consumer
 from .config import CONSUMER_CONFIG, open_log, resolve
 from .errors import (IllegalStateError, KafkaConfigurationError, KafkaError, translated,
                      translating)
-from .producer import plain_offsets
 from .structs import (ConsumerGroupMetadata, ConsumerRebalanceListener, ConsumerRecord,
-                      MemberState, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition)
+                      MemberState, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition,
+                      plain_offsets)
 
 if TYPE_CHECKING:
     from ..log import Log

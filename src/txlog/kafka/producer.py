@@ -24,7 +24,7 @@ from ..clients.producer import Producer
 from .config import PRODUCER_CONFIG, open_log, resolve
 from .errors import (IllegalStateError, KafkaConfigurationError, KafkaError, KafkaTimeoutError,
                      kafka_error_for, translated, translating)
-from .structs import ConsumerGroupMetadata, OffsetAndMetadata, RecordMetadata, TopicPartition
+from .structs import ConsumerGroupMetadata, RecordMetadata, TopicPartition, plain_offsets
 
 logger = logging.getLogger(__name__)
 
@@ -408,29 +408,3 @@ def _close_at_exit(ref: weakref.ReferenceType[KafkaProducer]) -> Callable[[], No
             producer.close()
 
     return close
-
-
-def plain_offsets(offsets: dict[Any, Any], what: str) -> dict[tuple[str, int], int]:
-    """``{TopicPartition: OffsetAndMetadata | int}`` as the core's ``{(topic, partition): int}``.
-
-    txlog's group store keeps no metadata string per offset, so a non-empty
-    one is refused rather than dropped.
-    """
-    if not isinstance(offsets, dict):
-        raise TypeError(f"{what}: offsets must be a dict of TopicPartition to "
-                        f"OffsetAndMetadata, not {type(offsets).__name__}")
-    out: dict[tuple[str, int], int] = {}
-    for tp, value in offsets.items():
-        if not isinstance(tp, tuple) or len(tp) != 2:
-            raise TypeError(f"{what}: keys must be TopicPartition, not {tp!r}")
-        if isinstance(value, OffsetAndMetadata):
-            if value.metadata:
-                raise KafkaConfigurationError(
-                    f"{what}: {tp[0]}-{tp[1]}: txlog's group offsets keep no metadata "
-                    f"string; OffsetAndMetadata metadata={value.metadata!r} is refused (use '')")
-            value = value.offset
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise KafkaConfigurationError(
-                f"{what}: {tp[0]}-{tp[1]}: offset must be a non-negative int, not {value!r}")
-        out[(tp[0], tp[1])] = value
-    return out

@@ -1,4 +1,5 @@
-"""kafka-python's value types (``kafka.structs`` and friends), field for field.
+"""kafka-python's value types (``kafka.structs`` and friends), field for field, and their
+conversion to the native clients' offsets.
 
 Named tuples with kafka-python 3.0's fields and defaults, so that code which
 unpacks them, reads them by name or builds them (``TopicPartition("t", 0)``,
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 from collections import namedtuple
 from typing import Any
+
+from .errors import KafkaConfigurationError
 
 TopicPartition = namedtuple("TopicPartition", ["topic", "partition"])
 
@@ -59,3 +62,29 @@ class ConsumerRebalanceListener:
 
     def on_partitions_lost(self, lost: list[Any]) -> None:
         self.on_partitions_revoked(lost)
+
+
+def plain_offsets(offsets: dict[Any, Any], what: str) -> dict[tuple[str, int], int]:
+    """``{TopicPartition: OffsetAndMetadata | int}`` as the core's ``{(topic, partition): int}``.
+
+    txlog's group store keeps no metadata string per offset, so a non-empty
+    one is refused rather than dropped.
+    """
+    if not isinstance(offsets, dict):
+        raise TypeError(f"{what}: offsets must be a dict of TopicPartition to "
+                        f"OffsetAndMetadata, not {type(offsets).__name__}")
+    out: dict[tuple[str, int], int] = {}
+    for tp, value in offsets.items():
+        if not isinstance(tp, tuple) or len(tp) != 2:
+            raise TypeError(f"{what}: keys must be TopicPartition, not {tp!r}")
+        if isinstance(value, OffsetAndMetadata):
+            if value.metadata:
+                raise KafkaConfigurationError(
+                    f"{what}: {tp[0]}-{tp[1]}: txlog's group offsets keep no metadata "
+                    f"string; OffsetAndMetadata metadata={value.metadata!r} is refused (use '')")
+            value = value.offset
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise KafkaConfigurationError(
+                f"{what}: {tp[0]}-{tp[1]}: offset must be a non-negative int, not {value!r}")
+        out[(tp[0], tp[1])] = value
+    return out
