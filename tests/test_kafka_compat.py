@@ -16,7 +16,6 @@ import difflib
 import inspect
 import json
 import os
-import re
 import sys
 import threading
 import time
@@ -125,10 +124,10 @@ def test_the_config_table_decides_every_kafka_python_key(table, theirs) -> None:
     assert {s.handling for s in table.values()} <= {USED, ACCEPTED, REFUSED}
 
 
-def test_docs_clients_md_lists_every_key_of_the_table() -> None:
-    doc = (REPO / "docs" / "clients.md").read_text()
-    for key in set(PRODUCER_CONFIG) | set(CONSUMER_CONFIG):
-        assert re.search(rf"`{key}`", doc), key
+def test_docs_clients_md_shows_the_config_table_as_the_code_has_it() -> None:
+    from txlog.kafka.config import markdown_table
+
+    assert markdown_table() in (REPO / "docs" / "clients.md").read_text()
 
 
 def test_keyed_records_go_where_kafka_pythons_default_partitioner_puts_them(root) -> None:

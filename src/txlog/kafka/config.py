@@ -215,3 +215,16 @@ def open_log(kind: str, bootstrap_servers: Any, storage_options: dict | None) ->
             "none: give the one log root (a path or URL)")
     with translated():
         return Log(servers, storage_options=storage_options)
+
+
+def markdown_table() -> str:
+    """The table as docs/clients.md shows it (a test keeps the two identical)."""
+    rows = ["| key | producer | consumer | what txlog does with it |", "|---|---|---|---|"]
+    for key in sorted(set(PRODUCER_CONFIG) | set(CONSUMER_CONFIG)):
+        producer, consumer = PRODUCER_CONFIG.get(key), CONSUMER_CONFIG.get(key)
+        note = (producer or consumer).note  # type: ignore[union-attr]
+        if producer and consumer and producer.note != consumer.note:
+            note = f"producer: {producer.note}; consumer: {consumer.note}"
+        rows.append(f"| `{key}` | {producer.handling if producer else '-'} | "
+                    f"{consumer.handling if consumer else '-'} | {note} |")
+    return "\n".join(rows) + "\n"
