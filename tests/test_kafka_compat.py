@@ -450,6 +450,34 @@ def test_read_committed_end_offsets_stop_at_an_open_transaction(root) -> None:
     p.abort_transaction()
 
 
+def test_read_committed_moves_past_a_dead_producers_transaction_after_its_timeout(root
+                                                                                  ) -> None:
+    """Kafka's coordinator aborts an expired transaction; here the reader does."""
+    dead = producer(root, transactional_id="dead", transaction_timeout_ms=300)
+    dead.init_transactions()
+    dead.begin_transaction()
+    dead.send(TOPIC, b"never visible", partition=0).get(timeout=10)  # then it "dies"
+    with producer(root) as p:
+        p.send(TOPIC, b"after", partition=0).get(timeout=10)
+    c = consumer(root, isolation_level="read_committed")
+    c.assign([TopicPartition(TOPIC, 0)])
+    assert c.poll(timeout_ms=0) == {}  # held by the open transaction
+    batch = c.poll(timeout_ms=10_000)  # the timeout passes while it waits
+    assert [r.value for r in batch[TopicPartition(TOPIC, 0)]] == [b"after"]
+
+
+def test_a_callback_may_wait_on_another_record_and_flush(root) -> None:
+    """Callbacks run in the sender thread: a get() or flush() there must not wait for it."""
+    p = producer(root, linger_ms=60_000)
+    other = p.send(TOPIC, b"other", partition=1)
+    seen = []
+    p.send(TOPIC, b"first", partition=0).add_callback(
+        lambda md: seen.append((other.get(timeout=5).offset, p.flush(timeout=5))))
+    p.flush(timeout=10)
+    assert seen == [(0, None)]
+    p.close()
+
+
 def test_manual_commits_committed_and_commit_async(root) -> None:
     fill(root)
     tp = TopicPartition(TOPIC, 0)

@@ -29,6 +29,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..clients.consumer import Consumer
+from ..clients.positions import end_expired_transactions
+from ..clients.producer import EXPIRY_CHECK_INTERVAL_S
+from ..partition.isolation import READ_COMMITTED
 from .config import CONSUMER_CONFIG, open_log, resolve
 from .errors import (IllegalStateError, KafkaConfigurationError, KafkaError, translated,
                      translating)
@@ -166,6 +169,7 @@ class KafkaConsumer:
         self._user_assigned = False
         self._member: Any = None  # group membership, when subscribed with a group_id
         self._metadata_checked = 0.0
+        self._expiry_checked = 0.0
         self._next_auto_commit = time.monotonic() + config["auto_commit_interval_ms"] / 1000
         self._iterator: Any = None
         self._consumer_timeout = float("inf")
@@ -489,6 +493,7 @@ class KafkaConsumer:
         fetchable = [tp for tp in self._core.assignment() if tp not in self._paused]
         if not fetchable:
             return {}
+        self._end_expired_transactions(fetchable)
         starts = {} if update_offsets else \
             {tp: self._core.position(*tp) for tp in fetchable}
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
@@ -497,6 +502,23 @@ class KafkaConsumer:
             if not update_offsets:
                 self._core.seek(topic, partition, starts[(topic, partition)])
         return out
+
+    def _end_expired_transactions(self, partitions: list[tuple[str, int]]) -> None:
+        """Under read_committed, end the expired transactions that hold these partitions.
+
+        Kafka's transaction coordinator aborts a dead producer's transaction
+        once its timeout passes, and read_committed consumers then move on.
+        txlog has no coordinator process, so readers share that duty
+        (docs/protocol.md 4.9), at most once a second; it costs no request
+        while nothing undecided holds a partition.
+        """
+        if self.config["isolation_level"] != READ_COMMITTED:
+            return
+        now = time.monotonic()
+        if now - self._expiry_checked < EXPIRY_CHECK_INTERVAL_S:
+            return
+        self._expiry_checked = now
+        end_expired_transactions(self._log, partitions)
 
     def _records(self, topic: str, partition: int, pieces: list[Piece]) -> list[ConsumerRecord]:
         """kafka-python's records from the reader's pieces, a column at a time."""

@@ -63,6 +63,9 @@ class FutureRecordMetadata:
     def get(self, timeout: float | None = None) -> RecordMetadata:
         """Wait up to ``timeout`` seconds (None: as long as it takes) for the record's offset."""
         if not self.is_done:
+            if self._producer._in_sender():  # a callback's get(): publish here, not wait
+                with translated():
+                    self._producer._core.drain(self._tp)
             self._producer._request_publish(self._tp)
             if not self._wait(timeout):
                 raise KafkaTimeoutError(
@@ -239,6 +242,12 @@ class KafkaProducer:
         raise: its future holds the error (and a warning is logged).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        if self._in_sender():  # from a callback: the sender cannot also publish for us
+            try:
+                with translated():
+                    self._core.flush()
+            except KafkaError:
+                pass  # the futures hold it; reported below
         with self._outstanding_lock:
             waiting = list(self._outstanding)
         if not waiting:
@@ -356,6 +365,10 @@ class KafkaProducer:
             self._core.abort_transaction()
 
     # --- the sender -----------------------------------------------------------------------
+
+    def _in_sender(self) -> bool:
+        """Whether this is the sender thread (a callback), which holds the lock already."""
+        return threading.current_thread() is self._sender
 
     def _wake_sender(self) -> None:
         with self._signal:
