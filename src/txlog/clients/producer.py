@@ -91,7 +91,9 @@ class Producer:
 
     Unlike Kafka's, one instance is not meant to be shared between threads:
     without a sender thread, batches are published by the calling thread, so
-    give each thread its own producer (they may share the Log).
+    give each thread its own producer (they may share the Log), or use
+    ``txlog.kafka.KafkaProducer``, which puts a lock and a sender thread
+    around this class.
     """
 
     def __init__(self, log: Log, *, enable_idempotence: bool = True,

@@ -596,21 +596,28 @@ class KafkaConsumer:
         return {}
 
 
-def _header_sizes(headers: pa.ChunkedArray | pa.Array, n: int) -> list[int]:
-    """kafka-python's serialized_header_size: UTF-8 key bytes plus value bytes over a
-    record's headers, -1 for a record without any."""
-    if isinstance(headers, pa.ChunkedArray):
-        headers = headers.combine_chunks()
+def _headers(column: pa.ChunkedArray | pa.Array, n: int) -> tuple[list[list], list[int]]:
+    """Each record's headers as kafka-python's ``[(key, value), ...]``, and its
+    serialized_header_size (UTF-8 key bytes plus value bytes; -1 without headers).
+
+    Built from the flattened key and value columns: one ``to_pylist`` each,
+    then one slice per record; no dict per header.
+    """
+    headers = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     counts = pc.fill_null(pc.list_value_length(headers), 0).to_numpy(zero_copy_only=False)
     if not counts.any():
-        return [-1] * n
+        return [[] for _ in range(n)], [-1] * n
     flat = pc.list_flatten(headers)
-    sizes = (pc.binary_length(pc.struct_field(flat, [0])).to_numpy(zero_copy_only=False)
-             + pc.fill_null(pc.binary_length(pc.struct_field(flat, [1])), 0)
-             .to_numpy(zero_copy_only=False))
+    keys, values = pc.struct_field(flat, [0]), pc.struct_field(flat, [1])
+    sizes = (pc.binary_length(keys).to_numpy(zero_copy_only=False)
+             + pc.fill_null(pc.binary_length(values), 0).to_numpy(zero_copy_only=False))
     parents = pc.list_parent_indices(headers).to_numpy(zero_copy_only=False)
     summed = np.bincount(parents, weights=sizes, minlength=n).astype(np.int64)
-    return np.where(counts > 0, summed, -1).tolist()
+    pairs = list(zip(keys.to_pylist(), values.to_pylist()))
+    ends = np.cumsum(counts).tolist()
+    starts = [0] + ends[:-1]
+    return ([pairs[a:b] for a, b in zip(starts, ends)],
+            np.where(counts > 0, summed, -1).tolist())
 
 
 def _piece_records(topic: str, partition: int, piece: Piece, key_de: Deserialize | None,
@@ -620,10 +627,7 @@ def _piece_records(topic: str, partition: int, piece: Piece, key_de: Deserialize
     keys_col, values_col = records.column("key"), records.column("value")
     key_sizes = pc.fill_null(pc.binary_length(keys_col), -1).to_pylist()
     value_sizes = pc.fill_null(pc.binary_length(values_col), -1).to_pylist()
-    header_col = records.column("headers")
-    header_sizes = _header_sizes(header_col, n)
-    headers = [[(h["key"], h["value"]) for h in hs] if hs else []
-               for hs in header_col.to_pylist()]
+    headers, header_sizes = _headers(records.column("headers"), n)
     keys, values = keys_col.to_pylist(), values_col.to_pylist()
     if key_de is not None:
         keys = list(map(key_de, repeat(topic), headers, keys))
