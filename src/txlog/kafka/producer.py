@@ -277,7 +277,8 @@ class KafkaProducer:
         with self._signal:
             self._stopping = True
             self._signal.notify_all()
-        self._sender.join(timeout)
+        if not self._in_sender():  # close() from a callback: the sender ends after it
+            self._sender.join(timeout)
         if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
             raise KafkaTimeoutError(f"close: another thread is still writing after {timeout} "
                                     "secs")
