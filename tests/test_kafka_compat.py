@@ -654,6 +654,25 @@ def test_offset_out_of_range_is_catchable_by_both_names(root) -> None:
     assert isinstance(caught.value.__cause__, txlog.OffsetOutOfRangeError)
 
 
+def test_an_object_store_root_with_storage_options(s3_server, s3_root) -> None:
+    """bootstrap_servers is an s3:// URL; storage_options carries the endpoint."""
+    options = s3_server.storage_options
+    Log(s3_root, storage_options=options).create_topic(TOPIC, partitions=2)
+    with KafkaProducer(bootstrap_servers=s3_root, storage_options=options) as p:
+        for i in range(4):
+            p.send(TOPIC, b"%d" % i, partition=i % 2)
+    c = KafkaConsumer(bootstrap_servers=s3_root, storage_options=options, group_id="s3",
+                      auto_offset_reset="earliest", enable_auto_commit=False)
+    c.assign([TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)])
+    assert sorted(r.value for r in drain(c)) == [b"0", b"1", b"2", b"3"]
+    s3_server.reset_counts()
+    assert c.poll(timeout_ms=0) == {}
+    idle = sum(s3_server.counts.values())
+    assert idle <= 4, dict(s3_server.counts)  # an idle poll: two requests per partition
+    c.commit()
+    assert Log(s3_root, storage_options=options).committed("s3") == {(TOPIC, 0): 2, (TOPIC, 1): 2}
+
+
 # --- ported programs ----------------------------------------------------------------------
 
 KAFKA_PRODUCER_PROGRAM = '''
