@@ -541,6 +541,23 @@ def test_iteration_stops_after_consumer_timeout_and_commits_only_what_was_seen(r
     assert not {(r.partition, r.offset) for r in seen} & {(r.partition, r.offset) for r in rest}
 
 
+def test_a_record_the_deserializer_rejects_is_named_and_not_skipped(root) -> None:
+    with producer(root) as p:
+        for value in (b'{"n": 0}', b"not json", b'{"n": 2}'):
+            p.send(TOPIC, value, partition=0)
+    tp = TopicPartition(TOPIC, 0)
+    c = consumer(root, value_deserializer=json.loads)
+    c.assign([tp])
+    with pytest.raises(json.JSONDecodeError) as caught:  # kafka-python's type, with a note
+        c.poll(timeout_ms=1000)
+    assert f"{TOPIC}-0 at offset 1" in "".join(caught.value.__notes__)
+    assert c.position(tp) == 0  # nothing of the failed poll was handed out
+    with pytest.raises(json.JSONDecodeError):
+        c.poll(timeout_ms=0, max_records=5)
+    c.seek(tp, 2)  # the program decides to skip the bad record
+    assert [r.value for r in drain(c)] == [{"n": 2}]
+
+
 def test_pause_and_resume(root) -> None:
     fill(root)
     c = consumer(root)

@@ -494,13 +494,22 @@ class KafkaConsumer:
         if not fetchable:
             return {}
         self._end_expired_transactions(fetchable)
-        starts = {} if update_offsets else \
-            {tp: self._core.position(*tp) for tp in fetchable}
+        starts = {tp: self._core.position(*tp) for tp in fetchable}
+        fetched = self._core.fetch(max_records, fetchable)
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
-        for (topic, partition), pieces in self._core.fetch(max_records, fetchable).items():
-            out[TopicPartition(topic, partition)] = self._records(topic, partition, pieces)
-            if not update_offsets:
-                self._core.seek(topic, partition, starts[(topic, partition)])
+        try:
+            for (topic, partition), pieces in fetched.items():
+                out[TopicPartition(topic, partition)] = self._records(topic, partition, pieces)
+        except BaseException:
+            # A deserializer failed: nothing of this poll is handed out, so every
+            # position goes back (a record that cannot be read stays where it is,
+            # as in Kafka, until the program seeks past it).
+            for tp in fetched:
+                self._core.seek(*tp, starts[tp])
+            raise
+        if not update_offsets:
+            for tp in fetched:
+                self._core.seek(*tp, starts[tp])
         return out
 
     def _end_expired_transactions(self, partitions: list[tuple[str, int]]) -> None:
@@ -620,6 +629,23 @@ def _headers(column: pa.ChunkedArray | pa.Array, n: int) -> tuple[list[list], li
             np.where(counts > 0, summed, -1).tolist())
 
 
+def _deserialized(de: Deserialize, what: str, topic: str, partition: int, offsets: list[int],
+                  headers: list[list], data: list[Any]) -> list[Any]:
+    """``de`` over a column; its error keeps its type (a ported program may catch it)
+    and gains a note naming the record."""
+    try:
+        return list(map(de, repeat(topic), headers, data))
+    except Exception as exc:
+        for offset, hs, item in zip(offsets, headers, data):
+            try:
+                de(topic, hs, item)
+            except Exception:
+                exc.add_note(f"deserializing the {what} of {topic}-{partition} at offset "
+                             f"{offset}")
+                break
+        raise
+
+
 def _piece_records(topic: str, partition: int, piece: Piece, key_de: Deserialize | None,
                    value_de: Deserialize | None) -> list[ConsumerRecord]:
     records = piece.records
@@ -629,11 +655,12 @@ def _piece_records(topic: str, partition: int, piece: Piece, key_de: Deserialize
     value_sizes = pc.fill_null(pc.binary_length(values_col), -1).to_pylist()
     headers, header_sizes = _headers(records.column("headers"), n)
     keys, values = keys_col.to_pylist(), values_col.to_pylist()
+    offsets = piece.offsets.to_pylist()
     if key_de is not None:
-        keys = list(map(key_de, repeat(topic), headers, keys))
+        keys = _deserialized(key_de, "key", topic, partition, offsets, headers, keys)
     if value_de is not None:
-        values = list(map(value_de, repeat(topic), headers, values))
+        values = _deserialized(value_de, "value", topic, partition, offsets, headers, values)
     return list(map(ConsumerRecord, repeat(topic, n), repeat(partition, n), repeat(-1, n),
-                    piece.offsets.to_pylist(), piece.timestamps.to_pylist(),
+                    offsets, piece.timestamps.to_pylist(),
                     repeat(piece.timestamp_type, n), keys, values, headers, repeat(None, n),
                     key_sizes, value_sizes, header_sizes))
