@@ -224,7 +224,7 @@ def test_get_honours_its_timeout_while_the_write_is_slow(root) -> None:
     with pytest.raises(errors.KafkaTimeoutError, match="0.3 secs"):
         future.get(timeout=0.3)
     waited = time.monotonic() - started
-    assert 0.3 <= waited < 2.0
+    assert 0.3 <= waited < 10  # far below the 30 s the write is held for
     with pytest.raises(errors.KafkaTimeoutError):
         p.flush(timeout=0.1)
     release.set()
