@@ -110,6 +110,11 @@ class Consumer:
             self._positions[tp] = self._initial_position(tp)
         return self._positions[tp]
 
+    def known_positions(self) -> dict[TopicPartition, int]:
+        """The positions already set (by a read, a seek or a lookup), looking nothing up:
+        what an auto-commit commits, as Kafka commits only partitions with a position."""
+        return {tp: o for tp, o in self._positions.items() if tp in self._assignment}
+
     def _initial_position(self, tp: TopicPartition) -> int:
         if self.group_id is not None:
             committed = self.log.committed(self.group_id, [tp])
@@ -165,27 +170,45 @@ class Consumer:
 
     def poll(self, max_records: int | None = None) -> list[ConsumerRecord]:
         """Up to ``max_records`` records, in offset order within each partition."""
+        return [record for tp, pieces in self.fetch(max_records).items()
+                for record in _rows(tp[0], tp[1], pieces)]
+
+    def fetch(self, max_records: int | None = None,
+              partitions: list[TopicPartition] | None = None
+              ) -> dict[TopicPartition, list[Piece]]:
+        """What ``poll`` reads, as the reader's Arrow pieces per partition.
+
+        The one read path of every consumer API: ``poll`` builds its records
+        from these pieces and ``txlog.kafka`` builds kafka-python's.  Reads up
+        to ``max_records`` records over ``partitions`` (default: every assigned
+        partition; a paused one is left out by its caller), starting one
+        partition further each call so that no partition starves, and
+        advances each position past what it returns.
+        """
         self._check_open()
         budget = self.max_poll_records if max_records is None else max_records
-        out: list[ConsumerRecord] = []
-        n = len(self._assignment)
+        wanted = None if partitions is None else {(t, p) for t, p in partitions}
+        chosen = self._assignment if wanted is None else \
+            [tp for tp in self._assignment if tp in wanted]
+        out: dict[TopicPartition, list[Piece]] = {}
+        n = len(chosen)
         for i in range(n):
             if budget <= 0:
                 break
-            tp = self._assignment[(self._next + i) % n]
-            records = self._poll_partition(tp, budget)
-            out.extend(records)
-            budget -= len(records)
+            tp = chosen[(self._next + i) % n]
+            pieces = self._fetch_partition(tp, budget)
+            if pieces:
+                out[tp] = pieces
+                budget -= sum(len(p.offsets) for p in pieces)
         if n:
             self._next = (self._next + 1) % n
         return out
 
-    def _poll_partition(self, tp: TopicPartition, budget: int) -> list[ConsumerRecord]:
+    def _fetch_partition(self, tp: TopicPartition, budget: int) -> list[Piece]:
         topic, partition = tp
         if self.abort_expired_transactions:
             self.log.coordinator.abort_expired_in(topic, partition)
-        records: list[ConsumerRecord] = []
-        while budget > 0:
+        while True:
             start = self.position(topic, partition)
             try:
                 pieces, next_position = self.log.partition(topic, partition).read(
@@ -196,12 +219,9 @@ class Consumer:
                 self._positions[tp] = self._reset_position(tp, exc)
                 continue
             self._positions[tp] = next_position
-            rows = _rows(topic, partition, pieces)
-            records.extend(rows)
-            budget -= len(rows)
-            if next_position == start or rows:
-                break  # nothing more to read, or a chunk delivered
-        return records
+            pieces = [p for p in pieces if len(p.offsets)]
+            if next_position == start or pieces:
+                return pieces  # nothing more to read, or a chunk delivered
 
     def close(self) -> None:
         self._closed = True

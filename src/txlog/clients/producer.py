@@ -91,7 +91,9 @@ class Producer:
 
     Unlike Kafka's, one instance is not meant to be shared between threads:
     without a sender thread, batches are published by the calling thread, so
-    give each thread its own producer (they may share the Log).
+    give each thread its own producer (they may share the Log), or use
+    ``txlog.kafka.KafkaProducer``, which puts a lock and a sender thread
+    around this class.
     """
 
     def __init__(self, log: Log, *, enable_idempotence: bool = True,
@@ -335,6 +337,26 @@ class Producer:
         for tp, pending in list(self._pending.items()):
             if (now - pending.created) * 1000 >= self.linger_ms:
                 self._drain(tp)
+
+    def next_due(self) -> float | None:
+        """When (``time.monotonic()``) the oldest pending batch's ``linger_ms`` runs out,
+        or None with nothing pending: for a caller that publishes in the background."""
+        if not self._pending:
+            return None
+        return min(p.created for p in self._pending.values()) + self.linger_ms / 1000
+
+    def drain_due(self) -> None:
+        """Publish the pending batches whose ``linger_ms`` has run out.
+
+        A background sender (``txlog.kafka``'s) calls this so that records do
+        not wait for the next ``send``; errors fail the batch's futures and
+        are raised, as ``flush`` raises them.
+        """
+        self._drain_lingering()
+
+    def drain(self, tp: tuple[str, int]) -> None:
+        """Publish ``tp``'s pending batch now (what a future's ``get()`` does)."""
+        self._drain((tp[0], tp[1]))
 
     def _drain(self, tp: tuple[str, int]) -> None:
         pending = self._pending.pop(tp, None)
