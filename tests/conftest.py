@@ -188,6 +188,13 @@ def any_root(request, tmp_path):
     return _root(request, tmp_path)
 
 
+@pytest.fixture(params=["file", "memory", *OBJECT_STORES])
+def every_root(request, tmp_path):
+    """any_root, and GCS and Azure (their emulators) too: for in-process tests cheap enough
+    to run on five backends."""
+    return _root(request, tmp_path)
+
+
 @pytest.fixture
 def s3_root(s3_server) -> str:
     """A fresh bucket on the test S3 endpoint; the log root is a prefix inside it."""

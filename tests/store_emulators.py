@@ -166,8 +166,14 @@ class FakeGcs(_Emulator):
 
     @property
     def env(self) -> dict[str, str]:
-        """What a child process needs to reach the emulator without storage options."""
-        return {"STORAGE_EMULATOR_HOST": self.endpoint, **GCSFS_ENV}
+        """What a child process needs to reach the emulator without storage options.
+
+        ``FSSPEC_GS_TOKEN=anon`` is fsspec's environment form of the storage option
+        ``token="anon"``: without it gcsfs looks for credentials, which includes
+        asking a cloud metadata server on the network.
+        """
+        return {"STORAGE_EMULATOR_HOST": self.endpoint, "FSSPEC_GS_TOKEN": "anon",
+                "FSSPEC_GS_PROJECT": "txlog-test", "NO_GCE_CHECK": "true", **GCSFS_ENV}
 
 
 class Azurite(_Emulator):

@@ -237,6 +237,39 @@ def test_store_ignoring_if_none_match_is_refused(s3_server) -> None:
     assert list(s3_server.objects(good)) == ["log/a"]
 
 
+class _DroppingTheCondition:
+    """An fsspec filesystem whose creates are plain writes: a store ignoring the condition."""
+
+    def __init__(self, fs) -> None:
+        self._fs = fs
+
+    def __getattr__(self, name: str):
+        return getattr(self._fs, name)
+
+    def pipe_file(self, path: str, data: bytes, mode: str = "overwrite", **kwargs):
+        return self._fs.pipe_file(path, data, mode="overwrite", **kwargs)
+
+
+@pytest.mark.parametrize("store", ["gcs", "azure"])
+def test_probe_refuses_gcs_and_azure_when_the_condition_is_dropped(request, store) -> None:
+    """Both emulators honour the condition, so the probe's refusal is shown by dropping it
+    on the client side: the store's real answers to a second, unconditional create."""
+    server = request.getfixturevalue(f"{store}_server")
+    bucket = server.create_bucket()
+    root = f"{server.scheme}://{bucket}/log"
+    options = dict(server.storage_options, skip_instance_cache=True)  # its own probe verdict
+    storage = open_storage(root, options)
+    storage.fs = _DroppingTheCondition(storage.fs)
+    with pytest.raises(UnsupportedStorageError, match="ignores conditional writes") as info:
+        storage.publish_if_absent("x", b"x")
+    assert root in str(info.value)
+    assert server.objects(bucket) == {}, "the probe objects must be cleaned up"
+    # Through the store's real conditional create the same store passes the probe.
+    good = open_storage(root, dict(options, skip_instance_cache=False))
+    assert good.publish_if_absent("x", b"x") and not good.publish_if_absent("x", b"y")
+    assert server.objects(bucket) == {"log/x": b"x"}
+
+
 @pytest.mark.parametrize("url", ["s3://AKIAX:sekret-value@bucket/log",
                                  "gs://user:pw-value@bucket/log"])
 def test_credentials_in_the_url_are_refused(url: str) -> None:
