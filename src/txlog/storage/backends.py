@@ -664,13 +664,15 @@ _memory_roots: dict[str, MemoryStorage] = {}
 _memory_lock = threading.Lock()
 
 
-# fsspec backend for each protocol, and how to install it (only S3's is tested here,
-# so only S3 has an extra of txlog's own).
+# fsspec backend for each protocol, and how to install it (each tested against its store's
+# server or emulator, hence an extra of txlog's own with the tested versions).
 _BACKEND_PACKAGES = {"s3": ("s3fs", "pip install 'txlog[s3]'"),
                      "s3a": ("s3fs", "pip install 'txlog[s3]'"),
-                     "gs": ("gcsfs", "pip install gcsfs"), "gcs": ("gcsfs", "pip install gcsfs"),
-                     "abfs": ("adlfs", "pip install adlfs"),
-                     "abfss": ("adlfs", "pip install adlfs"), "az": ("adlfs", "pip install adlfs")}
+                     "gs": ("gcsfs", "pip install 'txlog[gcs]'"),
+                     "gcs": ("gcsfs", "pip install 'txlog[gcs]'"),
+                     "abfs": ("adlfs", "pip install 'txlog[azure]'"),
+                     "abfss": ("adlfs", "pip install 'txlog[azure]'"),
+                     "az": ("adlfs", "pip install 'txlog[azure]'")}
 _USERINFO = re.compile(r"^[a-z0-9+.-]+://[^/@]*:[^/@]*@", re.IGNORECASE)
 
 
