@@ -73,6 +73,19 @@ def _wait_listening(process: subprocess.Popen, port: int, name: str, log: Path) 
                               f"{START_TIMEOUT_S:.0f} s")
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the test process dies (Linux), so that a
+    killed test run leaves no emulator behind on a machine others share."""
+    try:
+        import ctypes
+        import signal
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # not Linux: stop() still ends it after a normal run
+
+
 class _Emulator:
     """A child process serving one store on 127.0.0.1; stopped by ``stop``."""
 
@@ -90,7 +103,8 @@ class _Emulator:
         log = self.workdir / f"{self.name}.log"
         with open(log, "wb") as out:
             self._process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, cwd=cwd)
+                                             stdin=subprocess.DEVNULL, cwd=cwd,
+                                             preexec_fn=_die_with_parent)
         _wait_listening(self._process, self.port, self.name, log)
 
     def stop(self) -> None:

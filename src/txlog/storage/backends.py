@@ -427,7 +427,8 @@ class FsspecStorage(Storage):
 
     S3 (If-None-Match: *), GCS (ifGenerationMatch=0) and Azure (If-None-Match: *)
     apply the condition atomically; s3fs, gcsfs and adlfs send it from
-    ``pipe_file(mode="create")``, other backends from a file opened ``"xb"``.  fsspec's local and in-memory filesystems do not, which is why
+    ``pipe_file(mode="create")``, other backends from a file opened ``"xb"``.
+    fsspec's local and in-memory filesystems do not apply it, which is why
     local paths go to LocalStorage instead.  Some S3-compatible stores accept
     the condition and ignore it; the first publish of each process on a root
     therefore runs a probe (see ``check_conditional_writes``).
@@ -444,8 +445,9 @@ class FsspecStorage(Storage):
         # aborts a multipart upload whose completion is refused, where a file opened
         # "xb" leaves it behind); gcsfs's is one upload with ifGenerationMatch=0 (with
         # gcsfs 2026.10 a second file opened "xb" replaced the first on the test
-        # suite's GCS emulator, where pipe_file was refused); adlfs's is a Put Blob with If-None-Match: * (its "xb" file
-        # stages a block and commits it: two requests).  fsspec's generic
+        # suite's GCS emulator, where pipe_file was refused); adlfs's is a Put Blob
+        # with If-None-Match: * (its "xb" file stages a block and commits it: two
+        # requests).  fsspec's generic
         # pipe_file(mode="create") checks and then writes, which is not exclusive:
         # any other backend opens "xb".
         self._native_create = type(fs).__module__.split(".")[0] in _NATIVE_CREATE_PACKAGES
