@@ -221,7 +221,8 @@ class Azurite(_Emulator):
                                     Path.home() / ".cache" / "txlog-test" / "azurite"))
         launcher = cache / "node_modules" / ".bin" / "azurite-blob"
         package = cache / "node_modules" / "azurite" / "package.json"
-        if launcher.exists() and f'"version": "{AZURITE_VERSION}"' in package.read_text():
+        if (launcher.exists() and package.exists()
+                and f'"version": "{AZURITE_VERSION}"' in package.read_text()):
             return str(launcher)
         cache.mkdir(parents=True, exist_ok=True)
         done = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(cache),

@@ -136,6 +136,32 @@ def test_one_request_per_publish_and_lookup(store: FsspecStorage, s3_server) -> 
     assert s3_server.counts == {"LIST": 1}
 
 
+@pytest.mark.parametrize("store", ["gcs", "azure"])
+def test_one_request_per_publish_and_lookup_on_gcs_and_azure(request, store,
+                                                            monkeypatch) -> None:
+    """What each storage call costs on GCS and Azure, counted at the HTTP client that
+    gcsfs and the Azure SDK share (aiohttp), after the once-per-process probe."""
+    import aiohttp
+
+    server = request.getfixturevalue(f"{store}_server")
+    storage = open_storage(server.root(), server.storage_options)
+    storage.publish_if_absent("warm", b"w")
+    sent: list[str] = []
+    original = aiohttp.ClientSession._request
+
+    def counted(self, method, url, *args, **kwargs):
+        sent.append(method)
+        return original(self, method, url, *args, **kwargs)
+
+    monkeypatch.setattr(aiohttp.ClientSession, "_request", counted)
+    assert storage.publish_if_absent("a/b", b"1") and not storage.publish_if_absent("a/b", b"2")
+    assert len(sent) == 2, sent  # one conditional create each, refused or not
+    sent.clear()
+    assert storage.exists("a/b") and not storage.exists("a/c")
+    assert storage.read("a/b") == b"1" and storage.read_prefix("a/b", 1) == b"1"
+    assert sent == ["GET"] * 4
+
+
 def test_a_fresh_process_finds_the_log_end_with_lists_independent_of_its_size(
         s3_server, s3_root) -> None:
     """Neither the batches nor their number are listed to find a partition's end."""
