@@ -12,6 +12,11 @@ import pytest
 
 from txlog import Log
 
+# gcsfs 2026.x asks GCS's gRPC control plane for each bucket's layout, which the test
+# GCS emulator does not serve: every request would first wait 60 s for that call.  The
+# switch is read when gcsfs is imported, hence here (store_emulators.py explains).
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
 
@@ -119,6 +124,45 @@ def s3_server():
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory):
+    """fake-gcs-server on a free local port for the whole run (see store_emulators.py).
+
+    Skips, with the reason, where it cannot start; pytest keeps a session
+    fixture's skip, so a run tries once."""
+    from store_emulators import EmulatorUnavailable, FakeGcs
+
+    try:
+        server = FakeGcs(tmp_path_factory.mktemp("gcs")).start()
+    except EmulatorUnavailable as exc:
+        pytest.skip(f"no GCS emulator: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def azure_server(tmp_path_factory):
+    """Azurite's blob service on a free local port for the whole run, installed with npm on
+    first use (see store_emulators.py); skips, with the reason, where it cannot start."""
+    from store_emulators import Azurite, EmulatorUnavailable
+
+    try:
+        server = Azurite(tmp_path_factory.mktemp("azurite")).start()
+    except EmulatorUnavailable as exc:
+        pytest.skip(f"no Azure emulator: {exc}")
+    yield server
+    server.stop()
+
+
+OBJECT_STORES = ["s3", "gcs", "azure"]  # each store's server fixture is <name>_server
+
+
+@pytest.fixture(params=OBJECT_STORES)
+def store_server(request):
+    """The test server of each object store in turn (s3_server, gcs_server, azure_server)."""
+    return request.getfixturevalue(f"{request.param}_server")
+
+
 MEMORY_IS_ONE_PROCESS = pytest.mark.skip(
     reason="memory:// is a dictionary inside one process: other processes cannot share it "
            "(test_threads_with_separate_logs_on_one_root covers memory:// with threads)")
@@ -127,7 +171,8 @@ MEMORY_IS_ONE_PROCESS = pytest.mark.skip(
 def _root(request: pytest.FixtureRequest, tmp_path: Path):
     from helpers_core import make_root
 
-    server = request.getfixturevalue("s3_server") if request.param == "s3" else None
+    server = (request.getfixturevalue(f"{request.param}_server")
+              if request.param in OBJECT_STORES else None)
     return make_root(request.param, tmp_path, server)
 
 
@@ -140,6 +185,13 @@ def proc_root(request, tmp_path):
 @pytest.fixture(params=["file", "memory", "s3"])
 def any_root(request, tmp_path):
     """A root on each backend (helpers_core.Root)."""
+    return _root(request, tmp_path)
+
+
+@pytest.fixture(params=["file", "memory", *OBJECT_STORES])
+def every_root(request, tmp_path):
+    """any_root, and GCS and Azure (their emulators) too: for in-process tests cheap enough
+    to run on five backends."""
     return _root(request, tmp_path)
 
 

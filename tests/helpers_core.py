@@ -255,14 +255,20 @@ class Root:
         return read_chain(copy, topic, partition)
 
 
+# URL scheme of each object-store backend's roots (the servers are in tests/s3_server.py
+# and tests/store_emulators.py).
+STORE_SCHEMES = {"s3": "s3", "gcs": "gs", "azure": "az"}
+
+
 def make_root(backend: str, tmp_path: Path, s3_server=None) -> Root:
-    """A fresh root: ``file``, ``memory`` or ``s3`` (on the test server, tests/s3_server.py)."""
+    """A fresh root: ``file``, ``memory``, or an object store (``s3``, ``gcs``, ``azure``)
+    in a fresh bucket of ``s3_server``, that store's test server."""
     if backend == "file":
         return Root("file", f"file://{tmp_path / 'log'}")
     if backend == "memory":
         return Root("memory", f"memory://{uuid.uuid4().hex}")
-    return Root("s3", f"s3://{s3_server.create_bucket()}/log", s3_server.storage_options,
-                {**os.environ, **s3_server.env})
+    return Root(backend, f"{STORE_SCHEMES[backend]}://{s3_server.create_bucket()}/log",
+                s3_server.storage_options, {**os.environ, **s3_server.env})
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:

@@ -150,6 +150,11 @@ class MotoS3:
         self.client().create_bucket(Bucket=name)
         return name
 
+    def root(self) -> str:
+        """A fresh bucket; the log root is a prefix inside it (as the GCS and Azure
+        emulators' ``root()``, tests/store_emulators.py)."""
+        return f"s3://{self.create_bucket()}/log"
+
     def objects(self, bucket: str, prefix: str = "") -> dict[str, bytes]:
         """Every object under ``prefix``, read with boto3."""
         client = self.client()

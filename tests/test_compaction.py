@@ -292,7 +292,8 @@ def test_a_batch_larger_than_a_segment_never_holds_compaction_back(tmp_path: Pat
     assert _table(log.partition("t", 0), 0).num_rows == 7
 
 
-def test_compaction_retention_and_gc_on_every_backend(any_root, tmp_path: Path) -> None:
+def test_compaction_retention_and_gc_on_every_backend(every_root, tmp_path: Path) -> None:
+    any_root = every_root
     log = any_root.log()
     log.create_topic("t", 1, {"segment.bytes": 4000})
     _mixed(log, "t")

@@ -415,16 +415,20 @@ def _response_of(exc: BaseException) -> tuple[int | None, str | None]:
     return None, None
 
 
+# fsspec backends whose pipe_file(mode="create") is the store's atomic conditional create.
+_NATIVE_CREATE_PACKAGES = frozenset({"s3fs", "gcsfs", "adlfs"})
 CONFLICT_ATTEMPTS = 8  # tries of one publish the store answered 409 ConditionalRequestConflict
 _probe_lock = threading.Lock()
 _probe_results: dict[str, str | None] = {}  # per root: None = conditional writes work, else why not
 
 
 class FsspecStorage(Storage):
-    """Object stores reached through fsspec, publishing with exclusive mode ``"xb"``.
+    """Object stores reached through fsspec, publishing with the store's conditional create.
 
-    S3 (If-None-Match), GCS (ifGenerationMatch=0) and Azure honour ``"xb"``
-    atomically.  fsspec's local and in-memory filesystems do not, which is why
+    S3 (If-None-Match: *), GCS (ifGenerationMatch=0) and Azure (If-None-Match: *)
+    apply the condition atomically; s3fs, gcsfs and adlfs send it from
+    ``pipe_file(mode="create")``, other backends from a file opened ``"xb"``.
+    fsspec's local and in-memory filesystems do not apply it, which is why
     local paths go to LocalStorage instead.  Some S3-compatible stores accept
     the condition and ignore it; the first publish of each process on a root
     therefore runs a probe (see ``check_conditional_writes``).
@@ -436,11 +440,17 @@ class FsspecStorage(Storage):
         self.root = root.rstrip("/")
         self.url = url
         self._shown_options = redacted_options(dict(storage_options or {}))
-        # s3fs's pipe_file(mode="create") is one conditional PutObject (and aborts a
-        # multipart upload whose completion is refused, where a file opened "xb"
-        # leaves it behind).  fsspec's generic pipe_file(mode="create") checks and
-        # then writes, which is not exclusive: every other backend opens "xb".
-        self._native_create = type(fs).__module__.split(".")[0] == "s3fs"
+        # The store's own conditional create, one request for txlog's object sizes:
+        # s3fs's pipe_file(mode="create") is a PutObject with If-None-Match: * (and
+        # aborts a multipart upload whose completion is refused, where a file opened
+        # "xb" leaves it behind); gcsfs's is one upload with ifGenerationMatch=0 (with
+        # gcsfs 2026.10 a second file opened "xb" replaced the first on the test
+        # suite's GCS emulator, where pipe_file was refused); adlfs's is a Put Blob
+        # with If-None-Match: * (its "xb" file stages a block and commits it: two
+        # requests).  fsspec's generic
+        # pipe_file(mode="create") checks and then writes, which is not exclusive:
+        # any other backend opens "xb".
+        self._native_create = type(fs).__module__.split(".")[0] in _NATIVE_CREATE_PACKAGES
         # The probe's verdict is per store, and the same URL may name two stores
         # (another endpoint); the options tell them apart (kept as a digest only).
         digest = hashlib.sha256(repr(sorted((storage_options or {}).items(), key=str))
@@ -656,13 +666,15 @@ _memory_roots: dict[str, MemoryStorage] = {}
 _memory_lock = threading.Lock()
 
 
-# fsspec backend for each protocol, and how to install it (only S3's is tested here,
-# so only S3 has an extra of txlog's own).
+# fsspec backend for each protocol, and how to install it (each tested against its store's
+# server or emulator, hence an extra of txlog's own with the tested versions).
 _BACKEND_PACKAGES = {"s3": ("s3fs", "pip install 'txlog[s3]'"),
                      "s3a": ("s3fs", "pip install 'txlog[s3]'"),
-                     "gs": ("gcsfs", "pip install gcsfs"), "gcs": ("gcsfs", "pip install gcsfs"),
-                     "abfs": ("adlfs", "pip install adlfs"),
-                     "abfss": ("adlfs", "pip install adlfs"), "az": ("adlfs", "pip install adlfs")}
+                     "gs": ("gcsfs", "pip install 'txlog[gcs]'"),
+                     "gcs": ("gcsfs", "pip install 'txlog[gcs]'"),
+                     "abfs": ("adlfs", "pip install 'txlog[azure]'"),
+                     "abfss": ("adlfs", "pip install 'txlog[azure]'"),
+                     "az": ("adlfs", "pip install 'txlog[azure]'")}
 _USERINFO = re.compile(r"^[a-z0-9+.-]+://[^/@]*:[^/@]*@", re.IGNORECASE)
 
 
