@@ -24,7 +24,7 @@ import uuid
 import pytest
 
 import txlog
-from txlog import Log
+from txlog import Log, Producer
 from txlog.kafka import (ConsumerGroupMetadata, ConsumerRebalanceListener, ConsumerRecord,
                          KafkaConsumer, KafkaProducer, OffsetAndMetadata, OffsetAndTimestamp,
                          RecordMetadata, TopicPartition)
@@ -594,73 +594,56 @@ def test_subscribe_without_a_group_reads_every_partition_and_finds_new_ones(root
     assert c.partitions_for_topic("absent") == set()
 
 
-def test_subscribe_with_a_group_id_is_refused_until_membership_exists(root) -> None:
-    with pytest.raises(errors.IllegalStateError, match="group membership .* not available"):
-        KafkaConsumer(TOPIC, bootstrap_servers=root, group_id="g")
-    c = consumer(root, group_id="g")
-    with pytest.raises(errors.IllegalStateError, match="assign"):
-        c.subscribe([TOPIC])
-    assert c.subscription() is None
-    assert c.group_metadata() == ConsumerGroupMetadata(group_id="g")
-
-
-class StandInMember:
-    """The group member's interface (txlog.clients.membership.GroupMember) as a test double:
-    checks that every group call of KafkaConsumer goes through the one member object."""
-
-    def __init__(self, log, group_id, topics, config, listener) -> None:
-        self.group_id, self.topics, self.listener = group_id, topics, listener
-        self.owned: set[tuple[str, int]] = set()
-        self.commits: list[dict] = []
-        self.closed = False
-
-    def poll(self) -> None:
-        if not self.owned:  # the first poll: a rebalance hands out two partitions
-            self.owned = {(TOPIC, 0), (TOPIC, 2)}
-            self.listener.on_partitions_assigned(sorted(self.owned))
-
-    def assignment(self) -> set[tuple[str, int]]:
-        return set(self.owned)
-
-    def metadata(self) -> tuple:
-        return (self.group_id, 7, "member-1", None)
-
-    def commit(self, offsets: dict) -> None:
-        self.commits.append(offsets)
-
-    def close(self) -> None:
-        self.closed = True
-
-
-def test_group_calls_go_through_the_one_member_object(root, monkeypatch) -> None:
-    import txlog.kafka.consumer as kafka_consumer
-
-    members = []
-    monkeypatch.setattr(kafka_consumer, "_join_group",
-                        lambda *a: members.append(StandInMember(*a)) or members[-1])
+def test_two_subscribed_consumers_split_the_partitions_and_commit_as_members(root) -> None:
     fill(root, per_partition=2)
 
     class Listener(ConsumerRebalanceListener):
         def __init__(self) -> None:
             self.assigned: list = []
 
-        def on_partitions_assigned(self, assigned):
-            self.assigned.append(assigned)
+        def on_partitions_revoked(self, revoked):
+            pass
 
-    listener = Listener()
-    c = KafkaConsumer(bootstrap_servers=root, group_id="g", auto_offset_reset="earliest",
-                      enable_auto_commit=False)
-    c.subscribe([TOPIC], listener=listener)
-    (member,) = members
-    assert (member.group_id, member.topics) == ("g", [TOPIC])
-    assert {r.partition for r in drain(c)} == {0, 2}
-    assert listener.assigned == [[TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 2)]]
-    c.commit()
-    assert member.commits == [{(TOPIC, 0): 2, (TOPIC, 2): 2}]
-    assert Log(root).committed("g") == {}  # not written around the member
-    assert c.group_metadata() == ConsumerGroupMetadata("g", 7, "member-1", None, "<stable>")
+        def on_partitions_assigned(self, assigned):
+            self.assigned.append(sorted(assigned))
+
+    def member() -> tuple[KafkaConsumer, Listener]:
+        listener = Listener()
+        c = KafkaConsumer(bootstrap_servers=root, group_id="g", auto_offset_reset="earliest",
+                          enable_auto_commit=False, session_timeout_ms=3000,
+                          heartbeat_interval_ms=200, partition_assignment_strategy=["range"])
+        c.subscribe([TOPIC], listener=listener)
+        return c, listener
+
+    a, a_listener = member()
+    b, b_listener = member()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        a.poll(timeout_ms=50, update_offsets=False)
+        b.poll(timeout_ms=50, update_offsets=False)
+        if {len(a.assignment()), len(b.assignment())} == {1, 2}:
+            break
+    # range over 3 partitions and 2 members: 2 + 1, each partition owned once
+    assert {len(a.assignment()), len(b.assignment())} == {1, 2}, (a.assignment(),
+                                                                    b.assignment())
+    assert a.assignment() | b.assignment() == set(all_partitions())
+    assert a_listener.assigned[-1] == sorted(a.assignment())
+    meta = a.group_metadata()
+    assert meta.group_id == "g" and meta.generation_id >= 1 and meta.member_id
+    for tp in a.assignment():
+        a.seek_to_end(tp)
+    a.commit()
+    assert Log(root).committed("g") == {(tp.topic, tp.partition): 2 for tp in a.assignment()}
+    b.close()
+    a.close()
+
+
+def test_an_unknown_assignment_strategy_is_named(root) -> None:
+    fill(root, per_partition=1)
+    c = consumer(root, group_id="g", partition_assignment_strategy=["sticky-ish"])
+    with pytest.raises(errors.KafkaError, match="sticky-ish"):
+        c.subscribe([TOPIC])
     c.close()
-    assert member.closed
 
 
 def test_offset_out_of_range_is_catchable_by_both_names(root) -> None:
@@ -761,6 +744,35 @@ consumer.close()
 '''
 
 
+KAFKA_GROUP_CONSUMER_PROGRAM = '''
+import sys
+
+from kafka import KafkaConsumer
+
+consumer = KafkaConsumer(
+    "orders",
+    bootstrap_servers="localhost:9092",
+    group_id="shipping",
+    enable_auto_commit=False,
+    auto_offset_reset="earliest",
+    consumer_timeout_ms=3000,
+    value_deserializer=lambda value: value.decode("utf-8"),
+)
+limit = int(sys.argv[1])
+handled = 0
+for record in consumer:
+    print("got", record.partition, record.offset, record.value)
+    handled += 1
+    if handled % 5 == 0 or handled == limit:
+        consumer.commit()
+    if handled == limit:
+        break
+consumer.commit()
+print("assigned", sorted(tp.partition for tp in consumer.assignment()))
+consumer.close()
+'''
+
+
 def port(program: str, root: str) -> str:
     """What the issue allows a port to change: the imports and bootstrap_servers."""
     ported = program.replace("from kafka import", "from txlog.kafka import") \
@@ -809,3 +821,25 @@ def test_ported_producer_and_assign_consumer_programs_run_unchanged(tmp_path) ->
     assert {int(c[1]): (c[2], c[3]) for c in final} == \
         {p: (str(ends[p]), str(ends[p])) if p in ends else ("None", "0") for p in range(3)}
     assert Log(root).committed("billing") == {("orders", p): e for p, e in ends.items()}
+
+
+def test_ported_group_consumer_with_manual_commits_resumes_from_its_commits(tmp_path) -> None:
+    root = str(tmp_path / "log")
+    log = Log(root)
+    log.create_topic("orders", partitions=3)
+    with Producer(log) as producer:
+        for i in range(30):
+            producer.send("orders", value=f"order-{i}".encode(), partition=i % 3)
+    program = tmp_path / "group_consumer.py"
+    program.write_text(port(KAFKA_GROUP_CONSUMER_PROGRAM, root))
+    env = {"JAVA_HOME": os.environ.get("JAVA_HOME", "")}
+    first = run_python([str(program), "12"], env=env, timeout=120).stdout
+    second = run_python([str(program), "100"], env=env, timeout=120).stdout
+    for out in (first, second):  # the only member of its group owns every partition
+        assert "assigned [0, 1, 2]" in out, out
+    got = [line.split() for line in (first + second).splitlines() if line.startswith("got")]
+    # the first run stopped after 12 and committed them: the second starts right there
+    assert sorted((int(g[1]), int(g[2])) for g in got) == \
+        sorted((p, o) for p in range(3) for o in range(10))
+    assert all(g[3] == f"order-{int(g[2]) * 3 + int(g[1])}" for g in got)
+    assert log.committed("shipping") == {("orders", p): 10 for p in range(3)}

@@ -49,7 +49,7 @@ def _is(*values: Any) -> Callable[[Any], bool]:
 _NO_NETWORK = "no network: txlog reads and writes the storage root directly"
 _CREDENTIALS = ("no broker to authenticate to: the storage's credentials come from "
                 "storage_options or the environment (docs/object_stores.md)")
-_MEMBERSHIP = "kept for group membership (subscribe with a group_id)"
+_MEMBERSHIP = "group membership (subscribe with a group_id), as Kafka"
 
 _COMMON: dict[str, Setting] = {
     "bootstrap_servers": Setting(

@@ -7,12 +7,10 @@ only then turned into kafka-python's ``ConsumerRecord``s, column by column
 the deserializers applied per record as kafka-python applies them.
 
 Group membership (``subscribe`` with a ``group_id``) goes through one
-object, ``self._member``, made by ``_join_group``: its ``poll()``,
-``assignment()``, ``metadata()``, ``commit()`` and ``close()`` are every
-call this class makes for the group.  Until that object exists in the core,
-``_join_group`` refuses with an error that says so; ``assign()`` with manual
-or automatic commits, and ``subscribe`` without a ``group_id`` (every
-partition, as kafka-python does), work without it.
+object, ``self._member``, the core's ``GroupMember`` made by ``_join_group``:
+its ``poll()``, ``assignment()``, ``metadata()``, ``commit()`` and
+``close()`` are every call this class makes for the group, so the rules
+(generations, heartbeats, assignors, fencing) live in the core only.
 """
 
 from __future__ import annotations
@@ -28,7 +26,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..clients.assignors import ASSIGNORS
 from ..clients.consumer import Consumer
+from ..clients.membership import GroupMember
 from ..clients.positions import end_expired_transactions
 from ..clients.producer import EXPIRY_CHECK_INTERVAL_S
 from ..partition.isolation import READ_COMMITTED
@@ -61,22 +61,37 @@ def _deserializer(value: Any, what: str) -> Deserialize | None:
                                   f"headers, data), not {type(value).__name__}")
 
 
-def _join_group(log: Log, group_id: str, topics: list[str], config: dict[str, Any],
-                listener: Any) -> Any:
-    """The group member that ``subscribe`` with a ``group_id`` works through.
+def _assignor_names(strategy: Any) -> tuple[str, ...]:
+    """kafka-python names assignors by class (``RangePartitionAssignor``) or
+    instance; each carries Kafka's protocol ``name``, which is what the core's
+    assignors are chosen by.  Plain names are accepted too."""
+    if strategy is None:
+        return ("range", "roundrobin")  # kafka-python's default order
+    if isinstance(strategy, str):
+        strategy = (strategy,)
+    names = []
+    for item in strategy:
+        name = item if isinstance(item, str) else getattr(item, "name", None)
+        if not isinstance(name, str):
+            raise KafkaConfigurationError(
+                "partition_assignment_strategy: each entry must be an assignor name "
+                f"({', '.join(ASSIGNORS)}) or an assignor class with a name, not {item!r}")
+        names.append(name)
+    return tuple(names)
 
-    Membership (join, sync, heartbeats, assignors, generation fencing) is
-    the core's ``txlog.clients.membership.GroupMember``; this is where it is
-    made, with ``config``'s session_timeout_ms, heartbeat_interval_ms,
-    max_poll_interval_ms, group_instance_id, client_id and
-    partition_assignment_strategy.  This build has no membership yet, so
-    the call is refused rather than pretending to be a group.
-    """
-    raise IllegalStateError(
-        f"KafkaConsumer.subscribe() with group_id={group_id!r}: consumer group membership "
-        "(join, rebalance, heartbeats) is not available in this txlog version. Use "
-        "assign([TopicPartition(...)]) with commit()/enable_auto_commit for the group's "
-        "offsets, or subscribe without a group_id to read every partition")
+
+def _join_group(log: Log, group_id: str, topics: list[str], config: dict[str, Any],
+                listener: Any) -> GroupMember:
+    """The group member that ``subscribe`` with a ``group_id`` works through:
+    the core's membership (join, heartbeats, assignors, generation fencing)."""
+    return GroupMember(
+        log, group_id, topics,
+        assignors=_assignor_names(config["partition_assignment_strategy"]),
+        session_timeout_ms=config["session_timeout_ms"],
+        heartbeat_interval_ms=config["heartbeat_interval_ms"],
+        max_poll_interval_ms=config["max_poll_interval_ms"],
+        group_instance_id=config["group_instance_id"],
+        client_id=config["client_id"] or "txlog", listener=listener)
 
 
 class _Listener:
@@ -277,9 +292,9 @@ class KafkaConsumer:
             return ConsumerGroupMetadata(group_id=None)
         if self._member is None:
             return ConsumerGroupMetadata(group_id=self.config["group_id"])
-        group_id, generation, member_id, instance_id = self._member.metadata()
-        return ConsumerGroupMetadata(group_id, generation, member_id, instance_id,
-                                     MemberState.STABLE)
+        meta = self._member.metadata()
+        return ConsumerGroupMetadata(meta.group_id, meta.generation_id, meta.member_id,
+                                     meta.group_instance_id, MemberState.STABLE)
 
     # --- topics ---------------------------------------------------------------------------
 

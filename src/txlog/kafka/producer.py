@@ -348,10 +348,11 @@ class KafkaProducer:
                 f"group_metadata() or a group id, not {group_metadata!r}")
         native = plain_offsets(offsets, "send_offsets_to_transaction")
         with self._lock:
-            # The one call into the core for transactional offsets.  Group
-            # membership's generation fencing (KIP-447) passes
-            # group_metadata.member_id and .generation_id on here.
-            self._core.send_offsets_to_transaction(native, group_metadata.group_id)
+            # KIP-447: a member's generation fences the offsets; a bare group id
+            # (generation -1, no member id) commits unfenced, as in Kafka.
+            self._core.send_offsets_to_transaction(
+                native, group_metadata.group_id, member_id=group_metadata.member_id or None,
+                generation=group_metadata.generation_id)
 
     @translating
     def commit_transaction(self) -> None:
