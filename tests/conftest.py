@@ -21,6 +21,12 @@ REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
 
 
+# Runs too long for CI's budget (the whole suite under 15 minutes on 2 cores):
+# the larger stress runs, and harness demonstrations that only need showing once.
+LARGE = pytest.mark.skipif(not os.environ.get("TXLOG_LARGE"),
+                           reason="a large run: set TXLOG_LARGE=1 to run it")
+
+
 @pytest.fixture
 def log(tmp_path) -> Log:
     """A log in a fresh directory (the real local backend, with fsync)."""
