@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     transactions.add_transactions(commands, leaf_parser)
     maintenance.add_compact(commands, leaf_parser)
     maintenance.add_retention(commands, leaf_parser)
+    maintenance.add_delete_records(commands, leaf_parser)
     inspection.add_dump(commands, leaf_parser)
     maintenance.add_gc(commands, leaf_parser)
     inspection.add_verify(commands, leaf_parser)
@@ -62,6 +63,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {
     "consume": records.run_consume, "transactions": transactions.run_transactions,
     "producers": transactions.run_producers, "compact": maintenance.run_compact,
     "retention": maintenance.run_retention, "gc": maintenance.run_gc,
+    "delete-records": maintenance.run_delete_records,
     "dump": inspection.run_dump, "verify": inspection.run_verify, "groups": groups.run_groups}
 
 

@@ -84,8 +84,11 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
     end_state = _state_at(states, start)
     for header, _, control in run:
         end_state.apply(header, control)
-    log_start = states.cache.log_start()
-    end_state.aborted = [a for a in end_state.aborted if a.last_offset >= log_start]
+    # Only what no process can read any more is left out: the records below the
+    # oldest stored segment.  A log start recorded by delete-records is not enough,
+    # since a process that has not listed it yet may still read below it.
+    stored_start = states.cache.stored_start()
+    end_state.aborted = [a for a in end_state.aborted if a.last_offset >= stored_start]
     last_header, last_data, _ = run[-1]
     fields = states.snapshot_fields(end_state, last_header.base_offset,
                                     bytes(memoryview(last_data)[:ANCHOR_BYTES]))

@@ -29,6 +29,7 @@ from .storage_cache import BatchRef
 
 PARALLEL_MIN_BATCH_BYTES = 1 << 20  # batches at least this large are read on threads
 SPAN_BATCHES = 64  # batches of one segment fetched with one read (and decoded on one thread)
+LOG_START_REFRESH_S = 1.0  # a reader lists the log start again after this long (see _log_start)
 
 # Resolves an open transaction: True committed, False aborted, None undecided.
 OutcomeResolver = Callable[[OpenTransaction], "bool | None"]
@@ -97,13 +98,12 @@ class Reader:
         state = states.state()
         limit = visible_end(isolation_level, state.end_offset,
                             lambda: self.last_stable_offset(state))
-        # Below the compacted end, retention may have removed the offset: list the segments.
-        log_start = states.cache.log_start() if 0 <= start < states.cache.compacted_end() else 0
+        end = limit if end is None else min(end, limit)
+        log_start = self._log_start(start, end)
         if start < log_start or start < 0 or start > state.end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {start} is out of range for {states.topic}-{states.partition} "
                 f"(valid: {log_start} to {state.end_offset})")
-        end = limit if end is None else min(end, limit)
         if end <= start:
             return [], start
         aborted = self.aborted_check(state) if isolation_level == READ_COMMITTED else None
@@ -130,6 +130,26 @@ class Reader:
         if not current:
             return self.read(start, requested_end, isolation_level)
         return [piece for span in loaded for piece, _ in span if piece is not None], end
+
+    def _log_start(self, start: int, end: int) -> int:
+        """The log start a read from ``start`` to ``end`` is checked against.
+
+        Listed again (one listing of the segments directory, which also names
+        the log starts delete-records recorded) when the read starts below
+        the compacted end, where retention may have removed it, or below the
+        log start last listed, or when that listing is older than
+        LOG_START_REFRESH_S; an empty read lists nothing.  So a log start
+        recorded by another process is enforced here within that time
+        (docs/protocol.md, section 7.1).
+        """
+        cache = self._states.cache
+        known = cache.known_log_start()
+        if start < 0:
+            return known
+        if start < known or (end > start and (start < cache.compacted_end() or
+                                               cache.listing_age_s() >= LOG_START_REFRESH_S)):
+            return cache.log_start()
+        return known
 
     def _load_span(self, span: list[BatchRef], start: int, end: int,
                    aborted: Callable[[int, int], bool] | None
