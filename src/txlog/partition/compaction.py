@@ -82,6 +82,8 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
     if not run or (len(run) < min_batches and not full):
         return None
     end_state = _state_at(states, start)
+    if end_state is None:
+        return None
     for header, _, control in run:
         end_state.apply(header, control)
     # Only what no process can read any more is left out: the records below the
@@ -104,16 +106,21 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
     return Compacted(start, end, len(run), len(segment))
 
 
-def _state_at(states: StateManager, offset: int) -> ProducerState:
-    """The producer state at the compacted end ``offset``: the newest segment's."""
+def _state_at(states: StateManager, offset: int) -> ProducerState | None:
+    """The producer state at the compacted end ``offset``: the newest segment's.
+
+    None when the newest segment no longer ends there: another compaction (a
+    second maintainer) published the segment at ``offset`` meanwhile, so this
+    one would lose the race for its name anyway.
+    """
     if offset == 0:
         return ProducerState()
-    for base in reversed(states.cache.list_segments()):
-        head, state = states.segment_state(base)
-        if head.end_offset == offset:
-            return state
-    raise StorageError(f"{states.topic}-{states.partition}: no segment ends at {offset} (the "
-                       "segments changed during the compaction)")
+    bases = states.cache.list_segments()
+    if not bases:
+        raise StorageError(f"{states.topic}-{states.partition}: no segment ends at {offset} "
+                           "(every segment is gone)")
+    head, state = states.segment_state(bases[-1])  # the newest is never deleted
+    return state if head.end_offset == offset else None
 
 
 def retire_batches(states: StateManager, below: int) -> list[str]:

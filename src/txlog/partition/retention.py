@@ -61,7 +61,11 @@ def apply_retention(states: StateManager, retention_ms: int = -1, retention_byte
             by_size = retention_bytes >= 0 and total - head.total_length >= retention_bytes
             by_time = False
             if retention_ms >= 0 and not (by_start or by_size):
-                newest = cache.time_index(head.base_offset).newest
+                try:
+                    newest = cache.time_index(head.base_offset).newest
+                except FileNotFoundError:  # another retention (oldest first) deleted it
+                    total -= head.total_length
+                    continue
                 newest = head.created_ms if newest is None else newest
                 by_time = newest < now_ms - retention_ms
             if not (by_start or by_size or by_time):
@@ -76,7 +80,7 @@ def apply_retention(states: StateManager, retention_ms: int = -1, retention_byte
     # start and is never deleted, so the log start cannot move back).
     for offset in recorded[:-1]:
         states.storage.delete(log_start_path(states.dir, offset))
-    log_start = cache.log_start() if doomed or recorded else start
+    log_start = cache.log_start()  # listed again: another retention may have run meanwhile
     if doomed:
         logger.info("%s-%d: retention deleted %d segments; log start offset now %d",
                     states.topic, states.partition, len(doomed), log_start)
