@@ -86,14 +86,12 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
         return None
     for header, _, control in run:
         end_state.apply(header, control)
-    # Only what no process can read any more is left out: the records below the
-    # oldest stored segment.  A log start recorded by delete-records is not enough,
-    # since a process that has not listed it yet may still read below it.
-    stored_start = states.cache.stored_start()
-    end_state.aborted = [a for a in end_state.aborted if a.last_offset >= stored_start]
     last_header, last_data, _ = run[-1]
+    # The segment's own aborted section lists the transactions aborted in it; its
+    # snapshot lists none (each segment's section holds its own: reader.py).
     fields = states.snapshot_fields(end_state, last_header.base_offset,
-                                    bytes(memoryview(last_data)[:ANCHOR_BYTES]))
+                                    bytes(memoryview(last_data)[:ANCHOR_BYTES]),
+                                    end_state.end_offset)
     segment = encode_segment(states.topic_id, start, [(h, d) for h, d, _ in run],
                              end_state.end_offset, end_state.aborted, fields,
                              clock.now_ms())

@@ -25,8 +25,8 @@ import pyarrow as pa
 from ..errors import CorruptBatchError, OffsetOutOfRangeError, StorageError
 from ..format.batch import (HEADER_READ_SIZE, BatchHeader, ControlRecord, decode_control,
                             decode_header, payload_of)
-from ..format.segment import (CorruptSegmentError, SegmentHead, SegmentIndex, TimeIndex, read_head,
-                              read_header, read_index, read_time_index)
+from ..format.segment import (CorruptSegmentError, SegmentHead, SegmentIndex, TimeIndex,
+                              read_aborted, read_head, read_header, read_index, read_time_index)
 from ..format.topic_ids import current_topic_id
 from ..storage.backends import Storage
 from ..storage.paths import (BATCH_SUFFIX, LOG_START_SUFFIX, batch_path, named_offsets,
@@ -82,6 +82,7 @@ class StorageCache:
         self._heads: dict[int, SegmentHead] = {}
         self._indexes: dict[int, SegmentIndex] = {}
         self._time_indexes: dict[int, TimeIndex] = {}
+        self._aborted: dict[int, list[tuple[int, int, int]]] = {}
 
     # --- paths and headers ----------------------------------------------------
 
@@ -217,6 +218,21 @@ class StorageCache:
             index = self._time_indexes[base] = read_time_index(
                 self.storage, head, self.segment_index(base), self.url(head.path))
         return index
+
+    def segment_aborted(self, base: int) -> list[tuple[int, int, int]]:
+        """``(producer id, first offset, marker offset)`` of the transactions aborted in a
+        segment (its aborted section: the reader's aborted index below the compacted end)."""
+        found = self._aborted.get(base)
+        if found is None:
+            head = self.segment_head(base)
+            rows = read_aborted(self.storage, head, self.url(head.path))
+            found = self._aborted[base] = list(zip(rows["producer_id"].tolist(),
+                                                   rows["first"].tolist(), rows["last"].tolist()))
+        return found
+
+    def listed_bases(self) -> list[int]:
+        """The segments' bases as last listed (no request)."""
+        return list(self._segment_bases)
 
     def _segment_refs(self, base: int, start: int, end: int) -> list[BatchRef]:
         index = self.segment_index(base)
