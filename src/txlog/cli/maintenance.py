@@ -10,8 +10,8 @@ from typing import Any
 from ..admin.gc import DEFAULT_CHAIN_AGE_S, DEFAULT_DECISION_AGE_S, DEFAULT_TEMP_AGE_S
 from ..partition.compaction import DEFAULT_MIN_BATCHES
 from ..storage.paths import TMP_PREFIX
-from .common import (CommandError, LeafParser, Progress, json_option, maintained_partitions, non_negative_int,
-                     open_log, partitions_option, positive_int, print_table)
+from .common import (CommandError, LeafParser, Progress, json_option, maintained_partitions,
+                     non_negative_int, open_log, partitions_option, positive_int, print_table)
 
 
 def add_compact(commands: Any, leaf_parser: LeafParser) -> None:
