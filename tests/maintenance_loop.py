@@ -19,7 +19,9 @@ What runs (separate OS processes on one log root):
   at random moments and starts it again, so that compactions and deletions
   stop half-way.  With ``--maintainers N``, N ``txlog maintain`` processes
   run at once instead (short jittered intervals, one JSON line per pass),
-  and the supervisor SIGKILLs and restarts one of them at random moments.
+  and the supervisor SIGKILLs and restarts one of them at random moments,
+  and now and then runs ``txlog delete-records`` up to where both readers
+  have read (so retention also deletes by a recorded log start).
 
 Then the supervisor lets one maintenance pass finish, the readers drain,
 and the checker verifies: every writer and reader finished without error;
@@ -183,6 +185,7 @@ def supervise(root: str, logs: Path, seed: int, txns: int, maintainers: int = 0)
             return _spawn("maintainer", root, logs / "maintainer.log")
     running = [start(i) for i in range(max(maintainers, 1))]
     kills = 0
+    deleted_to = [0] * PARTITIONS
     deadline = time.monotonic() + DEADLINE_S
     while any(w.poll() is None for w in writers) and time.monotonic() < deadline:
         time.sleep(rng.uniform(1.0, 3.0) if not maintainers else rng.uniform(1.0, 2.0))
@@ -191,6 +194,8 @@ def supervise(root: str, logs: Path, seed: int, txns: int, maintainers: int = 0)
         running[i].wait()
         kills += 1
         running[i] = start(i)
+        if maintainers and rng.random() < 0.5:
+            deleted_to = _delete_records_behind_the_readers(root, logs, deleted_to)
     for m in running:
         m.send_signal(signal.SIGKILL)
         m.wait()
@@ -206,7 +211,38 @@ def supervise(root: str, logs: Path, seed: int, txns: int, maintainers: int = 0)
                  for i, r in enumerate(readers) if r.wait(timeout=DEADLINE_S) != 0]
     problems += check(root, logs)
     print(f"maintainer killed {kills} times")
+    if maintainers:
+        starts = [Log(root).partition(TOPIC, p).log_start() for p in range(PARTITIONS)]
+        print(f"delete-records moved the log starts to {deleted_to}; they are {starts}")
+        if any(s < d for s, d in zip(starts, deleted_to)):
+            problems.append(f"log starts {starts} below what delete-records set {deleted_to}")
     return problems
+
+
+def _delete_records_behind_the_readers(root: str, logs: Path, deleted_to: list[int]
+                                       ) -> list[int]:
+    """``txlog delete-records`` up to the offset both readers have read past in each
+    partition (their positions stay readable: auto_offset_reset='none' would report
+    anything else), beside the writers and the maintainers."""
+    seen = [[0] * PARTITIONS for _ in range(READERS)]
+    for i in range(READERS):
+        path = logs / f"reader{i}.log"
+        for line in path.read_text().splitlines() if path.exists() else []:
+            if line.startswith("R "):
+                _, p, offset, _ = line.split(" ", 3)
+                seen[i][int(p)] = max(seen[i][int(p)], int(offset))
+    target = [min(seen[i][p] for i in range(READERS)) for p in range(PARTITIONS)]
+    if target == deleted_to:
+        return deleted_to
+    plan = logs / "delete-records.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": TOPIC, "partition": p, "offset": target[p]} for p in range(PARTITIONS)]}))
+    run = subprocess.run([sys.executable, "-m", "txlog.cli", "--root", root, "delete-records",
+                          "--offset-json-file", str(plan), "--json"],
+                         capture_output=True, text=True, timeout=DEADLINE_S)
+    if run.returncode != 0:
+        raise RuntimeError(f"txlog delete-records failed: {run.stderr}")
+    return [max(a, b) for a, b in zip(deleted_to, target)]
 
 
 def check(root: str, logs: Path) -> list[str]:
