@@ -1,6 +1,6 @@
 """Compaction, retention and garbage collection under load: real processes, one checker.
 
-    python tests/maintenance_loop.py [--root DIR] [--seed S] [--txns N]
+    python tests/maintenance_loop.py [--root DIR] [--seed S] [--txns N] [--maintainers N]
 
 What runs (separate OS processes on one log root):
 
@@ -17,7 +17,11 @@ What runs (separate OS processes on one log root):
   ``Log.gc`` and temp-file removal; it prints the number of objects in
   each partition directory after every pass.  The supervisor SIGKILLs it
   at random moments and starts it again, so that compactions and deletions
-  stop half-way.
+  stop half-way.  With ``--maintainers N``, N ``txlog maintain`` processes
+  run at once instead (short jittered intervals, one JSON line per pass),
+  and the supervisor SIGKILLs and restarts one of them at random moments,
+  and now and then runs ``txlog delete-records`` up to where both readers
+  have read (so retention also deletes by a recorded log start).
 
 Then the supervisor lets one maintenance pass finish, the readers drain,
 and the checker verifies: every writer and reader finished without error;
@@ -142,7 +146,16 @@ def _spawn(role: str, root: str, out: Path, *extra: str) -> subprocess.Popen:
                             stdout=open(out, "a"), stderr=subprocess.STDOUT)
 
 
-def supervise(root: str, logs: Path, seed: int, txns: int) -> list[str]:
+def _spawn_maintain(root: str, out: Path, *extra: str) -> subprocess.Popen:
+    """``txlog maintain`` with every interval short, as the loop's maintainer."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "txlog.cli", "--root", root, "maintain", "--topic", TOPIC,
+         "--compact-interval", "0.05", "--retention-interval", "0.1", "--gc-interval", "0.3",
+         "--jitter", "0.5", "--lag", str(LAG), "--chain-age", "1", "--decision-age", "1",
+         "--temp-age", "2", *extra], stdout=open(out, "a"), stderr=subprocess.STDOUT)
+
+
+def supervise(root: str, logs: Path, seed: int, txns: int, maintainers: int = 0) -> list[str]:
     """Run everything; return the problems found (empty: all checks hold)."""
     from txlog import Log
 
@@ -154,23 +167,43 @@ def supervise(root: str, logs: Path, seed: int, txns: int) -> list[str]:
     readers = [_spawn("reader", root, logs / f"reader{i}.out", "--history",
                       str(logs / f"reader{i}.log"), "--stop", str(stop))
                for i in range(READERS)]
+    if maintainers:
+        # Several maintainers retain fast: let the readers get going first, or a reader
+        # still starting up would find its position deleted (auto_offset_reset='none').
+        started = time.monotonic() + 60
+        while time.monotonic() < started and not all(
+                (logs / f"reader{i}.log").exists() for i in range(READERS)):
+            time.sleep(0.05)
     writers = [_spawn("writer", root, logs / f"writer{i}.out", "--index", str(i), "--seed",
                       str(seed), "--txns", str(txns), "--history", str(logs / f"writer{i}.log"))
                for i in range(WRITERS)]
-    maintainer = _spawn("maintainer", root, logs / "maintainer.log")
+    if maintainers:
+        def start(i: int) -> subprocess.Popen:
+            return _spawn_maintain(root, logs / f"maintainer{i}.log")
+    else:
+        def start(i: int) -> subprocess.Popen:
+            return _spawn("maintainer", root, logs / "maintainer.log")
+    running = [start(i) for i in range(max(maintainers, 1))]
     kills = 0
+    deleted_to = [0] * PARTITIONS
     deadline = time.monotonic() + DEADLINE_S
     while any(w.poll() is None for w in writers) and time.monotonic() < deadline:
-        time.sleep(rng.uniform(1.0, 3.0))
-        maintainer.send_signal(signal.SIGKILL)  # mid-compaction, mid-deletion, mid-gc
-        maintainer.wait()
+        time.sleep(rng.uniform(1.0, 3.0) if not maintainers else rng.uniform(1.0, 2.0))
+        i = rng.randrange(len(running))
+        running[i].send_signal(signal.SIGKILL)  # mid-compaction, mid-deletion, mid-gc
+        running[i].wait()
         kills += 1
-        maintainer = _spawn("maintainer", root, logs / "maintainer.log")
-    maintainer.send_signal(signal.SIGKILL)
-    maintainer.wait()
+        running[i] = start(i)
+        if maintainers and rng.random() < 0.5:
+            deleted_to = _delete_records_behind_the_readers(root, logs, deleted_to)
+    for m in running:
+        m.send_signal(signal.SIGKILL)
+        m.wait()
     problems = [f"writer {i} exited with {w.wait(timeout=DEADLINE_S)}"
                 for i, w in enumerate(writers) if w.wait(timeout=DEADLINE_S) != 0]
-    last = _spawn("maintainer", root, logs / "maintainer.log", "--once")  # finish what was cut
+    # finish what was cut
+    last = _spawn_maintain(root, logs / "maintainer0.log", "--once") if maintainers else \
+        _spawn("maintainer", root, logs / "maintainer.log", "--once")
     if last.wait(timeout=DEADLINE_S) != 0:
         problems.append("the last maintenance pass failed (see maintainer.log)")
     stop.touch()
@@ -178,7 +211,38 @@ def supervise(root: str, logs: Path, seed: int, txns: int) -> list[str]:
                  for i, r in enumerate(readers) if r.wait(timeout=DEADLINE_S) != 0]
     problems += check(root, logs)
     print(f"maintainer killed {kills} times")
+    if maintainers:
+        starts = [Log(root).partition(TOPIC, p).log_start() for p in range(PARTITIONS)]
+        print(f"delete-records moved the log starts to {deleted_to}; they are {starts}")
+        if any(s < d for s, d in zip(starts, deleted_to)):
+            problems.append(f"log starts {starts} below what delete-records set {deleted_to}")
     return problems
+
+
+def _delete_records_behind_the_readers(root: str, logs: Path, deleted_to: list[int]
+                                       ) -> list[int]:
+    """``txlog delete-records`` up to the offset both readers have read past in each
+    partition (their positions stay readable: auto_offset_reset='none' would report
+    anything else), beside the writers and the maintainers."""
+    seen = [[0] * PARTITIONS for _ in range(READERS)]
+    for i in range(READERS):
+        path = logs / f"reader{i}.log"
+        for line in path.read_text().splitlines() if path.exists() else []:
+            if line.startswith("R "):
+                _, p, offset, _ = line.split(" ", 3)
+                seen[i][int(p)] = max(seen[i][int(p)], int(offset))
+    target = [min(seen[i][p] for i in range(READERS)) for p in range(PARTITIONS)]
+    if target == deleted_to:
+        return deleted_to
+    plan = logs / "delete-records.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": TOPIC, "partition": p, "offset": target[p]} for p in range(PARTITIONS)]}))
+    run = subprocess.run([sys.executable, "-m", "txlog.cli", "--root", root, "delete-records",
+                          "--offset-json-file", str(plan), "--json"],
+                         capture_output=True, text=True, timeout=DEADLINE_S)
+    if run.returncode != 0:
+        raise RuntimeError(f"txlog delete-records failed: {run.stderr}")
+    return [max(a, b) for a, b in zip(deleted_to, target)]
 
 
 def check(root: str, logs: Path) -> list[str]:
@@ -231,10 +295,10 @@ def check(root: str, logs: Path) -> list[str]:
             if final[p] != got[len(got) - len(final[p]):] or (got and not final[p]):
                 problems.append(f"partition {p}: the final read is not the tail of what "
                                 f"reader {i} saw")
-    counts = [line.split() for line in (logs / "maintainer.log").read_text().splitlines()
-              if line.startswith("O ")]
-    peak = [max(int(c[1 + p]) for c in counts) for p in range(PARTITIONS)]
-    ends = [max(int(c[1 + PARTITIONS + p]) for c in counts) for p in range(PARTITIONS)]
+    counts, ends = _maintainer_counts(logs, problems)
+    if not any(ends):  # txlog maintain does not print them: the log ends now
+        ends = [log.partition(TOPIC, p).end_offset() for p in range(PARTITIONS)]
+    peak = [max((int(c[p]) for c in counts), default=0) for p in range(PARTITIONS)]
     after = [_objects(root, p) for p in range(PARTITIONS)]
     print(f"objects per partition directory: peak {peak}, after the last pass {after}, "
           f"for log end offsets {ends} ({len(counts)} maintenance passes)")
@@ -245,6 +309,32 @@ def check(root: str, logs: Path) -> list[str]:
         problems.append(f"partition directories hold {after} objects after maintenance, more "
                         f"than {bound}")
     return problems
+
+
+def _maintainer_counts(logs: Path, problems: list[str]) -> tuple[list[list[int]], list[int]]:
+    """Objects per partition after each pass, and the largest log ends, from the
+    maintainers' output: "O" lines of the maintainer role, JSON lines of txlog maintain
+    (whose errors are problems too: two maintainers must never trip over each other)."""
+    counts: list[list[int]] = []
+    ends = [0] * PARTITIONS
+    deleted = 0
+    for path in sorted(logs.glob("maintainer*.log")):
+        for line in path.read_text().splitlines():
+            if line.startswith("O "):
+                fields = [int(f) for f in line.split()[1:]]
+                counts.append(fields[:PARTITIONS])
+                ends = [max(e, f) for e, f in zip(ends, fields[PARTITIONS:])]
+            elif line.startswith("{"):
+                report = json.loads(line)
+                problems.extend(f"{path.name}: {e}" for e in report["errors"])
+                deleted += report["segments_deleted"]
+                counts.append([report["objects"].get(f"{TOPIC}-{p}", 0)
+                               for p in range(PARTITIONS)])
+            elif line.strip() and "txlog: error: a maintenance pass reported" not in line:
+                problems.append(f"{path.name}: {line}")
+    if deleted:
+        print(f"segments deleted by retention: {deleted}")
+    return counts, ends
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history")
     parser.add_argument("--stop")
     parser.add_argument("--once", action="store_true")
+    parser.add_argument("--maintainers", type=int, default=0,
+                        help="run this many `txlog maintain` processes at once instead of "
+                             "the maintainer role")
     args = parser.parse_args(argv)
     if args.role == "writer":
         return run_writer(args)
@@ -271,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = work / "logs"
     logs.mkdir()
     print(f"seed {seed}, root {root}, logs {logs}")
-    problems = supervise(root, logs, seed, args.txns)
+    problems = supervise(root, logs, seed, args.txns, args.maintainers)
     for problem in problems:
         print("PROBLEM:", problem)
     print("OK" if not problems else f"{len(problems)} problems")

@@ -16,8 +16,9 @@ from .admin.gc import (DEFAULT_CHAIN_AGE_S, DEFAULT_DECISION_AGE_S, DEFAULT_TEMP
                        collect)
 from .clients.columns import to_spark_table
 from .clients.positions import offset_for_timestamp
-from .errors import (InconsistentTopicIdError, InvalidConfigError, LogFormatError, TopicExistsError,
-                     UnknownPartitionError, UnknownTopicError)
+from .errors import (InconsistentTopicIdError, InvalidConfigError, LogFormatError,
+                     OffsetOutOfRangeError, TopicExistsError, UnknownPartitionError,
+                     UnknownTopicError)
 from .format.topic_ids import current_topic_id, new_topic_id, read_topic_meta, topic_id_of
 from .partition.compaction import DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted
 from .partition.isolation import READ_COMMITTED
@@ -403,6 +404,26 @@ class Log:
         return {p: self.partition(topic, p).apply_retention(
                     desc.setting("retention.ms"), desc.setting("retention.bytes"), now_ms)
                 for p in self._partitions_of(topic, partitions)}
+
+    def delete_records(self, offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Move each partition's log start up to its offset (-1: its log end), as Kafka's
+        DeleteRecords; returns the log starts after (Kafka's low watermarks).
+
+        Every partition and offset is checked before any log start moves, so a
+        bad entry changes nothing.  Records below a log start are refused to
+        readers at once and deleted later by retention (docs/protocol.md 7.1).
+        """
+        checked = []
+        for (topic, partition), offset in offsets.items():
+            part = self.partition(topic, partition)
+            if not isinstance(offset, int) or isinstance(offset, bool) or offset < -1 or \
+                    offset > part.end_offset():
+                raise OffsetOutOfRangeError(
+                    f"delete-records offset {offset!r} for {topic}-{partition} must be -1 (the "
+                    f"log end) or 0 to its log end offset {part.end_offset()}: no log start "
+                    "was moved")
+            checked.append(((topic, partition), part, offset))
+        return {tp: part.delete_records(offset) for tp, part, offset in checked}
 
     def gc(self, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
            decision_age_s: float = DEFAULT_DECISION_AGE_S, temp_age_s: float = DEFAULT_TEMP_AGE_S,

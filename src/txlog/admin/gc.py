@@ -68,6 +68,11 @@ def collect(log: Log, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
     now_ms = clock.now_ms() if now_ms is None else now_ms
     report = GcReport()
     storage = log.storage
+    # Decisions are listed before the chains are read: a decision published after this
+    # listing is not deleted by this collection, and one published before it belongs to a
+    # transaction whose chain, read below, still names it outside a finished state unless
+    # its markers are all written (docs/protocol.md, section 8).
+    decision_ids = storage.list(DECISION_DIR)
     needed: set[str] = set()
     for tid in storage.list(TXN_DIR):
         latest = _trim_chain(log, f"{TXN_DIR}/{tid}", "update_ms", chain_age_s, now_ms, report,
@@ -82,7 +87,7 @@ def collect(log: Log, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
                     "group generation versions")
         _remove_stray_heartbeats(log, group, now_ms - chain_age_s * 1000, report)
     decided = set()
-    for decision_id in storage.list(DECISION_DIR):
+    for decision_id in decision_ids:
         path = f"{DECISION_DIR}/{decision_id}"
         try:
             raw = msgpack.unpackb(storage.read(path))

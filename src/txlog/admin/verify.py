@@ -32,7 +32,7 @@ from ..format.batch import ABORT, COMMIT
 from .dump import BatchDump, SegmentDump, StrayDump, dump_partition
 from ..errors import TxlogError
 from ..partition.producer_state import ProducerState
-from ..partition.state_manager import SNAPSHOT_FORMAT
+from ..partition.state_manager import SNAPSHOT_FORMATS_READ
 
 if TYPE_CHECKING:
     from ..log import Log
@@ -169,9 +169,11 @@ class _Replay:
         if fields is None:
             return True  # its checksum or decoding already failed: reported
         problems = self.report.problems
-        if fields.get("v") != SNAPSHOT_FORMAT or fields.get("topic_id") != head.topic_id:
-            problems.append(f"{s.path}: snapshot is not a version {SNAPSHOT_FORMAT} snapshot "
-                            "of this topic")
+        if fields.get("v") not in SNAPSHOT_FORMATS_READ or \
+                fields.get("topic_id") != head.topic_id:
+            problems.append(f"{s.path}: snapshot is not a version "
+                            f"{' or '.join(map(str, SNAPSHOT_FORMATS_READ))} snapshot of this "
+                            "topic")
             return True
         if fields.get("end") != head.end_offset or state.end_offset != head.end_offset:
             problems.append(f"{s.path}: snapshot ends at {fields.get('end')}, the segment's "

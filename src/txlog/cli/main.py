@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import TxlogError
-from . import groups, inspection, maintenance, records, topics, transactions
+from . import groups, inspection, maintain, maintenance, records, topics, transactions
 from .common import ROOT_ENV, CommandError
 
 PROG = "txlog"
@@ -49,8 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     transactions.add_transactions(commands, leaf_parser)
     maintenance.add_compact(commands, leaf_parser)
     maintenance.add_retention(commands, leaf_parser)
+    maintenance.add_delete_records(commands, leaf_parser)
     inspection.add_dump(commands, leaf_parser)
     maintenance.add_gc(commands, leaf_parser)
+    maintain.add_maintain(commands, leaf_parser)
     inspection.add_verify(commands, leaf_parser)
     transactions.add_producers(commands, leaf_parser)
     groups.add_groups(commands, leaf_parser)
@@ -62,6 +64,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {
     "consume": records.run_consume, "transactions": transactions.run_transactions,
     "producers": transactions.run_producers, "compact": maintenance.run_compact,
     "retention": maintenance.run_retention, "gc": maintenance.run_gc,
+    "delete-records": maintenance.run_delete_records, "maintain": maintain.run_maintain,
     "dump": inspection.run_dump, "verify": inspection.run_verify, "groups": groups.run_groups}
 
 

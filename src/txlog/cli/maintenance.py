@@ -1,15 +1,17 @@
-"""``txlog compact``, ``txlog retention`` and ``txlog gc``: keeping a root small while it runs."""
+"""``txlog compact``, ``txlog retention``, ``txlog gc`` and ``txlog delete-records``: keeping a
+root small while it runs."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from ..admin.gc import DEFAULT_CHAIN_AGE_S, DEFAULT_DECISION_AGE_S, DEFAULT_TEMP_AGE_S
 from ..partition.compaction import DEFAULT_MIN_BATCHES
 from ..storage.paths import TMP_PREFIX
-from .common import (LeafParser, Progress, json_option, maintained_partitions, non_negative_int,
-                     open_log, partitions_option, positive_int, print_table)
+from .common import (CommandError, LeafParser, Progress, json_option, maintained_partitions,
+                     non_negative_int, open_log, partitions_option, positive_int, print_table)
 
 
 def add_compact(commands: Any, leaf_parser: LeafParser) -> None:
@@ -71,6 +73,76 @@ def add_gc(commands: Any, leaf_parser: LeafParser) -> None:
                     help=f"only temp files older than this (default {temp_age})")
     gc.add_argument("--verbose", action="store_true", help="also print every removed path")
     json_option(gc)
+
+
+def add_delete_records(commands: Any, leaf_parser: LeafParser) -> None:
+    delete = leaf_parser(
+        commands, "delete-records", help="move partitions' log start offsets forward",
+        description="Move the log start offset of partitions forward, as Kafka's "
+                    "kafka-delete-records.sh does: records below it are refused to every "
+                    "reader from then on (OffsetOutOfRange; consumers reset by "
+                    "auto_offset_reset), and retention deletes the segments that lie wholly "
+                    "below it. Either --offset-json-file (Kafka's format: {\"partitions\": "
+                    "[{\"topic\": \"t\", \"partition\": 0, \"offset\": 10}], \"version\": 1}) "
+                    "or TOPIC with --offset. An offset of -1 means the log end; an offset past "
+                    "the log end is refused, one at or below the log start changes nothing. "
+                    "Every entry is checked before any log start moves. Prints each "
+                    "partition's log start after the call (its low watermark).")
+    delete.add_argument("topic", metavar="TOPIC", nargs="?",
+                        help="topic name (with --offset; not with --offset-json-file)")
+    delete.add_argument("--partition", metavar="N", type=non_negative_int, action="append",
+                        help="with TOPIC: only this partition (repeatable; default: all)")
+    delete.add_argument("--offset", metavar="N", type=int,
+                        help="with TOPIC: the new log start offset (-1: the log end)")
+    delete.add_argument("--offset-json-file", metavar="FILE",
+                        help="a JSON file naming topic, partition and offset per partition")
+    json_option(delete)
+
+
+def _delete_records_plan(args: argparse.Namespace, log: Any) -> dict[tuple[str, int], int]:
+    """The (topic, partition) -> offset map the arguments ask for, checked for shape."""
+    if args.offset_json_file is not None:
+        if args.topic is not None or args.offset is not None or args.partition:
+            raise CommandError("delete-records takes either --offset-json-file or TOPIC with "
+                               "--offset, not both")
+        try:
+            with open(args.offset_json_file, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"--offset-json-file {args.offset_json_file}: {exc}") from None
+        entries = doc.get("partitions") if isinstance(doc, dict) else None
+        if not isinstance(entries, list) or not entries:
+            raise CommandError(f"--offset-json-file {args.offset_json_file}: expected "
+                               '{"partitions": [{"topic": ..., "partition": ..., "offset": '
+                               "...}, ...]} with at least one entry")
+        plan: dict[tuple[str, int], int] = {}
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict) or not isinstance(entry.get("topic"), str) or \
+                    not _is_int(entry.get("partition")) or not _is_int(entry.get("offset")):
+                raise CommandError(f"--offset-json-file {args.offset_json_file}: entry {i} "
+                                   f"({json.dumps(entry)}) needs a string topic and integer "
+                                   "partition and offset")
+            tp = (entry["topic"], entry["partition"])
+            if tp in plan:
+                raise CommandError(f"--offset-json-file {args.offset_json_file}: partition "
+                                   f"{tp[0]}-{tp[1]} is named twice")
+            plan[tp] = entry["offset"]
+        return plan
+    if args.topic is None or args.offset is None:
+        raise CommandError("delete-records needs --offset-json-file, or TOPIC and --offset")
+    return {(args.topic, p): args.offset
+            for p in maintained_partitions(log, args.topic, args.partition)}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def run_delete_records(args: argparse.Namespace) -> None:
+    log = open_log(args.root)
+    low = log.delete_records(_delete_records_plan(args, log))
+    print_table(("TOPIC", "PARTITION", "LOW-WATERMARK"),
+                [(t, p, offset) for (t, p), offset in low.items()], args.json)
 
 
 def run_compact(args: argparse.Namespace) -> None:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ..log import Log
     from ..partition.partition_log import PartitionLog
     from ..partition.producer_state import ProducerState
+    from ..partition.reader import Piece
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +43,11 @@ class PartitionBounds:
 def bounds(log: Log, topic: str, partition: int) -> PartitionBounds:
     part = log.partition(topic, partition)
     state = part.state()
-    return PartitionBounds(topic, partition, part.topic_id, part.log_start(),
-                           part.last_stable_offset(state), state.end_offset)
+    log_start = part.log_start()
+    # A transaction left open below a log start delete-records moved holds nothing a
+    # reader can reach: as Kafka, the LSO is never below the log start.
+    return PartitionBounds(topic, partition, part.topic_id, log_start,
+                           max(part.last_stable_offset(state), log_start), state.end_offset)
 
 
 def end_expired_transactions(log: Log, partitions: list[tuple[str, int]]) -> None:
@@ -95,7 +99,27 @@ def offset_for_timestamp(log: Log, topic: str, partition: int, timestamp_ms: int
     base = part.first_batch_reaching(timestamp_ms, limit)
     if base is None:
         return None
-    pieces, _ = part.read(base, min(part.header(base).next_offset, limit), READ_UNCOMMITTED)
+    log_start = part.log_start()
+    if base >= log_start:
+        pieces, _ = part.read(base, min(part.header(base).next_offset, limit), READ_UNCOMMITTED)
+        return _first_reaching(pieces, timestamp_ms)
+    # The batch lies below a log start delete-records moved (retention has not deleted
+    # it yet): as Kafka, the answer is the first record at or after the log start.
+    position = log_start
+    while position < limit:
+        pieces, position_after = part.read(position, min(position + TIME_SCAN_OFFSETS, limit),
+                                           READ_UNCOMMITTED)
+        found = _first_reaching(pieces, timestamp_ms)
+        if found is not None or position_after <= position:
+            return found
+        position = position_after
+    return None
+
+
+TIME_SCAN_OFFSETS = 10_000  # offsets read at once when a time lookup scans from the log start
+
+
+def _first_reaching(pieces: list[Piece], timestamp_ms: int) -> tuple[int, int] | None:
     for piece in pieces:
         hits = np.flatnonzero(piece.timestamps.to_numpy() >= timestamp_ms)
         if len(hits):

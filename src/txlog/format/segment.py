@@ -252,6 +252,17 @@ def read_index(storage: Storage, head: SegmentHead, url: str) -> SegmentIndex:
     return SegmentIndex(bases, positions, sizes)
 
 
+def read_aborted(storage: Storage, head: SegmentHead, url: str) -> np.ndarray:
+    """The aborted section of a segment (ABORTED_ENTRY rows: the transactions whose ABORT
+    marker lies in the segment), checked against its checksum."""
+    length = head.aborted_count * ABORTED_ENTRY.itemsize
+    if not length:
+        return np.zeros(0, dtype=ABORTED_ENTRY)
+    raw = storage.read_range(head.path, head.aborted_start, length)
+    data = _section(raw, 0, length, head.aborted_crc, "aborted list", url, head.base_offset)
+    return np.frombuffer(data, dtype=ABORTED_ENTRY, count=head.aborted_count)
+
+
 def read_time_index(storage: Storage, head: SegmentHead, index: SegmentIndex,
                     url: str) -> TimeIndex:
     """The time index of a segment, checked against its header and offset index."""

@@ -82,13 +82,16 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
     if not run or (len(run) < min_batches and not full):
         return None
     end_state = _state_at(states, start)
+    if end_state is None:
+        return None
     for header, _, control in run:
         end_state.apply(header, control)
-    log_start = states.cache.log_start()
-    end_state.aborted = [a for a in end_state.aborted if a.last_offset >= log_start]
     last_header, last_data, _ = run[-1]
+    # The segment's own aborted section lists the transactions aborted in it; its
+    # snapshot lists none (each segment's section holds its own: reader.py).
     fields = states.snapshot_fields(end_state, last_header.base_offset,
-                                    bytes(memoryview(last_data)[:ANCHOR_BYTES]))
+                                    bytes(memoryview(last_data)[:ANCHOR_BYTES]),
+                                    end_state.end_offset)
     segment = encode_segment(states.topic_id, start, [(h, d) for h, d, _ in run],
                              end_state.end_offset, end_state.aborted, fields,
                              clock.now_ms())
@@ -101,16 +104,21 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
     return Compacted(start, end, len(run), len(segment))
 
 
-def _state_at(states: StateManager, offset: int) -> ProducerState:
-    """The producer state at the compacted end ``offset``: the newest segment's."""
+def _state_at(states: StateManager, offset: int) -> ProducerState | None:
+    """The producer state at the compacted end ``offset``: the newest segment's.
+
+    None when the newest segment no longer ends there: another compaction (a
+    second maintainer) published the segment at ``offset`` meanwhile, so this
+    one would lose the race for its name anyway.
+    """
     if offset == 0:
         return ProducerState()
-    for base in reversed(states.cache.list_segments()):
-        head, state = states.segment_state(base)
-        if head.end_offset == offset:
-            return state
-    raise StorageError(f"{states.topic}-{states.partition}: no segment ends at {offset} (the "
-                       "segments changed during the compaction)")
+    bases = states.cache.list_segments()
+    if not bases:
+        raise StorageError(f"{states.topic}-{states.partition}: no segment ends at {offset} "
+                           "(every segment is gone)")
+    head, state = states.segment_state(bases[-1])  # the newest is never deleted
+    return state if head.end_offset == offset else None
 
 
 def retire_batches(states: StateManager, below: int) -> list[str]:

@@ -21,7 +21,7 @@ from .compaction import (DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted, 
 from .isolation import READ_COMMITTED
 from .producer_state import ProducerState
 from .reader import OutcomeResolver, Piece, Reader
-from .retention import Retained, apply_retention
+from .retention import Retained, apply_retention, delete_records
 from .state_manager import StateManager
 from .storage_cache import BatchRef
 
@@ -77,8 +77,14 @@ class PartitionLog:
         return self._cache.refs(start, state.end_offset if end is None else end, state.end_offset)
 
     def log_start(self) -> int:
-        """The first offset still stored (it moves up when retention deletes segments)."""
+        """The first offset a reader may read: the oldest segment's base, or the log start
+        delete-records recorded if higher (listed now)."""
         return self._cache.log_start()
+
+    def delete_records(self, offset: int) -> int:
+        """Move the log start up to ``offset`` (-1: the log end), as Kafka's DeleteRecords;
+        returns the new log start (retention.py)."""
+        return delete_records(self._states, offset)
 
     def compacted_end(self) -> int:
         """Where the segments end and batch objects begin (0 before any compaction)."""

@@ -120,6 +120,10 @@ class ProducerState:
         self.end_offset = end_offset
         self.producers: dict[int, ProducerEntry] = {}
         self.aborted: list[AbortedTransaction] = []
+        # ``aborted`` lists every aborted transaction whose ABORT marker is at or after
+        # this offset; those before it are in the segments' aborted sections (a state
+        # loaded from a version 3 snapshot, format.md section 3).
+        self.aborted_from = 0
 
     def copy(self) -> ProducerState:
         return ProducerState.from_bytes(self.to_bytes())
@@ -241,7 +245,8 @@ class ProducerState:
                                 for b in e.batches]]
             for _, e in sorted(self.producers.items())]
         aborted = [[a.producer_id, a.first_offset, a.last_offset] for a in self.aborted]
-        return {"end": self.end_offset, "producers": producers, "aborted": aborted}
+        return {"end": self.end_offset, "producers": producers, "aborted": aborted,
+                "aborted_from": self.aborted_from}
 
     @classmethod
     def from_dict(cls, obj: Any) -> ProducerState:
@@ -281,6 +286,9 @@ class ProducerState:
                 metas.append(meta)
             state.producers[pid] = ProducerEntry(pid, epoch, metas, txn_first, decision, txn_id,
                                                  last_ts)
+        state.aborted_from = _int(obj.get("aborted_from", 0), "aborted_from")
+        if not 0 <= state.aborted_from <= end:
+            raise ValueError("aborted_from outside the prefix")
         for item in aborted:
             if not isinstance(item, list) or len(item) != 3:
                 raise ValueError("malformed aborted transaction")

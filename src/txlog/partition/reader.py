@@ -10,6 +10,7 @@ state alone.
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 from collections.abc import Callable
@@ -21,14 +22,15 @@ import pyarrow.compute as pc
 
 from ..format.arrays import counting, repeat
 from ..format.batch import LOG_APPEND_TIME, decode_header, decode_records, payload_of
-from ..errors import CorruptBatchError, OffsetOutOfRangeError
-from .producer_state import AbortedIndex, OpenTransaction, ProducerState
+from ..errors import CorruptBatchError, OffsetOutOfRangeError, StorageError
+from .producer_state import AbortedIndex, AbortedTransaction, OpenTransaction, ProducerState
 from .isolation import READ_COMMITTED, check_isolation_level, visible_end
 from .state_manager import StateManager
-from .storage_cache import BatchRef
+from .storage_cache import RELOADS, BatchRef
 
 PARALLEL_MIN_BATCH_BYTES = 1 << 20  # batches at least this large are read on threads
 SPAN_BATCHES = 64  # batches of one segment fetched with one read (and decoded on one thread)
+LOG_START_REFRESH_S = 1.0  # a reader lists the log start again after this long (see _log_start)
 
 # Resolves an open transaction: True committed, False aborted, None undecided.
 OutcomeResolver = Callable[[OpenTransaction], "bool | None"]
@@ -54,6 +56,7 @@ class Reader:
         # object (the cache was dropped and reloaded) starts a new index.
         self._aborted = AbortedIndex()
         self._aborted_of: ProducerState | None = None
+        self._open_at_end: dict[int, int] = {}  # segment base -> _open_before (never changes)
 
     def last_stable_offset(self, state: ProducerState) -> int:
         """First offset of the earliest undecided transaction, else the log end."""
@@ -62,13 +65,18 @@ class Reader:
                 return txn.first_offset
         return state.end_offset
 
-    def aborted_check(self, state: ProducerState) -> Callable[[int, int], bool]:
-        """``(producer id, offset) -> bool``: is a transactional batch there aborted?
+    def aborted_check(self, state: ProducerState, start: int = 0, end: int | None = None
+                      ) -> Callable[[int, int], bool]:
+        """``(producer id, offset) -> bool``: is a transactional batch in ``[start, end)``
+        aborted?
 
-        Aborted transactions come from the ABORT markers (an append-only list,
-        indexed incrementally) and from open transactions already decided as
-        aborted whose markers are not written yet.
+        Aborted transactions come from the ABORT markers: those at or after the
+        state's ``aborted_from`` from the state (an append-only list, indexed
+        incrementally), the earlier ones from the aborted sections of the
+        segments the range needs (``_segment_aborted``); and from open
+        transactions already decided as aborted whose markers are not written yet.
         """
+        segments = self._segment_aborted(state, start, state.end_offset if end is None else end)
         with self._states.lock:
             if self._aborted_of is not state:
                 self._aborted, self._aborted_of = AbortedIndex(), state
@@ -80,9 +88,67 @@ class Reader:
 
         def aborted(producer_id: int, offset: int) -> bool:
             first = decided_aborted.get(producer_id)
-            return (first is not None and offset >= first) or index.covers(producer_id, offset)
+            return (first is not None and offset >= first) or \
+                index.covers(producer_id, offset) or segments.covers(producer_id, offset)
 
         return aborted
+
+    def _segment_aborted(self, state: ProducerState, start: int, end: int) -> AbortedIndex:
+        """The transactions aborted before ``state.aborted_from`` that a read of ``[start,
+        end)`` needs: those whose marker is at or after ``start`` and which began before
+        ``end``, from the segments' aborted sections (Kafka's per-segment transaction
+        index, read for the fetched range only).
+
+        The segments are read from the one holding ``start`` on, and no further
+        than needed: past ``end``, a segment whose end state has no transaction
+        open that began before ``end`` ends the search (every transaction such a
+        read needs was then already ended by a marker in a segment read), and
+        from ``aborted_from`` on the state itself knows every marker.
+        """
+        index = AbortedIndex()
+        upto = state.aborted_from
+        if start >= upto or end <= start:
+            return index
+        cache = self._states.cache
+        for _ in range(RELOADS):
+            with self._states.lock:
+                if cache.compacted_end() < upto:
+                    cache.list_segments()
+                bases = cache.listed_bases()
+            if not bases or cache.compacted_end() < upto:
+                raise StorageError(f"{self._states.topic}-{self._states.partition}: the "
+                                   f"segments end before offset {upto}, where its producer "
+                                   "state's aborted list starts")
+            found = AbortedIndex()
+            try:
+                for base in bases[max(bisect.bisect_right(bases, start) - 1, 0):]:
+                    if base >= upto:
+                        break
+                    head = cache.segment_head(base)
+                    if head.end_offset <= start:
+                        continue
+                    for pid, first, last in cache.segment_aborted(base):
+                        if last >= start and first < end:
+                            found.add(AbortedTransaction(pid, first, last))
+                    if head.end_offset >= end and self._open_before(base) >= end:
+                        break
+            except FileNotFoundError:  # retention deleted a segment: list them again
+                with self._states.lock:
+                    cache.list_segments()
+                continue
+            return found
+        raise StorageError(f"{self._states.topic}-{self._states.partition}: segments kept "
+                           "vanishing under a read")
+
+    def _open_before(self, base: int) -> int:
+        """The first offset of the earliest transaction still open at the end of the
+        segment at ``base`` (its snapshot), or its end offset if none is."""
+        found = self._open_at_end.get(base)
+        if found is None:
+            head, state = self._states.segment_state(base)
+            opened = [t.first_offset for t in state.open_transactions()]
+            found = self._open_at_end[base] = min(opened, default=head.end_offset)
+        return found
 
     def read(self, start: int, end: int | None, isolation_level: str
              ) -> tuple[list[Piece], int]:
@@ -97,16 +163,16 @@ class Reader:
         state = states.state()
         limit = visible_end(isolation_level, state.end_offset,
                             lambda: self.last_stable_offset(state))
-        # Below the compacted end, retention may have removed the offset: list the segments.
-        log_start = states.cache.log_start() if 0 <= start < states.cache.compacted_end() else 0
+        end = limit if end is None else min(end, limit)
+        log_start = self._log_start(start, end)
         if start < log_start or start < 0 or start > state.end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {start} is out of range for {states.topic}-{states.partition} "
                 f"(valid: {log_start} to {state.end_offset})")
-        end = limit if end is None else min(end, limit)
         if end <= start:
             return [], start
-        aborted = self.aborted_check(state) if isolation_level == READ_COMMITTED else None
+        aborted = self.aborted_check(state, start, end) \
+            if isolation_level == READ_COMMITTED else None
         wanted = _spans(states.cache.refs(start, end, state.end_offset))
 
         def load(span: list[BatchRef]) -> list[tuple[Piece | None, int]]:
@@ -130,6 +196,26 @@ class Reader:
         if not current:
             return self.read(start, requested_end, isolation_level)
         return [piece for span in loaded for piece, _ in span if piece is not None], end
+
+    def _log_start(self, start: int, end: int) -> int:
+        """The log start a read from ``start`` to ``end`` is checked against.
+
+        Listed again (one listing of the segments directory, which also names
+        the log starts delete-records recorded) when the read starts below
+        the compacted end, where retention may have removed it, or below the
+        log start last listed, or when that listing is older than
+        LOG_START_REFRESH_S; an empty read lists nothing.  So a log start
+        recorded by another process is enforced here within that time
+        (docs/protocol.md, section 7.1).
+        """
+        cache = self._states.cache
+        known = cache.known_log_start()
+        if start < 0:
+            return known
+        if start < known or (end > start and (start < cache.compacted_end() or
+                                               cache.listing_age_s() >= LOG_START_REFRESH_S)):
+            return cache.log_start()
+        return known
 
     def _load_span(self, span: list[BatchRef], start: int, end: int,
                    aborted: Callable[[int, int], bool] | None

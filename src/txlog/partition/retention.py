@@ -1,10 +1,15 @@
-"""Retention of one partition: deleting whole segments from the log start.
+"""Retention of one partition: moving the log start forward and deleting whole segments.
 
 Kafka's rules, by time (``retention.ms``) and by size (``retention.bytes``),
 applied to segments only: batch objects are never deleted by retention, so a
 partition is compacted before retention can shorten it.  The newest segment
 always stays, since its snapshot carries the producer state past everything
 deleted (docs/protocol.md, section 7; compaction.py has the other rules).
+
+DeleteRecords (``delete_records``) moves the log start without deleting
+anything: it records the new start (a ``.start`` object beside the segments,
+docs/format.md 4.8), readers below it get OffsetOutOfRangeError, and
+retention later deletes the segments that lie wholly below it.
 """
 
 from __future__ import annotations
@@ -13,6 +18,10 @@ import logging
 from dataclasses import dataclass
 
 from .. import clock
+from ..errors import OffsetOutOfRangeError
+from ..format.log_start import LogStartRecord, encode_log_start
+from ..format.topic_ids import current_topic_id
+from ..storage.paths import log_start_path
 from .compaction import retire_batches
 from .state_manager import StateManager
 
@@ -34,30 +43,81 @@ def apply_retention(states: StateManager, retention_ms: int = -1, retention_byte
 
     A segment goes when its newest record is older than ``retention_ms``, or
     while the partition without it still holds ``retention_bytes`` or more;
-    -1 disables a rule.  The newest segment always stays.
+    -1 disables a rule.  A segment that ends at or below the log start
+    recorded by delete-records goes whatever the rules say.  The newest
+    segment always stays.
     """
     now_ms = clock.now_ms() if now_ms is None else now_ms
-    heads = states.cache.segment_heads()
-    if len(heads) < 2 or (retention_ms < 0 and retention_bytes < 0):
-        return Retained(0, 0, heads[0].base_offset if heads else 0)
-    tail_bytes = states.cache.tail_sizes(states.state().end_offset)[1]
-    total = sum(h.total_length for h in heads) + tail_bytes
+    cache = states.cache
+    heads = cache.segment_heads()
+    recorded = cache.recorded_starts()  # the same listing as the heads
+    start = max(heads[0].base_offset if heads else 0, recorded[-1] if recorded else 0)
     doomed = []
-    for head in heads[:-1]:
-        by_size = retention_bytes >= 0 and total - head.total_length >= retention_bytes
-        newest = states.cache.time_index(head.base_offset).newest
-        newest = head.created_ms if newest is None else newest
-        by_time = retention_ms >= 0 and newest < now_ms - retention_ms
-        if not (by_size or by_time):
-            break
-        doomed.append(head)
-        total -= head.total_length
+    if len(heads) >= 2 and (retention_ms >= 0 or retention_bytes >= 0 or recorded):
+        tail_bytes = cache.tail_sizes(states.state().end_offset)[1]
+        total = sum(h.total_length for h in heads) + tail_bytes
+        for head in heads[:-1]:
+            by_start = head.end_offset <= start
+            by_size = retention_bytes >= 0 and total - head.total_length >= retention_bytes
+            by_time = False
+            if retention_ms >= 0 and not (by_start or by_size):
+                try:
+                    newest = cache.time_index(head.base_offset).newest
+                except FileNotFoundError:  # another retention (oldest first) deleted it
+                    total -= head.total_length
+                    continue
+                newest = head.created_ms if newest is None else newest
+                by_time = newest < now_ms - retention_ms
+            if not (by_start or by_size or by_time):
+                break
+            doomed.append(head)
+            total -= head.total_length
     if doomed:
         retire_batches(states, doomed[-1].end_offset)
     for head in doomed:
         states.storage.delete(head.path)
-    log_start = states.cache.log_start()
+    # Records below the largest one no longer say anything (the largest is the log
+    # start and is never deleted, so the log start cannot move back).
+    for offset in recorded[:-1]:
+        states.storage.delete(log_start_path(states.dir, offset))
+    log_start = cache.log_start()  # listed again: another retention may have run meanwhile
     if doomed:
         logger.info("%s-%d: retention deleted %d segments; log start offset now %d",
                     states.topic, states.partition, len(doomed), log_start)
     return Retained(len(doomed), sum(h.total_length for h in doomed), log_start)
+
+
+def delete_records(states: StateManager, offset: int) -> int:
+    """Move the log start up to ``offset`` (Kafka's DeleteRecords); -1 means the log end.
+
+    Nothing is deleted here: the new start is recorded, every read below it
+    is refused from then on, and retention deletes the segments wholly below
+    it.  An offset at or below the current log start changes nothing.
+    Returns the log start after the call (Kafka's low watermark).
+    """
+    name = f"{states.topic}-{states.partition}"
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < -1:
+        raise OffsetOutOfRangeError(
+            f"delete-records offset {offset!r} for {name} must be -1 (the log end) or a "
+            "non-negative int")
+    end = states.state().end_offset
+    current = states.cache.log_start()
+    if offset == -1:
+        offset = end
+    if offset > end:
+        raise OffsetOutOfRangeError(
+            f"delete-records offset {offset} for {name} is beyond its log end offset {end} "
+            f"(log start {current}): nothing was deleted")
+    if offset <= current:
+        return current
+    # A record is bound to this incarnation: one that a process which opened the topic
+    # before a delete and re-create would write into the new one is refused here (the
+    # window left is the same as a single append's, docs/protocol.md section 1).
+    topic_id = current_topic_id(states.storage, states.topic)
+    if topic_id != states.topic_id:
+        states._stale(topic_id)  # raises UnknownTopicError or InconsistentTopicIdError
+    record = LogStartRecord(offset, states.topic_id, clock.now_ms())
+    states.storage.publish_if_absent(log_start_path(states.dir, offset), encode_log_start(record))
+    log_start = states.cache.log_start()
+    logger.info("%s: log start offset moved to %d (delete-records)", name, log_start)
+    return log_start

@@ -36,7 +36,10 @@ logger = logging.getLogger(__name__)
 SNAPSHOT_INTERVAL = 64  # batches between producer-state snapshots
 SNAPSHOTS_KEPT = 2
 ANCHOR_BYTES = 8  # magic + header checksum of a batch
-SNAPSHOT_FORMAT = 2  # 2: the topic id and the last batch's anchor (format.md, section 3)
+# 2: the topic id and the last batch's anchor; 3: ``aborted`` holds only the aborted
+# transactions whose marker is at or after ``aborted_from`` (format.md, section 3)
+SNAPSHOT_FORMAT = 3
+SNAPSHOT_FORMATS_READ = (2, 3)  # a version 2 snapshot's aborted list is complete
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,8 +270,11 @@ class StateManager:
 
     def state_from_fields(self, obj: object, end: int) -> ProducerState:
         """The state a snapshot's fields hold, refusing (ValueError) anything else."""
-        if not isinstance(obj, dict) or obj.get("v") != SNAPSHOT_FORMAT:
-            raise ValueError(f"not a version {SNAPSHOT_FORMAT} snapshot")
+        if not isinstance(obj, dict) or obj.get("v") not in SNAPSHOT_FORMATS_READ:
+            raise ValueError(f"not a version {' or '.join(map(str, SNAPSHOT_FORMATS_READ))} "
+                             "snapshot")
+        if obj.get("v") == 3 and "aborted_from" not in obj:
+            raise ValueError("a version 3 snapshot without aborted_from")
         if obj.get("topic_id") != self.topic_id:
             raise ValueError(f"it belongs to topic id {obj.get('topic_id')!r}, not "
                              f"{self.topic_id!r} (the topic was re-created)")
@@ -277,9 +283,18 @@ class StateManager:
             raise ValueError(f"it ends at {state.end_offset}, not at {end}")
         return state
 
-    def snapshot_fields(self, state: ProducerState, last_base: int, anchor: bytes) -> dict:
+    def snapshot_fields(self, state: ProducerState, last_base: int, anchor: bytes,
+                        aborted_from: int) -> dict:
+        """A snapshot's fields.  Its aborted list starts at ``aborted_from`` (or where the
+        state's own starts, if later): the transactions aborted before it are in the
+        aborted sections of segments that end at or before it, which is where a reader
+        looks for them (reader.py), so no snapshot carries the whole history."""
+        fields = state.to_dict()
+        start = max(state.aborted_from, aborted_from)
+        fields["aborted"] = [a for a in fields["aborted"] if a[2] >= start]
+        fields["aborted_from"] = start
         return {"v": SNAPSHOT_FORMAT, "topic_id": self.topic_id, "last": [last_base, anchor],
-                **state.to_dict()}
+                **fields}
 
     def _parse_snapshot(self, offset: int, data: bytes) -> tuple[ProducerState, _Anchor]:
         if len(data) < 5 or crc32c.crc32c(data[4:]) != int.from_bytes(data[:4], "big"):
@@ -303,7 +318,10 @@ class StateManager:
         anchor = self._anchor
         if anchor is None or anchor.next_segment is not None:
             return  # nothing since the newest segment, whose own snapshot serves
-        body = msgpack.packb(self.snapshot_fields(state, anchor.base, anchor.data))
+        # Segments cover everything before the compacted end as this process listed it
+        # (at most the true one): the list can start there.
+        body = msgpack.packb(self.snapshot_fields(state, anchor.base, anchor.data,
+                                                  self.cache.compacted_end()))
         data = crc32c.crc32c(body).to_bytes(4, "big") + body
         try:
             # Right before publishing: a topic re-created since the refresh is

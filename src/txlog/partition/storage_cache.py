@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NoReturn
@@ -24,12 +25,12 @@ import pyarrow as pa
 from ..errors import CorruptBatchError, OffsetOutOfRangeError, StorageError
 from ..format.batch import (HEADER_READ_SIZE, BatchHeader, ControlRecord, decode_control,
                             decode_header, payload_of)
-from ..format.segment import (CorruptSegmentError, SegmentHead, SegmentIndex, TimeIndex, read_head,
-                              read_header, read_index, read_time_index)
+from ..format.segment import (CorruptSegmentError, SegmentHead, SegmentIndex, TimeIndex,
+                              read_aborted, read_head, read_header, read_index, read_time_index)
 from ..format.topic_ids import current_topic_id
 from ..storage.backends import Storage
-from ..storage.paths import (BATCH_SUFFIX, batch_path, named_offsets, partition_dir, segment_bases,
-                             segment_path, segments_dir)
+from ..storage.paths import (BATCH_SUFFIX, LOG_START_SUFFIX, batch_path, named_offsets,
+                             partition_dir, segment_bases, segment_path, segments_dir)
 
 RELOADS = 5  # listings or loads in one call before giving up (storage keeps changing under us)
 
@@ -73,9 +74,15 @@ class StorageCache:
         # Segments as last listed: their bases, and where the newest ends.
         self._segment_bases: list[int] = []
         self._compacted_end = 0
+        # The largest log start recorded by delete-records (0: none), and when the
+        # segments directory, which holds those records, was last listed.
+        self._recorded_start = 0
+        self._recorded_starts: list[int] = []
+        self._listed_at = float("-inf")
         self._heads: dict[int, SegmentHead] = {}
         self._indexes: dict[int, SegmentIndex] = {}
         self._time_indexes: dict[int, TimeIndex] = {}
+        self._aborted: dict[int, list[tuple[int, int, int]]] = {}
 
     # --- paths and headers ----------------------------------------------------
 
@@ -111,8 +118,18 @@ class StorageCache:
     # --- segments -------------------------------------------------------------
 
     def listed_segments(self) -> list[int]:
-        """Bases of the segments in storage now (one listing, no header read)."""
-        return segment_bases(self.storage.list(segments_dir(self.dir)))
+        """Bases of the segments in storage now (one listing, no header read).
+
+        The same listing names the log starts recorded by delete-records: the
+        cache keeps the largest (log start records only ever raise it).
+        """
+        names = self.storage.list(segments_dir(self.dir))
+        with self.lock:
+            self._recorded_starts = named_offsets(names, LOG_START_SUFFIX)
+            if self._recorded_starts:
+                self._recorded_start = max(self._recorded_start, self._recorded_starts[-1])
+            self._listed_at = time.monotonic()
+        return segment_bases(names)
 
     def list_segments(self) -> list[int]:
         """List the segments again (they come and go under compaction and retention)."""
@@ -137,9 +154,27 @@ class StorageCache:
         return self._compacted_end
 
     def log_start(self) -> int:
-        """The first offset still stored: the base of the oldest segment, else 0."""
+        """The log start offset, listed now: the larger of the oldest segment's base (0
+        without segments) and the log start recorded by delete-records."""
         bases = self.list_segments()
-        return bases[0] if bases else 0
+        return max(bases[0] if bases else 0, self._recorded_start)
+
+    def stored_start(self) -> int:
+        """The first offset still stored (the oldest segment's base, else 0), as last
+        listed: the records below it cannot be read by anyone, whatever they last listed."""
+        return self._segment_bases[0] if self._segment_bases else 0
+
+    def known_log_start(self) -> int:
+        """The log start as last listed (no request)."""
+        return max(self.stored_start(), self._recorded_start)
+
+    def recorded_starts(self) -> list[int]:
+        """The offsets of the log start records as last listed, sorted."""
+        return list(self._recorded_starts)
+
+    def listing_age_s(self) -> float:
+        """Seconds since the segments directory (and the log start records) were listed."""
+        return time.monotonic() - self._listed_at
 
     def segment_head(self, base: int) -> SegmentHead:
         """A segment's header (its range and sections); the snapshot is not read."""
@@ -183,6 +218,21 @@ class StorageCache:
             index = self._time_indexes[base] = read_time_index(
                 self.storage, head, self.segment_index(base), self.url(head.path))
         return index
+
+    def segment_aborted(self, base: int) -> list[tuple[int, int, int]]:
+        """``(producer id, first offset, marker offset)`` of the transactions aborted in a
+        segment (its aborted section: the reader's aborted index below the compacted end)."""
+        found = self._aborted.get(base)
+        if found is None:
+            head = self.segment_head(base)
+            rows = read_aborted(self.storage, head, self.url(head.path))
+            found = self._aborted[base] = list(zip(rows["producer_id"].tolist(),
+                                                   rows["first"].tolist(), rows["last"].tolist()))
+        return found
+
+    def listed_bases(self) -> list[int]:
+        """The segments' bases as last listed (no request)."""
+        return list(self._segment_bases)
 
     def _segment_refs(self, base: int, start: int, end: int) -> list[BatchRef]:
         index = self.segment_index(base)

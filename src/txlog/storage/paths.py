@@ -26,6 +26,7 @@ SEGMENT_DIR = "segments"
 SEGMENT_SUFFIX = ".segment"
 SNAPSHOT_DIR = "snapshots"
 SNAPSHOT_SUFFIX = ".snapshot"
+LOG_START_SUFFIX = ".start"  # a recorded log start offset (delete-records), in the segments dir
 
 
 def topic_dir(topic: str) -> str:
@@ -82,6 +83,13 @@ def segment_path(directory: str, base_offset: int) -> str:
 def segment_bases(names: list[str]) -> list[int]:
     """Base offsets of the segment names among ``names``, sorted."""
     return named_offsets(names, SEGMENT_SUFFIX)
+
+
+def log_start_path(directory: str, offset: int) -> str:
+    """The record that moves the log start of partition directory ``directory`` to ``offset``
+    (DeleteRecords).  It sits beside the segments so that the one listing that finds them
+    finds it too."""
+    return f"{segments_dir(directory)}/{offset_name(offset, LOG_START_SUFFIX)}"
 
 
 def snapshots_dir(directory: str) -> str:
