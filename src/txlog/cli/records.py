@@ -69,7 +69,7 @@ def add_consume(commands: Any, leaf_parser: LeafParser) -> None:
                          help="read only this partition (default: all)")
     start = consume.add_mutually_exclusive_group()
     start.add_argument("--from-beginning", action="store_true",
-                       help="start at offset 0 instead of the current end")
+                       help="start at each partition's log start instead of the current end")
     start.add_argument("--offset", metavar="OFFSET", type=non_negative_int,
                        help="start at OFFSET (needs --partition)")
     start.add_argument("--from-timestamp", metavar="MS", type=non_negative_int,
