@@ -12,11 +12,17 @@ once.  ``--producer-option key=value`` (repeatable) is passed to
 measures a write path with other knobs.
 
 **The store.**  The test suite's moto S3 endpoint (tests/s3_server.py) runs
-in this process.  Every request is answered after ``--latency-ms`` (default
-25 ms, about a regional S3's first-byte latency); the waits of concurrent
-requests overlap, as on S3.  Only conditional writes (``If-None-Match`` /
-``If-Match``) are serialised, around moto's own check-then-store, which moto
-does not lock; other requests run concurrently.
+in this process.  Every request waits ``--latency-ms`` (default 25 ms, about
+a regional S3's first-byte latency) before moto handles it; the waits of
+concurrent requests overlap, as on S3, and no lock is held during them.
+Conditional writes (``If-None-Match`` / ``If-Match``) are serialised around
+moto's own check-then-store, which moto does not lock.  So are moto's other
+mutations and its listings, only for moto's in-process work after the wait:
+moto's key store is a plain dict, and a LIST iterating it while a DELETE or
+PUT of another key changes it fails with a KeyError (500, seen in a first
+run with 8 writers), which a real store never answers.  GETs and HEADs run
+concurrently.  moto handles every request in Python under one GIL, so the
+lock costs no parallelism the server had.
 
 **How requests are counted.**  Server-side, per client: every process of the
 benchmark opens its store with botocore's ``user_agent_extra`` set to a tag
@@ -100,13 +106,13 @@ _TAG_RE = re.compile(re.escape(TAG) + r"([A-Za-z0-9_.-]+)")
 
 
 class LatentS3(MotoS3):
-    """moto's S3 with a per-request latency, only conditional writes serialised, counts per tag."""
+    """moto's S3 with a per-request latency, waits overlapping, counts per tag."""
 
     def __init__(self, latency_s: float) -> None:
         super().__init__()
         self.latency_s = latency_s
-        self.serialise_writes = False  # replaced by the narrower lock below
-        self._conditional = threading.Lock()
+        self.serialise_writes = False  # replaced by the lock below, taken after the wait
+        self._exclusive = threading.Lock()
         self._tally_lock = threading.Lock()
         self.tally: dict[str, Counter[str]] = {}
 
@@ -135,8 +141,8 @@ class LatentS3(MotoS3):
                     counts["lost"] += 1
             return start_response(status, headers, *rest)
 
-        if conditional:
-            with self._conditional:
+        if conditional or method in ("PUT", "POST", "DELETE") or kind == "LIST":
+            with self._exclusive:  # see the module docstring: moto's store is not thread-safe
                 return super()._handle(moto_app, environ, answer)
         return super()._handle(moto_app, environ, answer)
 
@@ -335,8 +341,8 @@ class Bench:
             root = f"s3://{bucket}/log"
             driver_options = server.storage_options
             Log(root, storage_options=driver_options)  # the root's first objects, uncounted
-            print(f"== object store: moto S3 at {a.latency_ms:g} ms per request (conditional "
-                  f"writes serialised), {a.mb} MiB payload of {self.records:,} records of "
+            print(f"== object store: moto S3 at {a.latency_ms:g} ms per request (waits "
+                  f"overlapping), {a.mb} MiB payload of {self.records:,} records of "
                   f"{a.record_bytes} B, {a.partitions} partitions, median of {a.repeats}")
             print(f"   producer options: {self.config or '(defaults)'}\n")
             self.write_vs_parquet(root, driver_options, bucket)
