@@ -28,7 +28,7 @@ lock costs no parallelism the server had.
 benchmark opens its store with botocore's ``user_agent_extra`` set to a tag
 (``txlogbench-task-3``, ``txlogbench-parquet-write``, ...), and the server
 counts requests, uploaded bytes (the Content-Length of PUT and POST bodies)
-and 412 answers (a conditional write that lost) per tag.  A task's figures
+and conditional writes and their 412 answers (a write that lost) per tag.  A task's figures
 are therefore exactly what its process sent, from opening its ``Log`` to
 ``prepare_transaction`` (the task does nothing else); the driver's start and
 commit are untagged and not counted.  Retries made by botocore are separate
@@ -125,23 +125,27 @@ class LatentS3(MotoS3):
         method = environ["REQUEST_METHOD"]
         kind = request_kind(method, environ.get("PATH_INFO", ""),
                             environ.get("QUERY_STRING", ""))
-        conditional = "HTTP_IF_NONE_MATCH" in environ or "HTTP_IF_MATCH" in environ
+        writing = method in ("PUT", "POST")
+        # s3fs also sends If-Match on ranged GETs (the file must not change under it):
+        # only writes count as conditional here.
+        conditional = writing and ("HTTP_IF_NONE_MATCH" in environ or
+                                   "HTTP_IF_MATCH" in environ)
         with self._tally_lock:
             counts = self.tally.setdefault(tag, Counter())
             counts[kind] += 1
             counts["requests"] += 1
-            if method in ("PUT", "POST"):
+            if writing:
                 counts["uploaded"] += int(environ.get("CONTENT_LENGTH") or 0)
             if conditional:
                 counts["conditional"] += 1
 
         def answer(status: str, headers: list, *rest: Any) -> Any:
-            if status.startswith("412"):
+            if conditional and status.startswith("412"):
                 with self._tally_lock:
                     counts["lost"] += 1
             return start_response(status, headers, *rest)
 
-        if conditional or method in ("PUT", "POST", "DELETE") or kind == "LIST":
+        if writing or method == "DELETE" or kind == "LIST":
             with self._exclusive:  # see the module docstring: moto's store is not thread-safe
                 return super()._handle(moto_app, environ, answer)
         return super()._handle(moto_app, environ, answer)
