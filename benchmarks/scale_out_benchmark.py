@@ -27,9 +27,9 @@ lock costs no parallelism the server had.
 **How requests are counted.**  Server-side, per client: every process of the
 benchmark opens its store with botocore's ``user_agent_extra`` set to a tag
 (``txlogbench-task-3``, ``txlogbench-parquet-write``, ...), and the server
-counts requests, uploaded bytes (the Content-Length of PUT and POST bodies)
-and conditional writes and their 412 answers (a write that lost) per tag.  A task's figures
-are therefore exactly what its process sent, from opening its ``Log`` to
+counts requests, uploaded bytes (the Content-Length of PUT and POST bodies),
+conditional writes and their 412 answers (a write that lost) per tag.  A
+task's figures are therefore exactly what its process sent, from opening its ``Log`` to
 ``prepare_transaction`` (the task does nothing else); the driver's start and
 commit are untagged and not counted.  Retries made by botocore are separate
 HTTP requests and are counted.  Every process's first ``Log`` of a root
