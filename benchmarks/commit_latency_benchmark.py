@@ -1,0 +1,171 @@
+"""Commit latency (issue 19): a small transaction on local disk against one fsynced file.
+
+What a user calls a commit, measured as a user sees it: ``begin_transaction``,
+the sends, and ``commit_transaction`` returning, with one transactional
+producer on a local root with fsync on (the default).  Each transaction
+holds ``--records`` records (default 10) in each of ``--partitions``
+partitions (default 4), 100-byte values with 8-byte keys; by default they go
+in one ``send_table`` call with a ``partition`` column (``--api send`` sends
+them one ``send`` at a time instead, as a Kafka user would).
+``init_transactions`` runs once before, as in a long-lived producer, and is
+not timed.
+
+The yardstick, taken in the same run on the same file system and interleaved
+with the commits so that drift of this shared machine hits both alike:
+creating a new file of the transaction's payload size, writing it, fsyncing
+it and closing it (no directory fsync).  The medians of ``--commits`` (default
+200) of each, after ``--warmup`` untimed ones, and their ratio are printed;
+the script does not judge them.
+
+``--producer-option key=value`` (repeatable) is passed to ``Producer(...)``.
+
+    python benchmarks/commit_latency_benchmark.py [--commits 200] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from txlog import Log, Producer
+
+KEY_BYTES = 8
+VALUE_BYTES = 100
+
+
+def transaction_table(records: int, partitions: int, seed: int) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    n = records * partitions
+
+    def column(width: int) -> pa.Array:
+        offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
+        return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
+                                                       pa.py_buffer(rng.bytes(n * width))])
+
+    return pa.table({"key": column(KEY_BYTES), "value": column(VALUE_BYTES),
+                     "partition": pa.array(np.repeat(np.arange(partitions, dtype=np.int32),
+                                                     records))})
+
+
+def one_commit(producer: Producer, topic: str, table: pa.Table, api: str) -> float:
+    started = time.perf_counter()
+    producer.begin_transaction()
+    if api == "send_table":
+        producer.send_table(topic, table)
+    else:
+        keys = table.column("key").to_pylist()
+        values = table.column("value").to_pylist()
+        parts = table.column("partition").to_pylist()
+        for key, value, part in zip(keys, values, parts, strict=True):
+            producer.send(topic, value, key=key, partition=part)
+    producer.commit_transaction()
+    return time.perf_counter() - started
+
+
+def one_file(directory: str, data: bytes, n: int) -> float:
+    path = os.path.join(directory, f"f{n:06d}")
+    started = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return time.perf_counter() - started
+
+
+def _value(raw: str) -> Any:
+    lowered = raw.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--commits", type=int, default=200,
+                        help="timed commits, and as many timed file writes (default 200)")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed rounds first (default 10)")
+    parser.add_argument("--records", type=int, default=10,
+                        help="records per partition per transaction (default 10)")
+    parser.add_argument("--partitions", type=int, default=4, help="partitions (default 4)")
+    parser.add_argument("--api", choices=("send_table", "send"), default="send_table",
+                        help="how the records are sent (default send_table, one call)")
+    parser.add_argument("--dir", help="parent of the scratch directory (default: the temp dir); "
+                                      "must be on the disk to measure")
+    parser.add_argument("--producer-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="passed to Producer(...) (repeatable; dots read as underscores)")
+    args = parser.parse_args(argv)
+    for name in ("commits", "records", "partitions"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    config: dict[str, Any] = {}
+    known = inspect.signature(Producer).parameters
+    for pair in args.producer_option:
+        key, sep, raw = pair.partition("=")
+        key = key.strip().replace(".", "_")
+        if not sep or key not in known or key in ("log", "transactional_id"):
+            parser.error(f"--producer-option {pair!r}: give key=value with a Producer argument "
+                         f"({', '.join(k for k in known if k not in ('log', 'transactional_id'))})")
+        config[key] = _value(raw)
+
+    scratch = tempfile.mkdtemp(prefix="txlog-commit-", dir=args.dir)
+    try:
+        files = os.path.join(scratch, "files")
+        os.makedirs(files)
+        log = Log(os.path.join(scratch, "log"))  # fsync on, the default
+        topic = "commits"
+        log.create_topic(topic, args.partitions)
+        producer = log.producer(transactional_id="commit-latency", **config)
+        producer.init_transactions()
+        table = transaction_table(args.records, args.partitions, seed=1)
+        data = os.urandom(table.column("key").nbytes + table.column("value").nbytes)
+        commits, writes = [], []
+        for n in range(args.warmup + args.commits):
+            took_commit = one_commit(producer, topic, table, args.api)
+            took_file = one_file(files, data, n)
+            if n >= args.warmup:
+                commits.append(took_commit)
+                writes.append(took_file)
+        producer.close()
+        expected = (args.warmup + args.commits) * args.records
+        got = log.read(topic, 0).num_rows
+        if got != expected:
+            raise AssertionError(f"partition 0 holds {got} committed records, {expected} sent")
+        c, f = statistics.median(commits), statistics.median(writes)
+        ratios = sorted(a / b for a, b in zip(commits, writes, strict=True))
+        print(f"local disk, fsync on ({scratch}); {args.records} records x {args.partitions} "
+              f"partitions per transaction ({len(data)} B of keys and values), {args.api}; "
+              f"median of {args.commits}, after {args.warmup} warm-up rounds")
+        print(f"  commit (begin_transaction, sends, commit_transaction)  "
+              f"{c * 1000:7.2f} ms   (p10 {_pct(commits, 10)}, p90 {_pct(commits, 90)})")
+        print(f"  one small file: create, write {len(data)} B, fsync, close  "
+              f"{f * 1000:7.2f} ms   (p10 {_pct(writes, 10)}, p90 {_pct(writes, 90)})")
+        print(f"  ratio of the medians                                 {c / f:7.2f}   "
+              f"(median of the paired ratios {statistics.median(ratios):.2f})")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+def _pct(values: list[float], q: int) -> str:
+    return f"{np.percentile(values, q) * 1000:.2f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
