@@ -120,6 +120,23 @@ class StateManager:
             raise StorageError(f"{self.topic}-{self.partition}: the log kept changing under "
                                f"this process ({RELOADS} reloads in one refresh)")
 
+    def believed_state(self) -> ProducerState:
+        """The cached state without asking storage, if there is one (else a refresh).
+
+        An appender tries the slot after it first: publishing there if absent
+        is itself the proof that nobody wrote the slot, and the check after
+        the publish (appender.py) proves the prefix unchanged.  A stale guess
+        only costs a lost publish, then a refresh.
+        """
+        with self.lock:
+            return self._state if self._state is not None else self.state()
+
+    def maybe_snapshot(self) -> None:
+        """Write a snapshot if enough batches were applied (appends that skipped the refresh)."""
+        with self.lock:
+            if self._state is not None and self._since_snapshot >= SNAPSHOT_INTERVAL:
+                self._write_snapshot(self._state)
+
     def still_current(self) -> bool:
         """Whether the cached state still describes the log (one or two small reads).
 
@@ -174,6 +191,7 @@ class StateManager:
         self._anchor = _Anchor(header.base_offset, self.cache.batch_path(header.base_offset),
                                bytes(data[:ANCHOR_BYTES]))
         self.cache.note_batch(header.base_offset)
+        self.cache.note_header(header)
         self._state.apply(header, control)
         self._since_snapshot += 1
 
