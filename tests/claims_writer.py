@@ -1,7 +1,7 @@
 """One writer process of test_claims.py's kill test (run as a script).
 
-``python claims_writer.py ROOT WRITER MODE ACK_FILE GO_FILE SECONDS``: waits
-for GO_FILE, then writes to partitions 0 and 1 of topic ``t`` for SECONDS:
+``python claims_writer.py ROOT WRITER MODE ACK_FILE GO_FILE SECONDS``: creates
+ACK_FILE.ready, waits for GO_FILE, then writes to partitions 0 and 1 of topic ``t`` for SECONDS:
 
 * MODE ``txn``: transactions of RECORDS records (every third one aborted),
   each record's value ``w<writer>.t<txn>.r<i>.<c|a>|`` plus padding; after a
@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 
 RECORDS = 24
@@ -45,11 +46,16 @@ def _break_claim_before_data() -> None:
         now = time.monotonic()
         return [(path, offset, now) for offset in offsets]
 
+    lock = threading.Lock()
+
     def claims_then_data(run):  # type: ignore[no-untyped-def]
-        real_claim_run(run)
-        while later:
-            time.sleep(0.05)  # the window a kill can land in
-            path, blob = later.pop()
+        real_claim_run(run)  # partitions' runs go on threads: the list is shared
+        time.sleep(1.0)  # a slow upload of a large object: the window a kill can land in
+        while True:
+            with lock:
+                if not later:
+                    return
+                path, blob = later.pop()
             run[0].part.storage.publish_if_absent(path, blob)
 
     producer_module.write_data_object = names_only
@@ -64,6 +70,8 @@ def main(root: str, writer: str, mode: str, ack_file: str, go_file: str, seconds
     log = Log(root)
     sizes = {"batch_size": 8 << 10, "data_object_bytes": 24 << 10}
     acks = open(ack_file, "a")
+    with open(ack_file + ".ready", "w"):
+        pass
     while not os.path.exists(go_file):  # a start barrier, so the writers overlap
         time.sleep(0.005)
     deadline = time.monotonic() + float(seconds)

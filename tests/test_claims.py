@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 
 from conftest import python_env
-from helpers_core import DelegatingStorage, read_chain
+from helpers_core import DelegatingStorage, read_chain, wait_for
 from txlog import Log
 from txlog.errors import CorruptBatchError
 from txlog.format.batch import (CLAIM_BIT, HEADER_READ_SIZE, MAX_CLAIM_HEADER_SIZE, BatchHeader,
@@ -228,6 +228,10 @@ def test_thirty_two_writers_killed_at_random_lose_nothing_and_gc_keeps_what_clai
     rng = random.Random(seed)
     victims = rng.sample(range(writers), killed)
     kill_at = sorted((rng.uniform(0.2, seconds), v) for v in victims)
+    # Kills count from the moment every writer is at the start line (imports take
+    # seconds on a loaded machine: a kill before that would test nothing).
+    wait_for(lambda: all((tmp_path / f"ack-{w}.ready").exists() or procs[w].poll() is not None
+                         for w in range(writers)), 240, "the writers to start")
     go.write_text("go")
     started = time.monotonic()
     try:
