@@ -14,6 +14,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -189,6 +190,31 @@ def test_gc_removes_only_unreferenced_data_objects_older_than_the_age(tmp_path: 
     assert log.read("t", 0).num_rows == 10
 
 
+def test_claims_read_compact_and_collect_on_every_backend(any_root) -> None:  # type: ignore[no-untyped-def]
+    """The whole life of a data object on file://, memory:// and s3:// (ranged reads,
+    compaction inlining it, gc finding its age in the store's listing)."""
+    log = any_root.log()
+    log.create_topic("t", 2)
+    producer = log.producer(transactional_id="tx", batch_size=16 << 10)
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send_table("t", pa.table({"value": [VALUE] * 60,
+                                        "partition": [i % 2 for i in range(60)]}))
+    producer.commit_transaction()
+    orphan = appender.write_data_object(log.storage, [b"x" * 10_000])[0][0]
+    assert [n for n, _ in log.storage.list_times("data")] and \
+        all(abs(t - time.time()) < 600 for _, t in log.storage.list_times("data"))
+    fresh = any_root.log()
+    assert [fresh.read("t", p).num_rows for p in range(2)] == [30, 30]
+    assert not log.gc().removed.get("unreferenced data objects")  # all younger than an hour
+    assert log.gc(data_age_s=0).removed["unreferenced data objects"] == [orphan]
+    log.compact("t")
+    assert len(log.gc(data_age_s=0).removed["unreferenced data objects"]) == 1
+    assert log.storage.list("data") == []
+    assert [fresh.read("t", p).column("value").to_pylist() for p in range(2)] == \
+        [[VALUE] * 30] * 2
+
+
 def test_a_claim_never_points_into_a_data_object_older_than_the_window(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = Log(tmp_path / "log")
@@ -207,7 +233,8 @@ def test_thirty_two_writers_killed_at_random_lose_nothing_and_gc_keeps_what_clai
         tmp_path: Path) -> None:
     """32 writer processes (half transactional, every third transaction aborted, half
     idempotent) append to 2 partitions through data objects and claims; some are
-    SIGKILLed at random moments.  Then: the chain has no gap (independent walk), no
+    SIGKILLed at random moments, while a reader reads everything over and over (every
+    claim it meets must name bytes that exist).  Then: the chain has no gap (independent walk), no
     value twice, every acknowledged value visible, nothing aborted visible, each
     transaction all or nothing, each idempotent writer's records in order; gc removes
     every data object no claim names and nothing a claim names; after compaction and
@@ -232,8 +259,26 @@ def test_thirty_two_writers_killed_at_random_lose_nothing_and_gc_keeps_what_clai
     # seconds on a loaded machine: a kill before that would test nothing).
     wait_for(lambda: all((tmp_path / f"ack-{w}.ready").exists() or procs[w].poll() is not None
                          for w in range(writers)), 240, "the writers to start")
+    # A reader beside the writers: whatever claim it finds must name bytes that are there.
+    stop = threading.Event()
+    reader_errors: list[BaseException] = []
+    reads = [0]
+
+    def read_while_writing() -> None:
+        reader = Log(root)
+        while not stop.is_set():
+            try:
+                for p in range(2):
+                    reader.read("t", p, 0, isolation_level="read_uncommitted")
+                reads[0] += 1
+            except Exception as exc:  # noqa: BLE001 - reported below
+                reader_errors.append(exc)
+                return
+
     go.write_text("go")
     started = time.monotonic()
+    reading = threading.Thread(target=read_while_writing)
+    reading.start()
     try:
         for at, victim in kill_at:
             time.sleep(max(0.0, started + at - time.monotonic()))
@@ -244,10 +289,15 @@ def test_thirty_two_writers_killed_at_random_lose_nothing_and_gc_keeps_what_clai
                 continue
             assert proc.returncode == 0, f"seed {seed}: writer {w} failed:\n{err.decode()}"
     finally:
+        stop.set()
+        reading.join()
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+    assert not reader_errors, f"seed {seed}: a reader beside the writers failed: " \
+        f"{reader_errors[0]!r}"
+    assert reads[0] > 0
     log = Log(root)
     for w in range(0, writers, 2):  # end what the killed left open (fence and abort)
         log.producer(transactional_id=f"w{w}").init_transactions()
