@@ -46,6 +46,7 @@ class DelegatingStorage(Storage):
     def __init__(self, inner: Storage) -> None:
         self.inner = inner
         self.url = inner.url
+        self.remote = inner.remote
 
     def publish_if_absent(self, path: str, data: bytes) -> bool:
         return self.inner.publish_if_absent(path, data)

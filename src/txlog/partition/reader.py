@@ -120,6 +120,8 @@ class Reader:
         def load(span: _Span) -> list[tuple[Piece | None, int]]:
             if span.data_path:
                 return self._load_claims(span, start, end, aborted)
+            if span.preloaded is not None:
+                return [self._load_piece(span.refs[0], span.preloaded, start, end, aborted)]
             return self._load_span(span.refs, start, end, aborted)
 
         try:
@@ -156,14 +158,27 @@ class Reader:
         several at once.
         """
         cache = self._states.cache
-        files = [r for r in refs if not r.in_segment]
-        missing = [r for r in files if cache.cached_header(r.base) is None]
-        if len(missing) > 1:
-            list(_ahead(_reader_pool(), lambda r: cache.header(r.base), missing))
+        missing = [r for r in refs if not r.in_segment and cache.cached_header(r.base) is None]
+        # Objects whose header is unknown are read whole, several at once: a claim is
+        # its header, and an inline batch's bytes are what the read needs anyway.
+        remote = getattr(self._states.storage, "remote", False)
+        loads = _ahead(_reader_pool(), cache.load, missing) if remote and len(missing) > 1 \
+            else map(cache.load, missing)
+        preloaded = dict(zip((r.base for r in missing), loads, strict=True))
         spans: list[_Span] = []
         for ref in refs:
             prev = spans[-1] if spans else None
-            header = None if ref.in_segment else cache.header(ref.base)
+            header = None
+            buf = preloaded.get(ref.base)
+            if buf is not None:
+                header = decode_header(buf, cache.url(ref.path), ref.base)
+                if header.is_claim and len(buf) == header.header_length:
+                    cache.note_header(header)
+                else:  # an inline batch (or one compaction moved meanwhile): read already
+                    spans.append(_Span([ref], preloaded=buf))
+                    continue
+            elif not ref.in_segment:
+                header = cache.header(ref.base)
             if header is not None and header.is_claim:
                 if prev is not None and prev.data_path == header.data_path and \
                         prev.data_end == header.data_offset and \
@@ -275,6 +290,7 @@ class _Span:
     data_offset: int = 0
     size: int = 0
     headers: list[BatchHeader] = field(default_factory=list)
+    preloaded: pa.Buffer | None = None  # a batch object already read whole while planning
 
     @property
     def data_end(self) -> int:

@@ -41,6 +41,9 @@ class Storage(ABC):
     """A flat namespace of immutable objects under one root."""
 
     url: str
+    # Each request waits on a network round trip: worth overlapping several (readers
+    # fetch ahead); local and in-memory requests are cheaper than a thread hand-off.
+    remote: bool = False
 
     @abstractmethod
     def publish_if_absent(self, path: str, data: bytes) -> bool:
@@ -458,6 +461,8 @@ class FsspecStorage(Storage):
     the condition and ignore it; the first publish of each process on a root
     therefore runs a probe (see ``check_conditional_writes``).
     """
+
+    remote = True
 
     def __init__(self, fs: Any, root: str, url: str,
                  storage_options: dict[str, Any] | None = None) -> None:
