@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -525,18 +525,27 @@ class TransactionCoordinator:
                 meta.txn_producer_id, marker_epoch, commit, coordinator_epoch=version,
                 decision_id=meta.decision_id, transactional_id=meta.transactional_id)
 
-        # Every marker before the Complete version (each is idempotent, 2.3); in
-        # parallel, since nothing orders one partition's marker after another's.
-        partitions = [tuple(tp) for tp in meta.partitions]
-        if len(partitions) > 1:
-            list(_marker_pool().map(mark, partitions))
-        else:
-            for tp in partitions:
-                mark(tp)
+        def apply(group: str) -> None:
+            apply_transactional_offsets(self.storage, group, meta.pending_offsets[group],
+                                        meta.transactional_id, version)
+
+        # Every marker and group-offset update before the Complete version (each is
+        # idempotent: 2.3, section 9), all at once: the decision already fixed the
+        # outcome, and nothing orders one partition's marker, or a group's offsets,
+        # after another's (protocol.md 4.6).
+        steps = [(mark, tuple(tp)) for tp in meta.partitions]
         if commit:
-            for group, offsets in meta.pending_offsets.items():
-                apply_transactional_offsets(self.storage, group, offsets, meta.transactional_id,
-                                            version)
+            steps += [(apply, group) for group in meta.pending_offsets]
+        if len(steps) > 1:
+            # Every step ends before this returns or raises (the first error in order):
+            # nothing of this roll-forward is still writing when the caller goes on.
+            futures = [_marker_pool().submit(fn, arg) for fn, arg in steps]
+            wait(futures)
+            for future in futures:
+                future.result()
+        else:
+            for fn, arg in steps:
+                fn(arg)
         pid, epoch = self._next_identity(meta.txn_producer_id, meta.txn_epoch)
         done = meta.transition(
             S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, producer_id=pid, epoch=epoch,
