@@ -105,7 +105,7 @@ def test_one_flush_writes_one_data_object_and_one_small_claim_per_batch(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log, store = counting_log(tmp_path)
     log.create_topic("t", 4)
-    producer = log.producer(transactional_id="tx", batch_size=64 << 10)
+    producer = log.producer(transactional_id="tx", batch_size=16 << 10)
     producer.init_transactions()
     producer.begin_transaction()
     table = pa.table({"value": [VALUE] * 400, "partition": [i % 4 for i in range(400)]})
@@ -116,10 +116,11 @@ def test_one_flush_writes_one_data_object_and_one_small_claim_per_batch(
     sent = producer.send_table("t", table)
     assert store.count("publish", "data/") == 1
     claims = store.count("publish", "topics/")
-    assert claims == len(sent) >= 8
-    # No read of a slot before claiming it: a publish that wins is the proof.
+    assert claims == len(sent) >= 40
+    # No read of a slot before claiming it (a publish that wins is the proof), only the
+    # anchor check after it, and at most one refresh per partition (2 reads) per flush.
     slot_reads = [p for k, p in store.calls if k == "read" and p.endswith(".batch")]
-    assert len(slot_reads) == claims  # one anchor check after each publish, nothing before
+    assert claims <= len(slot_reads) <= claims + 2 * 4
     assert store.published < 400 * len(VALUE) * 1.1
     producer.commit_transaction()
     values = [v for p in range(4) for v in log.read("t", p).column("value").to_pylist()]
@@ -134,18 +135,22 @@ def test_a_writer_that_loses_a_slot_claims_again_without_writing_its_data_again(
         tmp_path: Path) -> None:
     log, store = counting_log(tmp_path)
     log.create_topic("t", 1)
-    producer = log.producer(batch_size=1 << 20)
-    producer.send("t", b"first", partition=0).get()  # caches the partition's state
     other = Log(tmp_path / "log").producer()
-    for _ in range(3):  # another process appends: this one's cached end is stale
-        other.send("t", b"theirs", partition=0).get()
-    store.calls.clear()
-    store.published = 0
-    md = producer.send_table("t", pa.table({"value": [VALUE] * 50}), partition=0)
-    assert md[0].base_offset == 4
+    real_publish = store.publish_if_absent
+    raced = []
+
+    def publish(path: str, data: bytes) -> bool:
+        if path.endswith(".batch") and not raced:  # another process takes the slot first
+            raced.append(other.send("t", b"theirs", partition=0).get().offset)
+        return real_publish(path, data)
+
+    store.publish_if_absent = publish  # type: ignore[method-assign]
+    md = log.producer().send_table("t", pa.table({"value": [VALUE] * 50}), partition=0)
+    assert raced == [0] and md[0].base_offset == 1
     assert store.count("publish", "data/") == 1
-    assert store.count("publish", "topics/") == 2  # the lost slot and the won one
+    assert store.count("publish", "topics/t/0/") == 2  # the lost slot and the won one
     assert store.published < 50 * len(VALUE) * 1.05  # the payload once, not once a try
+    assert log.read("t", 0).column("value").to_pylist() == [b"theirs"] + [VALUE] * 50
 
 
 def test_readers_coalesce_adjacent_payloads_and_follow_compaction(tmp_path: Path) -> None:

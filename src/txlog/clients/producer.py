@@ -753,11 +753,12 @@ def _claim_run(run: list[_Staged]) -> None:
     """Claim one partition's batches of a flush in order; the first failure stops the
     rest (they would follow a batch that is not, or not surely, in the log)."""
     for i, b in enumerate(run):
-        try:
+        try:  # after the first, each batch tries its slot before refreshing (protocol.md 1)
             if b.reference is not None:
-                b.result = b.part.append_claim(b.header, b.payload, b.reference, b.log_append)
+                b.result = b.part.append_claim(b.header, b.payload, b.reference, b.log_append,
+                                               continuing=i > 0)
             else:
-                b.result = b.part.append(b.header, b.payload, b.log_append)
+                b.result = b.part.append(b.header, b.payload, b.log_append, continuing=i > 0)
         except BaseException as exc:
             for later in run[i:]:
                 later.error = exc

@@ -92,8 +92,8 @@ class Appender:
     def __init__(self, states: StateManager) -> None:
         self._states = states
 
-    def _claim(self, prepare: Callable[[ProducerState], "_Slot | AppendResult | None"]
-               ) -> "AppendResult | None":
+    def _claim(self, prepare: Callable[[ProducerState], "_Slot | AppendResult | None"],
+               continuing: bool = False) -> "AppendResult | None":
         """The slot-claiming loop shared by data batches, claims and markers.
 
         ``prepare`` sees the state at the log end and returns either a final
@@ -101,16 +101,17 @@ class Appender:
         at that end.  Losing the slot, or a storage error after which the
         object may or may not exist, both mean: reload and prepare again.
 
-        The first try goes by the cached state without reading storage: a
-        publish that succeeds proves the slot was free, and the anchor check
-        after it proves the prefix it was validated against is the log's.  A
-        final answer or a refusal from the cached state proves nothing (the
-        topic may have been re-created under it), so it is asked again of a
-        refreshed state.
+        With ``continuing`` (the caller's previous append to this partition
+        has just returned: the next batch of one flush), the first try goes
+        by the cached state without reading storage: a publish that succeeds
+        proves the slot was free, and the anchor check after it proves the
+        prefix it was validated against is the log's.  A final answer or a
+        refusal from the cached state proves nothing (the topic may have been
+        re-created under it), so it is asked again of a refreshed state.
         """
         states = self._states
         failures = 0
-        fresh = False
+        fresh = not continuing
         with states.lock:
             while True:
                 state = states.state() if fresh else states.believed_state()
@@ -157,7 +158,7 @@ class Appender:
                 return AppendResult(slot, step.header.last_offset, log_append_time=appended_at)
 
     def append(self, header: BatchHeader, payload: bytes,
-               log_append_time: bool = False) -> AppendResult:
+               log_append_time: bool = False, continuing: bool = False) -> AppendResult:
         """Append a data batch at the log end; the header's base offset is ignored.
 
         A batch that duplicates one of its producer's last five is not written;
@@ -176,12 +177,12 @@ class Appender:
                                  max_timestamp=now)
             return _Slot(placed, encode_header(placed) + payload)
 
-        result = self._claim(prepare)
+        result = self._claim(prepare, continuing)
         assert result is not None
         return result
 
     def append_claim(self, header: BatchHeader, payload: bytes, reference: DataReference,
-                     log_append_time: bool = False) -> AppendResult:
+                     log_append_time: bool = False, continuing: bool = False) -> AppendResult:
         """Append a data batch whose payload is already in a data object: only the small
         claim (header and reference) is published here, and retried if the slot is lost.
 
@@ -206,7 +207,7 @@ class Appender:
                                  max_timestamp=now)
             return _Slot(placed, encode_header(placed))
 
-        result = self._claim(prepare)
+        result = self._claim(prepare, continuing)
         assert result is not None
         return result
 

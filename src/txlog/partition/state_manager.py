@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NoReturn
@@ -37,6 +38,12 @@ SNAPSHOT_INTERVAL = 64  # batches between producer-state snapshots
 SNAPSHOTS_KEPT = 2
 ANCHOR_BYTES = 8  # magic + header checksum of a batch
 SNAPSHOT_FORMAT = 2  # 2: the topic id and the last batch's anchor (format.md, section 3)
+# How recently the cached state must have been proven current (a refresh, or an anchor
+# check after an append) for an append to try its slot without refreshing first
+# (docs/protocol.md, section 1): the batches of one flush follow each other within
+# it, while a writer that held a partition idle refreshes, and so cannot publish
+# into a topic deleted and re-created meanwhile.
+GUESS_WINDOW_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +86,7 @@ class StateManager:
     def _drop_cache(self) -> None:
         """Forget everything learnt from storage (at start, and when it was pulled away)."""
         self._state: ProducerState | None = None
+        self._proven_at = float("-inf")  # monotonic time the cache was last shown current
         self._since_snapshot = 0
         # The last object of the cached state's prefix: as long as it is
         # unchanged, the cache describes this incarnation and nothing it
@@ -121,15 +129,22 @@ class StateManager:
                                f"this process ({RELOADS} reloads in one refresh)")
 
     def believed_state(self) -> ProducerState:
-        """The cached state without asking storage, if there is one (else a refresh).
+        """The cached state without asking storage if it was proven current within
+        GUESS_WINDOW_S (else a refresh).
 
         An appender tries the slot after it first: publishing there if absent
         is itself the proof that nobody wrote the slot, and the check after
         the publish (appender.py) proves the prefix unchanged.  A stale guess
-        only costs a lost publish, then a refresh.
+        only costs a lost publish, then a refresh.  The window bounds what the
+        check after cannot undo: a publish into a topic deleted and re-created
+        since the cache was last proven (the check then raises, but the object
+        is in the new incarnation).
         """
         with self.lock:
-            return self._state if self._state is not None else self.state()
+            if self._state is not None and \
+                    time.monotonic() - self._proven_at < GUESS_WINDOW_S:
+                return self._state
+            return self.state()
 
     def maybe_snapshot(self) -> None:
         """Write a snapshot if enough batches were applied (appends that skipped the refresh)."""
@@ -146,11 +161,13 @@ class StateManager:
         damage): the cache is dropped and False returned, so the caller reloads.
         """
         anchor = self._anchor
+        checked = time.monotonic()
         if anchor is not None:
             try:
                 if self.storage.read_prefix(anchor.path, ANCHOR_BYTES) == anchor.data and (
                         anchor.next_segment is None or
                         not self.storage.exists(self.cache.segment_path(anchor.next_segment))):
+                    self._proven_at = checked
                     return True
             except FileNotFoundError:
                 pass
@@ -158,6 +175,7 @@ class StateManager:
             current = current_topic_id(self.storage, self.topic)
             if current != self.topic_id:
                 self._stale(current)
+            self._proven_at = checked
             return True
         current = current_topic_id(self.storage, self.topic)
         if current != self.topic_id:
