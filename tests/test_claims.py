@@ -359,3 +359,37 @@ def test_thirty_two_writers_killed_at_random_lose_nothing_and_gc_keeps_what_clai
     log.gc(data_age_s=0)
     assert os.listdir(data) == [] and claimed() == set()
     assert visible() == seen
+
+
+def test_the_spark_writer_sizes_data_objects_for_the_store() -> None:
+    from txlog.errors import InvalidConfigError
+    from txlog.spark.options import WriteOptions
+    from txlog.spark.writer import OBJECT_STORE_DATA_OBJECT_BYTES, TxlogBatchWriter
+
+    def config(path: str, **extra: str) -> dict:
+        options = WriteOptions.parse({"path": path, "topic": "t", **extra}, False)
+        writer = TxlogBatchWriter.__new__(TxlogBatchWriter)
+        writer.options = options
+        return writer._producer_config()
+
+    assert config("/tmp/x")["data_object_bytes"] == producer_module.DEFAULT_DATA_OBJECT_BYTES
+    assert config("s3://b/x")["data_object_bytes"] == OBJECT_STORE_DATA_OBJECT_BYTES
+    assert config("s3://b/x", dataObjectBytes="4m")["data_object_bytes"] == 4 << 20
+    with pytest.raises(InvalidConfigError, match="dataObjectBytes"):
+        config("/tmp/x", dataObjectBytes="2g")
+
+
+def test_data_object_bytes_bounds_what_a_producer_stages(memlog: Log) -> None:
+    from txlog.errors import InvalidConfigError
+
+    with pytest.raises(InvalidConfigError, match="data_object_bytes"):
+        memlog.producer(data_object_bytes=0)
+    memlog.create_topic("t", 2)
+    producer = memlog.producer(batch_size=8 << 10, data_object_bytes=64 << 10)
+    for i in range(200):
+        producer.send("t", VALUE, partition=i % 2)
+        assert producer._staged_bytes < (64 << 10) + (8 << 10) + 4096  # one batch over, at most
+    producer.flush()
+    assert producer._staged_bytes == 0
+    assert len(memlog.storage.list("data")) >= 5  # 400 KB in objects of about 64 KiB
+    assert [memlog.read("t", p).num_rows for p in range(2)] == [100, 100]
