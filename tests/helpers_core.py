@@ -451,7 +451,9 @@ def _stale_holder(root: str, role: str, ready: str, go_file: str, result: str) -
         outcomes.append(_outcome(lambda: producer.send("t", b"w-after", partition=0).get().offset))
     elif role == "reader":
         before = log.read("t", 0).column("value").to_pylist()
-        Path(ready).write_text(json.dumps([v.decode() for v in before]))
+        # Whole or not at all: the parent reads it as soon as the name exists.
+        Path(ready + ".tmp").write_text(json.dumps([v.decode() for v in before]))
+        os.replace(ready + ".tmp", ready)
         _wait_go(go_file)
         for _ in range(2):
             outcomes.append(_outcome(lambda: [v.decode() for v in
