@@ -46,6 +46,7 @@ class DelegatingStorage(Storage):
     def __init__(self, inner: Storage) -> None:
         self.inner = inner
         self.url = inner.url
+        self.remote = inner.remote
 
     def publish_if_absent(self, path: str, data: bytes) -> bool:
         return self.inner.publish_if_absent(path, data)
@@ -70,6 +71,9 @@ class DelegatingStorage(Storage):
 
     def delete(self, path: str) -> None:
         self.inner.delete(path)
+
+    def list_times(self, directory: str) -> list[tuple[str, float]]:
+        return self.inner.list_times(directory)
 
 
 class CountingStorage(DelegatingStorage):
@@ -177,8 +181,13 @@ def segment_files(root: str | os.PathLike[str], topic: str, partition: int) -> l
     return sorted(p for p in d.iterdir() if p.name.endswith(".segment")) if d.is_dir() else []
 
 
-def _chain_batch(path: Path, data: bytes, base: int) -> ChainBatch:
+def _chain_batch(path: Path, data: bytes, base: int, root: Path | None = None) -> ChainBatch:
     header = decode_header(data, str(path), base)  # checks magic, header CRC, offset
+    if root is not None and header.is_claim:  # a claim: its payload is in a data object
+        assert len(data) == header.header_length, f"{path.name}: a claim is its header alone"
+        with open(Path(root) / header.data_path, "rb") as f:
+            f.seek(header.data_offset)
+            data = data + f.read(header.payload_length)
     payload = payload_of(data, header, str(path))  # checks length and payload CRC
     if header.attributes & CONTROL_BIT:
         decode_control(payload, header, str(path))
@@ -218,7 +227,7 @@ def read_chain(root: str | os.PathLike[str], topic: str, partition: int) -> list
         if base < expected and segments:
             continue  # covered by a segment: a leftover of compaction
         assert base == expected, f"chain broken at {path.name}: expected base {expected}"
-        out.append(_chain_batch(path, path.read_bytes(), base))
+        out.append(_chain_batch(path, path.read_bytes(), base, Path(root)))
         expected = out[-1].header.next_offset
     return out
 
@@ -252,6 +261,9 @@ class Root:
             for name in store.list(directory):
                 if name.endswith(suffix):
                     (target / name).write_bytes(store.read(f"{directory}/{name}"))
+        (copy / "data").mkdir()
+        for name in store.list("data"):  # the payloads claims point to
+            (copy / "data" / name).write_bytes(store.read(f"data/{name}"))
         return read_chain(copy, topic, partition)
 
 
@@ -364,8 +376,12 @@ def _crash_at(root: str, topic: str, point: str, value_size: str, batches_before
     ``after-link`` (linked, temp name not yet removed).  The patches apply to
     this child process only.
     """
+    import txlog.clients.producer as producer_module
     import txlog.storage.backends as storage_module
 
+    # Batches inline (no data object): the kill lands in the publish of a batch object
+    # itself.  The claim path's kills are test_claims.py's.
+    producer_module.INLINE_PAYLOAD_BYTES = 1 << 40
     log = Log(root)
     producer = log.producer(linger_ms=3_600_000, batch_size=1 << 40)
     armed = {"on": False}
@@ -441,7 +457,9 @@ def _stale_holder(root: str, role: str, ready: str, go_file: str, result: str) -
         outcomes.append(_outcome(lambda: producer.send("t", b"w-after", partition=0).get().offset))
     elif role == "reader":
         before = log.read("t", 0).column("value").to_pylist()
-        Path(ready).write_text(json.dumps([v.decode() for v in before]))
+        # Whole or not at all: the parent reads it as soon as the name exists.
+        Path(ready + ".tmp").write_text(json.dumps([v.decode() for v in before]))
+        os.replace(ready + ".tmp", ready)
         _wait_go(go_file)
         for _ in range(2):
             outcomes.append(_outcome(lambda: [v.decode() for v in

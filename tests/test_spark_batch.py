@@ -170,15 +170,18 @@ def test_task_failing_after_partial_write_is_retried_exactly_once(spark, root):
     # Small Arrow batches so that each task writes some records before it fails.
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "1000")
     try:
-        # Small log batches too, or the writer would merge the task's input into one send.
-        write(flaky, root, topic="events", **{"batch.size": "4096"})
+        # Small log batches and data objects too, or the writer would merge the task's
+        # input into one send, and stage it all until the (failing) end of the task.
+        write(flaky, root, topic="events", **{"batch.size": "4096", "dataObjectBytes": "16k"})
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     committed = read(spark, root, subscribe="events")
     assert committed.count() == 20_000
     assert committed.select("key").distinct().count() == 20_000
     everything = read(spark, root, subscribe="events", **{"isolation.level": "read_uncommitted"})
-    assert everything.count() >= 20_000 + 2 * 5_000  # the failed attempts' records, aborted
+    # The failed attempts' records, aborted: all they sent but what was still staged below
+    # dataObjectBytes when they failed.
+    assert everything.count() >= 20_000 + 2 * 4_000
     log = Log(root)
     for p in range(4):
         assert log.last_stable_offset("events", p) == log.end_offset("events", p)
@@ -191,7 +194,8 @@ def test_failed_job_is_invisible_to_read_committed_only(spark, root):
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")
     try:
         with pytest.raises(Exception, match="asks for partition 99"):
-            write(broken, root, topic="events", **{"batch.size": "4096"})
+            write(broken, root, topic="events", **{"batch.size": "4096",
+                                                  "dataObjectBytes": "16k"})
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert read(spark, root, subscribe="events").count() == 0

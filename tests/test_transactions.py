@@ -510,7 +510,8 @@ def _crash_after_decision(log: Log, commit: bool, crash_point: str
 
     ``after_decision``: the decision object exists, nothing else (no marker,
     metadata Ongoing).  ``after_first_marker``: the roll-forward had begun
-    (metadata Prepare*, marker in partition 0) and died writing the second.
+    (metadata Prepare*; the markers go to all partitions at once, those of
+    partitions 0 and 2 landed) and died writing partition 1's.
     """
     log.create_topic(TOPIC, 3)
     sends = [(0, b"d0"), (1, b"d1"), (2, b"d2"), (0, b"d0b")]
@@ -547,9 +548,9 @@ def test_decided_transaction_is_seen_in_all_partitions_and_rolled_forward(
     meta, values = _crash_after_decision(log, commit, crash_point)
     kind = COMMIT if commit else ABORT
     expected_markers = [(meta.txn_producer_id, meta.txn_epoch + 1, kind)]
-    marked = 1 if crash_point == "after_first_marker" else 0
-    assert [markers(log, p) for p in range(3)] == \
-        [expected_markers] * marked + [[]] * (3 - marked)
+    assert [markers(log, p) for p in range(3)] == (
+        [expected_markers, [], expected_markers] if crash_point == "after_first_marker"
+        else [[]] * 3)
     other = Log(log.root)  # another process: its own caches, the same files
 
     def seen(reader: Log) -> list[list[bytes]]:

@@ -12,7 +12,8 @@ import msgpack
 import pyarrow as pa
 
 from . import clock
-from .admin.gc import (DEFAULT_CHAIN_AGE_S, DEFAULT_DECISION_AGE_S, DEFAULT_TEMP_AGE_S, GcReport,
+from .admin.gc import (DEFAULT_CHAIN_AGE_S, DEFAULT_DATA_AGE_S, DEFAULT_DECISION_AGE_S,
+                       DEFAULT_TEMP_AGE_S, GcReport,
                        collect)
 from .clients.columns import to_spark_table
 from .clients.positions import offset_for_timestamp
@@ -427,10 +428,11 @@ class Log:
 
     def gc(self, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
            decision_age_s: float = DEFAULT_DECISION_AGE_S, temp_age_s: float = DEFAULT_TEMP_AGE_S,
-           now_ms: int | None = None) -> GcReport:
-        """Remove coordinator state, compaction leftovers and temp files nobody needs any
-        more, without changing what anyone reads (admin/gc.py says why each removal is safe)."""
-        return collect(self, chain_age_s, decision_age_s, temp_age_s, now_ms)
+           now_ms: int | None = None, data_age_s: float = DEFAULT_DATA_AGE_S) -> GcReport:
+        """Remove coordinator state, compaction leftovers, temp files and data objects
+        nobody needs any more, without changing what anyone reads (admin/gc.py says why
+        each removal is safe)."""
+        return collect(self, chain_age_s, decision_age_s, temp_age_s, now_ms, data_age_s)
 
     def producer(self, **config: Any) -> "Producer":
         from .clients.producer import Producer

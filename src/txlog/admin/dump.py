@@ -21,8 +21,8 @@ import msgpack
 import numpy as np
 import pyarrow as pa
 
-from ..format.batch import (COMMIT, BatchHeader, ControlRecord, decode_control, decode_header,
-                            decode_records, payload_of)
+from ..format.batch import (COMMIT, BatchHeader, ControlRecord, check_claim, decode_control,
+                            decode_header, decode_records, payload_of, referenced_payload)
 from ..errors import CorruptBatchError, StorageError
 from ..format.segment import (ABORTED_ENTRY, HEADER_SIZE, OFFSET_ENTRY, SEGMENT_MAGIC, TIME_ENTRY,
                               SegmentHead, decode_head)
@@ -157,8 +157,13 @@ def _name_offset(path: str, suffix: str) -> int | None:
 
 
 def _dump_batch(data: memoryview | pa.Buffer, path: str, url: str, expected: int | None,
-                with_records: bool, position: int | None = None) -> BatchDump:
-    """One batch's bytes decoded, both checksums checked (and its records with ``with_records``)."""
+                with_records: bool, position: int | None = None,
+                storage: Storage | None = None) -> BatchDump:
+    """One batch's bytes decoded, both checksums checked (and its records with ``with_records``).
+
+    A claim (a batch object holding only its header, format.md 2.7) is followed
+    into its data object when ``storage`` is given.
+    """
     size = len(data)
     where = {"position": position, "base": expected, "anchor": bytes(data[:ANCHOR_BYTES])}
     try:
@@ -166,6 +171,19 @@ def _dump_batch(data: memoryview | pa.Buffer, path: str, url: str, expected: int
     except CorruptBatchError as exc:
         return BatchDump(path, size, None, problem=exc.reason, **where)
     try:
+        if storage is not None and header.is_claim and position is None:
+            check_claim(data, header, url)
+            try:
+                payload = referenced_payload(storage.read_range(
+                    header.data_path, header.data_offset, header.payload_length), header, url)
+            except FileNotFoundError:
+                raise CorruptBatchError(f"data object {header.data_path} of this claim is "
+                                        "missing", url, header.base_offset) from None
+            if header.is_control:
+                return BatchDump(path, size, header, decode_control(payload, header, url),
+                                 **where)
+            records = decode_records(payload, header, url) if with_records else None
+            return BatchDump(path, size, header, records=records, **where)
         payload = payload_of(data, header, url)
         if header.is_control:
             return BatchDump(path, size, header, decode_control(payload, header, url), **where)
@@ -289,7 +307,7 @@ def dump_object(storage: Storage, path: str, expected_offset: int | None = None,
         return decode_segment(data, path, url, base, with_records)
     if expected_offset is None:
         expected_offset = _name_offset(path, BATCH_SUFFIX)
-    return _dump_batch(data, path, url, expected_offset, with_records)
+    return _dump_batch(data, path, url, expected_offset, with_records, storage=storage)
 
 
 @dataclass(frozen=True)
@@ -383,4 +401,4 @@ def _walk(storage: Storage, directory: str, listing: _Listing, start: int,
             continue
         path = batch_path(directory, base)
         yield _dump_batch(storage.read_buffer(path), path, _url(storage, path), base,
-                          with_records)
+                          with_records, storage=storage)

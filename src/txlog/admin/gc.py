@@ -22,20 +22,31 @@ each kind has its own reason why that holds while writers run
 * producer-id blocks but the newest (claimers only look at the newest);
 * batch objects and producer-state snapshots that segments cover (leftovers
   of a compaction that stopped half-way, or strays, partition/compaction.py);
-* temp files of local publishes that died (storage/backends.py).
+* temp files of local publishes that died (storage/backends.py);
+* data objects no claim points into, older than ``data_age_s``: a writer
+  never publishes a claim into a data object whose write began more than
+  ``appender.CLAIM_WINDOW_S`` ago, so once an object is older than that
+  (plus a margin for clocks) and no claim names it, none ever will.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import msgpack
 
 from .. import clock
-from ..storage.paths import (BLOCK_DIR, DECISION_DIR, GROUP_DIR, LEASE_DIR, MEMBERS_DIR, TXN_DIR,
-                             VERSION_DIGITS, generations_dir, heartbeats_dir)
+from ..errors import CorruptBatchError
+from ..format.batch import HEADER_READ_SIZE, decode_header, is_data_object_path
+from ..partition.appender import CLAIM_WINDOW_S
+from ..storage.paths import (BATCH_SUFFIX, BLOCK_DIR, DATA_DIR, DECISION_DIR, GROUP_DIR,
+                             LEASE_DIR, MEMBERS_DIR, TOPICS_DIR, TXN_DIR, VERSION_DIGITS,
+                             batch_path, generations_dir, heartbeats_dir, named_offsets,
+                             partition_dir, topic_dir)
 from ..transactions.coordinator import COMPLETE, TxnState
 
 if TYPE_CHECKING:  # Log.gc calls collect: gc must not import log at run time
@@ -44,6 +55,11 @@ if TYPE_CHECKING:  # Log.gc calls collect: gc must not import log at run time
 DEFAULT_CHAIN_AGE_S = 3600.0
 DEFAULT_DECISION_AGE_S = 7 * 24 * 3600.0  # Kafka's transactional.id.expiration.ms
 DEFAULT_TEMP_AGE_S = 3600.0
+# A of docs/protocol.md, section 8: an hour, against the claim window's ten
+# minutes, leaves fifty minutes for the writer's and the store's clocks to differ.
+DEFAULT_DATA_AGE_S = 3600.0
+assert DEFAULT_DATA_AGE_S > CLAIM_WINDOW_S
+logger = logging.getLogger(__name__)
 _PLAIN_DECISION = re.compile(r"^\d+-\d+$")  # <producer id>-<epoch>: one producer's transaction
 _FINISHED = COMPLETE | {TxnState.EMPTY, TxnState.DEAD}
 
@@ -63,8 +79,13 @@ class GcReport:
 
 def collect(log: Log, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
             decision_age_s: float = DEFAULT_DECISION_AGE_S,
-            temp_age_s: float = DEFAULT_TEMP_AGE_S, now_ms: int | None = None) -> GcReport:
-    """Remove everything listed in the module docstring; returns what went."""
+            temp_age_s: float = DEFAULT_TEMP_AGE_S, now_ms: int | None = None,
+            data_age_s: float = DEFAULT_DATA_AGE_S) -> GcReport:
+    """Remove everything listed in the module docstring; returns what went.
+
+    ``data_age_s`` below ``appender.CLAIM_WINDOW_S`` is only safe when no
+    writer runs (tests, or a log at rest).
+    """
     now_ms = clock.now_ms() if now_ms is None else now_ms
     report = GcReport()
     storage = log.storage
@@ -121,6 +142,9 @@ def collect(log: Log, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
                 report.add("batch and snapshot objects segments hold", path)
     for path in storage.remove_temp_files(temp_age_s):
         report.add("temp files", path)
+    for path in unreferenced_data_objects(log, data_age_s):
+        storage.delete(path)
+        report.add("unreferenced data objects", path)
     return report
 
 
@@ -135,6 +159,45 @@ def _remove_stray_heartbeats(log: Log, group: str, cutoff_ms: float, report: GcR
                 int(parts[2]) < cutoff_ms:
             log.storage.delete(f"{directory}/{name}")
             report.add("stray heartbeats", f"{directory}/{name}")
+
+
+def unreferenced_data_objects(log: Log, age_s: float) -> list[str]:
+    """Data objects older than ``age_s`` (at the start of this call, by the store's
+    clock) that no claim in the log points into.
+
+    The age is taken before any claim is read: a claim published after the
+    scan started would point into an object whose write began more than
+    ``age_s`` minus the clocks' difference ago, which writers never do
+    (docs/protocol.md, section 8).  A claim that cannot be decoded stops the
+    collection (what it points to is unknown).
+    """
+    storage = log.storage
+    started = time.time()
+    old = {f"{DATA_DIR}/{name}" for name, created in storage.list_times(DATA_DIR)
+           if created < started - age_s}
+    old = {path for path in old if is_data_object_path(path)}
+    if not old:
+        return []
+    referenced: set[str] = set()
+    for topic in storage.list(TOPICS_DIR):
+        for name in storage.list(topic_dir(topic)):
+            if not name.isdigit():
+                continue
+            directory = partition_dir(topic, int(name))
+            for base in named_offsets(storage.list(directory), BATCH_SUFFIX):
+                path = batch_path(directory, base)
+                try:
+                    head = storage.read_prefix(path, HEADER_READ_SIZE)
+                    header = decode_header(head, path, base)
+                except FileNotFoundError:
+                    continue  # compacted meanwhile: a segment holds its payload
+                except CorruptBatchError as exc:
+                    logger.warning("gc: keeping every data object, a claim is unreadable: %s",
+                                   exc)
+                    return []
+                if header.is_claim:
+                    referenced.add(header.data_path)
+    return sorted(old - referenced)
 
 
 def _versions(log: Log, directory: str) -> list[str]:

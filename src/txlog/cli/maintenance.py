@@ -7,7 +7,8 @@ import argparse
 import json
 from typing import Any
 
-from ..admin.gc import DEFAULT_CHAIN_AGE_S, DEFAULT_DECISION_AGE_S, DEFAULT_TEMP_AGE_S
+from ..admin.gc import (DEFAULT_CHAIN_AGE_S, DEFAULT_DATA_AGE_S, DEFAULT_DECISION_AGE_S,
+                        DEFAULT_TEMP_AGE_S)
 from ..partition.compaction import DEFAULT_MIN_BATCHES
 from ..storage.paths import TMP_PREFIX
 from .common import (CommandError, LeafParser, Progress, json_option, maintained_partitions,
@@ -58,7 +59,8 @@ def add_gc(commands: Any, leaf_parser: LeafParser) -> None:
                     "unfinished transaction follows (shared ones also older than "
                     "--decision-age); leases of decided transactions; producer-id blocks "
                     "but the newest; batch files and snapshots that segments cover; temp "
-                    f"files ({TMP_PREFIX}*) of dead local publishes older than --temp-age. "
+                    f"files ({TMP_PREFIX}*) of dead local publishes older than --temp-age; "
+                    "data objects no claim points into, older than --data-age. "
                     "docs/protocol.md section 8 says why each removal is safe.")
     chain_age, decision_age = int(DEFAULT_CHAIN_AGE_S), int(DEFAULT_DECISION_AGE_S)
     temp_age = int(DEFAULT_TEMP_AGE_S)
@@ -71,6 +73,10 @@ def add_gc(commands: Any, leaf_parser: LeafParser) -> None:
                          f"(default {decision_age}, {decision_age // 86400} days)")
     gc.add_argument("--temp-age", metavar="SECONDS", type=non_negative_int, default=temp_age,
                     help=f"only temp files older than this (default {temp_age})")
+    data_age = int(DEFAULT_DATA_AGE_S)
+    gc.add_argument("--data-age", metavar="SECONDS", type=non_negative_int, default=data_age,
+                    help="only unreferenced data objects older than this (default "
+                         f"{data_age}; less than 600 is safe only while nobody writes)")
     gc.add_argument("--verbose", action="store_true", help="also print every removed path")
     json_option(gc)
 
@@ -177,7 +183,7 @@ def run_retention(args: argparse.Namespace) -> None:
 def run_gc(args: argparse.Namespace) -> None:
     log = open_log(args.root)
     report = log.gc(chain_age_s=args.chain_age, decision_age_s=args.decision_age,
-                    temp_age_s=args.temp_age)
+                    temp_age_s=args.temp_age, data_age_s=args.data_age)
     print_table(("REMOVED", "OBJECTS"), [(kind, len(paths)) for kind, paths
                                           in sorted(report.removed.items())], args.json)
     if args.json:

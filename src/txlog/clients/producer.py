@@ -10,8 +10,12 @@ published behind the caller's back, which keeps transaction boundaries exact.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -23,6 +27,7 @@ from .. import clock
 from ..format.batch import (HEADER_TYPE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
                             RECORD_SCHEMA, TRANSACTIONAL_BIT, BatchHeader, compression_attribute,
                             encode_records)
+from ..partition.appender import DataReference, write_data_object
 from ..transactions.coordinator import plain_decision_id
 from ..errors import (CommitFailedError, IllegalStateError, InvalidConfigError,
                       InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError,
@@ -35,11 +40,20 @@ from .partitioner import StickyPartitioner, partition_for_key, partitions_for_ke
 if TYPE_CHECKING:
     from ..transactions.coordinator import TransactionMember
     from ..log import Log
-    from ..partition.partition_log import AppendResult
+    from ..partition.partition_log import AppendResult, PartitionLog
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_BATCH_SIZE = 1 << 20  # bytes; each batch is one object, so larger than Kafka's 16 KiB
+DEFAULT_BATCH_SIZE = 1 << 20  # bytes; each batch is one claim, so larger than Kafka's 16 KiB
+# Bytes of payload a producer gathers (over all partitions) into one data object
+# before writing it; flush(), commit and future.get() write what there is sooner.
+DEFAULT_DATA_OBJECT_BYTES = 8 << 20
+# A batch whose payload is at most this size is published inline, as one batch
+# object, without a data object: a claim would be nearly as large as the payload
+# and cost a second write.  (An environment override lets tests drive every batch
+# through data objects.)
+INLINE_PAYLOAD_BYTES = int(os.environ.get("TXLOG_INLINE_PAYLOAD_BYTES", 4096))
+CLAIM_THREADS = 8  # partitions of one flush claimed at once
 DEFAULT_LINGER_MS = 5
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 # How often a producer looks for expired or decided-but-unfinished transactions
@@ -86,6 +100,37 @@ class SentBatch(NamedTuple):
     last_offset: int
 
 
+@dataclass(eq=False)
+class _Staged:
+    """A batch encoded and waiting for its flush's data object and claim."""
+
+    tp: tuple[str, int]
+    part: PartitionLog
+    header: BatchHeader
+    payload: bytes
+    log_append: bool
+    sequence: int
+    done: Callable[[AppendResult], None] | None = None
+    failed: Callable[[BaseException], None] | None = None
+    reference: DataReference | None = None
+    result: AppendResult | None = None
+    error: BaseException | None = None
+
+
+_CLAIM_POOL: ThreadPoolExecutor | None = None
+_CLAIM_POOL_LOCK = threading.Lock()
+
+
+def _claim_pool() -> ThreadPoolExecutor:
+    """Threads that claim the partitions of one flush at once (each mostly waits on a
+    conditional write and an anchor read)."""
+    global _CLAIM_POOL
+    with _CLAIM_POOL_LOCK:
+        if _CLAIM_POOL is None:
+            _CLAIM_POOL = ThreadPoolExecutor(CLAIM_THREADS, thread_name_prefix="txlog-claim")
+        return _CLAIM_POOL
+
+
 class Producer:
     """Kafka-style producer over a Log (see kafka-python's KafkaProducer).
 
@@ -103,7 +148,8 @@ class Producer:
                  compression: str | None = None,
                  key_serializer: Callable[[Any], bytes] | None = None,
                  value_serializer: Callable[[Any], bytes] | None = None,
-                 compression_type: str | None = None) -> None:
+                 compression_type: str | None = None,
+                 data_object_bytes: int = DEFAULT_DATA_OBJECT_BYTES) -> None:
         self.log = log
         if compression_type is not None:  # kafka-python's name for the same option
             compression = compression_type
@@ -111,6 +157,10 @@ class Producer:
         self._compression_bits = compression_attribute(compression)
         if not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidConfigError(f"batch_size must be a positive integer, not {batch_size!r}")
+        if not isinstance(data_object_bytes, int) or isinstance(data_object_bytes, bool) or \
+                data_object_bytes < 1:
+            raise InvalidConfigError(f"data_object_bytes must be a positive integer, not "
+                                     f"{data_object_bytes!r}")
         if not isinstance(linger_ms, (int, float)) or linger_ms < 0:
             raise InvalidConfigError(f"linger_ms must be >= 0, not {linger_ms!r}")
         if transactional_id is not None:
@@ -119,6 +169,10 @@ class Producer:
                 raise InvalidConfigError(
                     "a transactional producer needs enable_idempotence=True")
         self.batch_size = batch_size
+        self.data_object_bytes = data_object_bytes
+        self._staged: list[_Staged] = []
+        self._staged_bytes = 0
+        self._staged_since = 0.0  # time.monotonic() when the oldest staged batch was staged
         self.linger_ms = linger_ms
         self.enable_idempotence = enable_idempotence
         self.transactional_id = transactional_id
@@ -235,7 +289,8 @@ class Producer:
         pending.size += RECORD_OVERHEAD + len(key or b"") + len(value or b"") + sum(
             len(h["key"]) + len(h["value"] or b"") for h in header_list)
         if pending.size >= self.batch_size:
-            self._drain(tp)
+            self._drain(tp, write=False)  # staged: its data object is written when full
+            self._write_if_full()
         elif self.linger_ms == 0:
             self._drain(tp)
         else:
@@ -243,7 +298,7 @@ class Producer:
         return future
 
     def send_table(self, topic: str, table: pa.Table | pa.RecordBatch,
-                   partition: int | None = None) -> list[SentBatch]:
+                   partition: int | None = None, *, wait: bool = True) -> list[SentBatch]:
         """Send a whole Arrow table: the bulk path of the Spark writer.
 
         Columns: ``value`` (binary or string, required, may be null), and
@@ -260,6 +315,12 @@ class Producer:
         written.  If a batch fails, the exception propagates and later batches
         are not sent; batches before it stay written unless the producer is
         transactional and the transaction is aborted.
+
+        Batches gather into data objects of ``data_object_bytes``; with
+        ``wait=False`` the last, partly filled one stays staged for the next
+        call, ``flush()`` or the commit (fewer, larger writes: the Spark
+        writer's way), and only the batches written during the call are
+        returned.
         """
         self._check_can_send("send_table()")
         records, chosen, sizes = normalise_table(table, clock.now_ms())
@@ -298,7 +359,7 @@ class Producer:
         sent: list[SentBatch] = []
         for p, rows in groups:
             tp = (topic, p)
-            self._drain(tp)  # records sent before, to this partition, go first
+            self._drain(tp, write=False)  # records sent before, to this partition, go first
             part_records = records.take(pa.array(rows))
             row_sizes = sizes[rows]
             starts = np.cumsum(row_sizes) - row_sizes
@@ -307,8 +368,11 @@ class Producer:
             for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(rows)], strict=True):
                 batch = part_records.slice(int(lo), int(hi - lo))
                 low, high = pc.min_max(batch.column("timestamp")).values()
-                result = self._publish_batch(tp, batch, low.as_py(), high.as_py())
-                sent.append(SentBatch(p, result.base_offset, result.last_offset))
+                self._stage_batch(tp, batch, low.as_py(), high.as_py(), done=lambda r, p=p:
+                                  sent.append(SentBatch(p, r.base_offset, r.last_offset)))
+                self._write_if_full()
+        if wait:
+            self._write_staged()
         return sent
 
     def _partition_count(self, topic: str, wanted: object = None) -> int:
@@ -334,16 +398,25 @@ class Producer:
 
     def _drain_lingering(self) -> None:
         now = time.monotonic()
-        for tp, pending in list(self._pending.items()):
-            if (now - pending.created) * 1000 >= self.linger_ms:
-                self._drain(tp)
+        lingering = [tp for tp, pending in self._pending.items()
+                     if (now - pending.created) * 1000 >= self.linger_ms]
+        for tp in lingering:
+            self._drain(tp, write=False)
+        # A full batch is staged until its data object fills; linger_ms bounds that
+        # wait too, as it bounds a Kafka batch's.
+        if lingering or (self._staged and
+                         (now - self._staged_since) * 1000 >= self.linger_ms):
+            self._write_staged()
 
     def next_due(self) -> float | None:
         """When (``time.monotonic()``) the oldest pending batch's ``linger_ms`` runs out,
         or None with nothing pending: for a caller that publishes in the background."""
-        if not self._pending:
+        created = [p.created for p in self._pending.values()]
+        if self._staged:
+            created.append(self._staged_since)
+        if not created:
             return None
-        return min(p.created for p in self._pending.values()) + self.linger_ms / 1000
+        return min(created) + self.linger_ms / 1000
 
     def drain_due(self) -> None:
         """Publish the pending batches whose ``linger_ms`` has run out.
@@ -358,35 +431,49 @@ class Producer:
         """Publish ``tp``'s pending batch now (what a future's ``get()`` does)."""
         self._drain((tp[0], tp[1]))
 
-    def _drain(self, tp: tuple[str, int]) -> None:
+    def _drain(self, tp: tuple[str, int], write: bool = True) -> None:
+        """Turn the records pending for ``tp`` into a staged batch; with ``write``, write
+        everything staged (a future's ``get()`` needs its offset now)."""
         pending = self._pending.pop(tp, None)
-        if pending is None:
-            return
-        topic, partition = tp
-        try:
-            table = pa.Table.from_arrays([
-                pa.array(pending.keys, pa.binary()),
-                pa.array(pending.values, pa.binary()),
-                pa.array(pending.timestamps, pa.int64()),
-                pa.array(pending.headers, HEADER_TYPE),
-            ], schema=RECORD_SCHEMA)
-            result = self._publish_batch(tp, table, min(pending.timestamps),
-                                         max(pending.timestamps))
-        except BaseException as exc:
-            for f in pending.futures:
-                f._fail(exc)
-            raise
-        for i, f in enumerate(pending.futures):
-            timestamp = result.log_append_time if result.log_append_time >= 0 \
-                else pending.timestamps[i]
-            f._resolve(RecordMetadata(topic, partition, result.base_offset + i, timestamp))
+        if pending is not None:
+            topic, partition = tp
 
-    def _publish_batch(self, tp: tuple[str, int], records: pa.Table, base_timestamp: int,
-                       max_timestamp: int) -> AppendResult:
-        """Publish one batch of ``records`` (RECORD_SCHEMA) to ``tp``: the one write path.
+            def done(result: AppendResult) -> None:
+                for i, f in enumerate(pending.futures):
+                    timestamp = result.log_append_time if result.log_append_time >= 0 \
+                        else pending.timestamps[i]
+                    f._resolve(RecordMetadata(topic, partition, result.base_offset + i,
+                                              timestamp))
+
+            def failed(exc: BaseException) -> None:
+                for f in pending.futures:
+                    f._fail(exc)
+
+            try:
+                table = pa.Table.from_arrays([
+                    pa.array(pending.keys, pa.binary()),
+                    pa.array(pending.values, pa.binary()),
+                    pa.array(pending.timestamps, pa.int64()),
+                    pa.array(pending.headers, HEADER_TYPE),
+                ], schema=RECORD_SCHEMA)
+                self._stage_batch(tp, table, min(pending.timestamps), max(pending.timestamps),
+                                  done, failed)
+            except BaseException as exc:
+                failed(exc)
+                raise
+        if write:
+            self._write_staged()
+
+    def _stage_batch(self, tp: tuple[str, int], records: pa.Table, base_timestamp: int,
+                     max_timestamp: int, done: Callable[[AppendResult], None] | None = None,
+                     failed: Callable[[BaseException], None] | None = None) -> None:
+        """Encode one batch of ``records`` (RECORD_SCHEMA) for ``tp`` and stage it: the
+        one write path (``_write_staged`` publishes it).
 
         Every way of sending ends here, so sequences, idempotence, transactions,
         max.message.bytes, LogAppendTime and the outcome-unknown rule hold alike.
+        The sequence is taken now: batches of one partition are claimed in the
+        order they were staged.
         """
         topic, partition = tp
         if self._needs_new_id:
@@ -415,16 +502,80 @@ class Producer:
             producer_id=self._producer_id, producer_epoch=self._epoch,
             base_sequence=sequence, decision_id=self._decision_id,
             transactional_id=self.transactional_id or "")
-        try:
-            result = part.append(header, payload, log_append)
-        except BaseException as exc:
-            self._append_failed(tp, exc)
-            raise
         if self.enable_idempotence:
             self._sequences[tp] = (sequence + count) & 0x7FFFFFFF
+        if not self._staged:
+            self._staged_since = time.monotonic()
+        self._staged.append(_Staged(tp, part, header, payload, log_append, sequence, done,
+                                    failed))
+        self._staged_bytes += len(payload)
         self._partitioner.batch_sent(topic, partition, desc.partitions)
-        self._maybe_abort_expired(tp)
-        return result
+
+    def _write_if_full(self) -> None:
+        if self._staged_bytes >= self.data_object_bytes:
+            self._write_staged()
+
+    def _write_staged(self) -> None:
+        """Write what is staged: one data object with every payload above
+        INLINE_PAYLOAD_BYTES, then each partition's claims (small batches inline), the
+        partitions at once, each in its staged order (docs/protocol.md, section 1.1).
+
+        Raises the first failure in staged order, after every batch's futures
+        learnt its outcome; a failed batch stops its partition's later batches
+        (their sequences follow it), not the other partitions'.
+        """
+        staged, self._staged, self._staged_bytes = self._staged, [], 0
+        if not staged:
+            return
+        large = [b for b in staged if len(b.payload) > INLINE_PAYLOAD_BYTES]
+        if large:
+            try:
+                placed = write_data_object(self.log.storage, [b.payload for b in large])
+            except BaseException as exc:
+                # No claim points at it: the batches are certainly not in the log,
+                # but their sequences were taken, so the usual rule decides what follows.
+                for b in staged:
+                    b.error = exc
+                self._settle(staged)
+                raise
+            for b, (path, offset, started) in zip(large, placed, strict=True):
+                b.reference = DataReference(path, offset, started)
+        runs: dict[tuple[str, int], list[_Staged]] = {}
+        for b in staged:
+            runs.setdefault(b.tp, []).append(b)
+        if len(runs) == 1:
+            _claim_run(next(iter(runs.values())))
+        else:
+            list(_claim_pool().map(_claim_run, runs.values()))
+        self._settle(staged)
+
+    def _settle(self, staged: list[_Staged]) -> None:
+        """Tell each batch's futures its outcome and apply the outcome rules, in staged
+        order; raise the first failure."""
+        first_error: BaseException | None = None
+        failed_tps: set[tuple[str, int]] = set()
+        written_tps: list[tuple[str, int]] = []
+        for b in staged:
+            if b.error is None and b.result is not None:
+                if b.done is not None:
+                    b.done(b.result)
+                if b.tp not in written_tps:
+                    written_tps.append(b.tp)
+                continue
+            exc = b.error or RuntimeError("batch was not written")
+            if b.tp not in failed_tps:  # the first failed batch of its partition
+                failed_tps.add(b.tp)
+                self._append_failed(b.tp, exc)
+                if self.enable_idempotence and not self._needs_new_id and \
+                        b.tp in self._sequences:
+                    self._sequences[b.tp] = b.sequence  # neither it nor later ones landed
+                first_error = first_error or exc
+            if b.failed is not None:
+                b.failed(exc)
+        for tp in written_tps:
+            self._maybe_abort_expired(tp)
+        if first_error is not None:
+            raise first_error
 
     def _append_failed(self, tp: tuple[str, int], exc: BaseException) -> None:
         """Decide what a failed append means for the batches that follow it.
@@ -478,9 +629,13 @@ class Producer:
         first_error: BaseException | None = None
         for tp in list(self._pending):
             try:
-                self._drain(tp)
+                self._drain(tp, write=False)
             except BaseException as exc:  # keep draining the others, report the first
                 first_error = first_error or exc
+        try:
+            self._write_staged()
+        except BaseException as exc:
+            first_error = first_error or exc
         if first_error is not None:
             raise first_error
 
@@ -636,6 +791,10 @@ class Producer:
             for f in pending.futures:
                 f._fail(aborted)
         self._pending.clear()
+        for b in self._staged:
+            if b.failed is not None:
+                b.failed(aborted)
+        self._staged, self._staged_bytes = [], 0
         self._fatal = None
         self._end(commit=False)
 
@@ -651,3 +810,19 @@ class Producer:
         # transaction, so this instance cannot go on without a new InitProducerId.
         self._transition(_S.PREPARED)
         return self._member()
+
+
+def _claim_run(run: list[_Staged]) -> None:
+    """Claim one partition's batches of a flush in order; the first failure stops the
+    rest (they would follow a batch that is not, or not surely, in the log)."""
+    for i, b in enumerate(run):
+        try:  # after the first, each batch tries its slot before refreshing (protocol.md 1)
+            if b.reference is not None:
+                b.result = b.part.append_claim(b.header, b.payload, b.reference, b.log_append,
+                                               continuing=i > 0)
+            else:
+                b.result = b.part.append(b.header, b.payload, b.log_append, continuing=i > 0)
+        except BaseException as exc:
+            for later in run[i:]:
+                later.error = exc
+            return

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from ..errors import CorruptBatchError, InvalidConfigError
+from ..storage.paths import DATA_DIR, DATA_SUFFIX
 
 MAGIC = b"TXL\x01"
 
@@ -26,7 +27,11 @@ MAGIC = b"TXL\x01"
 _FIXED = struct.Struct(">4sI HhqiqqqhiiII")
 FIXED_SIZE = _FIXED.size  # 66
 MAX_HEADER_SIZE = FIXED_SIZE + 2 * (1 + 255)
-# Enough to hold any header plus a control batch's payload in one read.
+# A claim's header also holds its reference: the data object's path (a length
+# byte and up to 255 bytes) and the payload's position in it (uint64).
+_REFERENCE_OFFSET = struct.Struct(">Q")
+MAX_CLAIM_HEADER_SIZE = MAX_HEADER_SIZE + 1 + 255 + _REFERENCE_OFFSET.size
+# Enough to hold any header (a claim's included) plus a control batch's payload in one read.
 HEADER_READ_SIZE = 1024
 
 NO_PRODUCER_ID = -1
@@ -38,6 +43,9 @@ COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08  # 0 CreateTime, 1 LogAppendTime
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
+# The payload is not in this object but in a data object the header names
+# (format.md, section 2.7).  Bit 7: Kafka's bit 6 is its delete-horizon flag.
+CLAIM_BIT = 0x80
 
 COMPRESSION_CODES = {None: 0, "none": 0, "lz4": 3, "zstd": 4}
 _CODE_TO_ARROW = {0: None, 3: "lz4", 4: "zstd"}
@@ -75,6 +83,9 @@ class BatchHeader:
     payload_length: int = 0
     payload_crc: int = 0
     header_length: int = FIXED_SIZE + 2
+    # A claim's reference (CLAIM_BIT): the data object holding the payload, and where.
+    data_path: str = ""
+    data_offset: int = -1
 
     @property
     def last_offset(self) -> int:
@@ -97,6 +108,11 @@ class BatchHeader:
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & CONTROL_BIT)
+
+    @property
+    def is_claim(self) -> bool:
+        """The payload lives in a data object (a batch object holding only this header)."""
+        return bool(self.attributes & CLAIM_BIT)
 
     @property
     def compression(self) -> str | None:
@@ -128,6 +144,9 @@ def _short_string(value: str, what: str) -> bytes:
 def encode_header(h: BatchHeader) -> bytes:
     strings = _short_string(h.decision_id, "decision id") + _short_string(
         h.transactional_id, "transactional id")
+    if h.attributes & CLAIM_BIT:
+        strings += _short_string(h.data_path, "data object path") + \
+            _REFERENCE_OFFSET.pack(h.data_offset)
     header_length = FIXED_SIZE + len(strings)
     body = _FIXED.pack(MAGIC, 0, header_length, h.attributes, h.base_offset, h.record_count - 1,
                        h.base_timestamp, h.max_timestamp, h.producer_id, h.producer_epoch,
@@ -154,7 +173,8 @@ def decode_header(data: bytes | memoryview | pa.Buffer, path: str,
     if magic != MAGIC:
         raise CorruptBatchError(f"bad magic {bytes(magic)!r} (expected {MAGIC!r})", path,
                                 expected_offset)
-    if not FIXED_SIZE + 2 <= header_length <= MAX_HEADER_SIZE or len(view) < header_length:
+    limit = MAX_CLAIM_HEADER_SIZE if attributes & CLAIM_BIT else MAX_HEADER_SIZE
+    if not FIXED_SIZE + 2 <= header_length <= limit or len(view) < header_length:
         raise CorruptBatchError(f"bad or truncated header length {header_length}", path,
                                 expected_offset)
     if crc32c.crc32c(view[8:header_length]) != header_crc:
@@ -176,15 +196,32 @@ def decode_header(data: bytes | memoryview | pa.Buffer, path: str,
         except UnicodeDecodeError:
             raise CorruptBatchError("header string is not UTF-8", path, expected_offset) from None
         pos += 1 + n
+    data_path, data_offset = "", -1
+    if attributes & CLAIM_BIT:
+        n = view[pos] if pos < header_length else 0
+        end = pos + 1 + n + _REFERENCE_OFFSET.size
+        if pos >= header_length or end > header_length:
+            raise CorruptBatchError("claim reference overruns the header", path, expected_offset)
+        data_path = bytes(view[pos + 1:pos + 1 + n]).decode("utf-8", "replace")
+        (data_offset,) = _REFERENCE_OFFSET.unpack_from(view, pos + 1 + n)
+        if not is_data_object_path(data_path) or attributes & CONTROL_BIT:
+            raise CorruptBatchError(f"claim names {data_path!r}, not a data object", path,
+                                    expected_offset)
     return BatchHeader(base_offset=base_offset, record_count=count, attributes=attributes,
                        base_timestamp=base_ts, max_timestamp=max_ts, producer_id=pid,
                        producer_epoch=epoch, base_sequence=base_seq, decision_id=strings[0],
                        transactional_id=strings[1], payload_length=payload_length,
-                       payload_crc=payload_crc, header_length=header_length)
+                       payload_crc=payload_crc, header_length=header_length,
+                       data_path=data_path, data_offset=data_offset)
 
 
 def payload_of(data: bytes | pa.Buffer, header: BatchHeader, path: str) -> memoryview:
-    """The payload, after checking its length and checksum."""
+    """The payload, after checking its length and checksum.
+
+    ``data`` is the batch inline: a batch object without CLAIM_BIT, or any
+    batch inside a segment (compaction copies a claim's payload in after its
+    unchanged header).
+    """
     view = memoryview(data)
     end = header.header_length + header.payload_length
     if len(view) != end:
@@ -194,6 +231,55 @@ def payload_of(data: bytes | pa.Buffer, header: BatchHeader, path: str) -> memor
     if crc32c.crc32c(payload) != header.payload_crc:
         raise CorruptBatchError("payload checksum mismatch", path, header.base_offset)
     return payload
+
+
+def check_claim(data: bytes | pa.Buffer, header: BatchHeader, path: str) -> None:
+    """A claim object is its header and nothing else."""
+    if len(memoryview(data)) != header.header_length:
+        raise CorruptBatchError(f"claim is {len(memoryview(data))} bytes, its header "
+                                f"{header.header_length}", path, header.base_offset)
+
+
+def referenced_payload(data: bytes | pa.Buffer, header: BatchHeader, path: str) -> memoryview:
+    """A claim's payload as read from its data object: length and checksum checked."""
+    view = memoryview(data)
+    if len(view) != header.payload_length:
+        raise CorruptBatchError(
+            f"data object {header.data_path} holds {len(view)} bytes at {header.data_offset}, "
+            f"the claim promises {header.payload_length}", path, header.base_offset)
+    if crc32c.crc32c(view) != header.payload_crc:
+        raise CorruptBatchError(f"payload checksum mismatch (data object {header.data_path} at "
+                                f"{header.data_offset})", path, header.base_offset)
+    return view
+
+
+def inline_batch(claim: bytes | pa.Buffer, header: BatchHeader, payload: bytes | memoryview,
+                 path: str) -> bytes:
+    """A claim and its payload as one inline batch (what a segment stores): the claim's
+    header bytes unchanged (so its anchor stays), then the payload."""
+    check_claim(claim, header, path)
+    return bytes(memoryview(claim)) + bytes(referenced_payload(payload, header, path))
+
+
+# --- data objects ------------------------------------------------------------
+
+DATA_MAGIC = b"TXD\x01"
+
+
+def is_data_object_path(path: str) -> bool:
+    name = path[len(DATA_DIR) + 1:-len(DATA_SUFFIX)] if path.startswith(DATA_DIR + "/") \
+        and path.endswith(DATA_SUFFIX) else ""
+    return len(name) == 32 and all(c in "0123456789abcdef" for c in name)
+
+
+def encode_data_object(payloads: list[bytes]) -> tuple[bytes, list[int]]:
+    """The payloads of one flush back to back after the magic, and where each starts."""
+    offsets = []
+    position = len(DATA_MAGIC)
+    for p in payloads:
+        offsets.append(position)
+        position += len(p)
+    return b"".join([DATA_MAGIC, *payloads]), offsets
 
 
 # --- data batches ------------------------------------------------------------

@@ -11,22 +11,64 @@ contiguous no matter how many processes append at once.
 from __future__ import annotations
 
 import logging
+import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import crc32c
 
 from .. import clock
-from ..format.batch import (ABORT, COMMIT, CONTROL_BIT, LOG_APPEND_TIME, TIMESTAMP_TYPE_BIT,
-                            TRANSACTIONAL_BIT, BatchHeader, ControlRecord, encode_control,
-                            encode_header)
-from ..errors import StorageError
+from ..format.batch import (ABORT, CLAIM_BIT, COMMIT, CONTROL_BIT, LOG_APPEND_TIME,
+                            TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader, ControlRecord,
+                            encode_control, encode_data_object, encode_header)
+from ..errors import StorageError, TxlogError
+from ..storage.backends import Storage
+from ..storage.paths import data_object_path
 from .producer_state import ProducerState
 from .state_manager import ANCHOR_BYTES, StateManager
 
 logger = logging.getLogger(__name__)
 
 PUBLISH_ATTEMPTS = 5  # tries of one slot when the storage fails ambiguously
+# L of docs/protocol.md, section 8: a claim is never published pointing into a
+# data object whose write began longer ago than this (the payload is written
+# again into a fresh object instead), so gc may delete an unreferenced data
+# object once it is older than L plus a margin for clocks (gc.DEFAULT_DATA_AGE_S).
+CLAIM_WINDOW_S = 600.0
+
+
+class DataReference:
+    """Where a batch's payload is: a data object and a position in it, and when the
+    object's write began (monotonic).  Shared by the batches of one flush."""
+
+    def __init__(self, path: str, offset: int, started: float) -> None:
+        self.path = path
+        self.offset = offset
+        self.started = started
+
+    def current(self, storage: Storage, payload: bytes) -> tuple[str, int]:
+        """The reference a claim may carry now: past the claim window, the payload goes
+        into a fresh data object of its own first (one more PUT, rare)."""
+        if time.monotonic() - self.started > CLAIM_WINDOW_S:
+            self.path, self.offset, self.started = write_data_object(storage, [payload])[0]
+        return self.path, self.offset
+
+
+def write_data_object(storage: Storage, payloads: list[bytes]
+                      ) -> list[tuple[str, int, float]]:
+    """One data object holding ``payloads``: (path, offset, start time) of each.
+
+    Durable before it returns (publish fsyncs on local disk; an object store's
+    PUT is durable when acknowledged), so no claim can point at bytes that a
+    crash could lose.
+    """
+    started = time.monotonic()
+    blob, offsets = encode_data_object(payloads)
+    path = data_object_path(uuid.uuid4().hex)
+    if not storage.publish_if_absent(path, blob):  # a random 128-bit name: never taken
+        raise StorageError(f"data object {path} exists already")
+    return [(path, offset, started) for offset in offsets]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,22 +92,39 @@ class Appender:
     def __init__(self, states: StateManager) -> None:
         self._states = states
 
-    def _claim(self, prepare: Callable[[ProducerState], "_Slot | AppendResult | None"]
-               ) -> "AppendResult | None":
-        """The slot-claiming loop shared by data batches and markers.
+    def _claim(self, prepare: Callable[[ProducerState], "_Slot | AppendResult | None"],
+               continuing: bool = False) -> "AppendResult | None":
+        """The slot-claiming loop shared by data batches, claims and markers.
 
         ``prepare`` sees the state at the log end and returns either a final
         answer (a duplicate, a marker already present) or the bytes to publish
         at that end.  Losing the slot, or a storage error after which the
         object may or may not exist, both mean: reload and prepare again.
+
+        With ``continuing`` (the caller's previous append to this partition
+        has just returned: the next batch of one flush), the first try goes
+        by the cached state without reading storage: a publish that succeeds
+        proves the slot was free, and the anchor check after it proves the
+        prefix it was validated against is the log's.  A final answer or a
+        refusal from the cached state proves nothing (the topic may have been
+        re-created under it), so it is asked again of a refreshed state.
         """
         states = self._states
         failures = 0
+        fresh = not continuing
         with states.lock:
             while True:
-                state = states.state()
-                step = prepare(state)
+                state = states.state() if fresh else states.believed_state()
+                guessed, fresh = not fresh, True
+                try:
+                    step = prepare(state)
+                except TxlogError:
+                    if guessed:
+                        continue
+                    raise
                 if not isinstance(step, _Slot):
+                    if guessed:
+                        continue
                     return step
                 slot = state.end_offset
                 try:
@@ -93,12 +152,13 @@ class Appender:
                                 "published there; writing it again at the log end",
                                 states.topic, states.partition, slot)
                     continue
+                states.maybe_snapshot()
                 appended_at = step.header.max_timestamp \
                     if step.header.timestamp_type == LOG_APPEND_TIME else -1
                 return AppendResult(slot, step.header.last_offset, log_append_time=appended_at)
 
     def append(self, header: BatchHeader, payload: bytes,
-               log_append_time: bool = False) -> AppendResult:
+               log_append_time: bool = False, continuing: bool = False) -> AppendResult:
         """Append a data batch at the log end; the header's base offset is ignored.
 
         A batch that duplicates one of its producer's last five is not written;
@@ -117,7 +177,37 @@ class Appender:
                                  max_timestamp=now)
             return _Slot(placed, encode_header(placed) + payload)
 
-        result = self._claim(prepare)
+        result = self._claim(prepare, continuing)
+        assert result is not None
+        return result
+
+    def append_claim(self, header: BatchHeader, payload: bytes, reference: DataReference,
+                     log_append_time: bool = False, continuing: bool = False) -> AppendResult:
+        """Append a data batch whose payload is already in a data object: only the small
+        claim (header and reference) is published here, and retried if the slot is lost.
+
+        ``payload`` is the batch's payload as written into the data object; it
+        is checksummed into the header, and written again only if the claim
+        window of the data object has passed (DataReference.current).
+        """
+        header = replace(header, attributes=header.attributes | CLAIM_BIT,
+                         payload_length=len(payload), payload_crc=crc32c.crc32c(payload))
+        storage = self._states.storage
+
+        def prepare(state: ProducerState) -> _Slot | AppendResult:
+            duplicate = state.check_append(header)
+            if duplicate is not None:
+                return AppendResult(duplicate.base_offset, duplicate.last_offset, True)
+            path, offset = reference.current(storage, payload)
+            placed = replace(header, base_offset=state.end_offset, data_path=path,
+                             data_offset=offset)
+            if log_append_time:
+                now = clock.now_ms()
+                placed = replace(placed, attributes=placed.attributes | TIMESTAMP_TYPE_BIT,
+                                 max_timestamp=now)
+            return _Slot(placed, encode_header(placed))
+
+        result = self._claim(prepare, continuing)
         assert result is not None
         return result
 

@@ -64,7 +64,7 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
     for ref in states.cache.refs(start, stop, state.end_offset):
         if ref.in_segment or ref.base != expected:
             break  # another compaction got ahead of this one: it has this run
-        data = states.cache.load(ref)
+        data = states.cache.inline(ref)  # a claim's payload comes from its data object
         url = states.cache.url(ref.path)
         header = decode_header(data, url, ref.base)
         payload = payload_of(data, header, url)  # damage is never copied silently

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from ..format.batch import BatchHeader
 from ..storage.backends import Storage
-from .appender import Appender, AppendResult
+from .appender import Appender, AppendResult, DataReference
 from .compaction import (DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted, compact,
                          retire_batches)
 from .isolation import READ_COMMITTED
@@ -99,9 +99,19 @@ class PartitionLog:
                                           state.end_offset)
 
     def append(self, header: BatchHeader, payload: bytes,
-               log_append_time: bool = False) -> AppendResult:
-        """A data batch at the log end, or the offsets of the batch it duplicates (appender.py)."""
-        return self._appender.append(header, payload, log_append_time)
+               log_append_time: bool = False, continuing: bool = False) -> AppendResult:
+        """A data batch at the log end, or the offsets of the batch it duplicates (appender.py).
+
+        ``continuing``: the caller's previous append here has just returned (the next
+        batch of one flush), so the slot is tried before refreshing."""
+        return self._appender.append(header, payload, log_append_time, continuing)
+
+    def append_claim(self, header: BatchHeader, payload: bytes, reference: DataReference,
+                     log_append_time: bool = False, continuing: bool = False) -> AppendResult:
+        """A data batch whose payload is already in a data object: only its claim is
+        published at the log end (appender.py)."""
+        return self._appender.append_claim(header, payload, reference, log_append_time,
+                                           continuing)
 
     def append_marker(self, producer_id: int, marker_epoch: int, commit: bool,
                       coordinator_epoch: int = 0, decision_id: str = "",

@@ -13,15 +13,18 @@ from __future__ import annotations
 import bisect
 import os
 import threading
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..format.arrays import counting, repeat
-from ..format.batch import LOG_APPEND_TIME, decode_header, decode_records, payload_of
+from ..format.batch import (LOG_APPEND_TIME, BatchHeader, decode_header, decode_records,
+                            payload_of, referenced_payload)
 from ..errors import CorruptBatchError, OffsetOutOfRangeError, StorageError
 from .producer_state import AbortedIndex, AbortedTransaction, OpenTransaction, ProducerState
 from .isolation import READ_COMMITTED, check_isolation_level, visible_end
@@ -31,6 +34,13 @@ from .storage_cache import RELOADS, BatchRef
 PARALLEL_MIN_BATCH_BYTES = 1 << 20  # batches at least this large are read on threads
 SPAN_BATCHES = 64  # batches of one segment fetched with one read (and decoded on one thread)
 LOG_START_REFRESH_S = 1.0  # a reader lists the log start again after this long (see _log_start)
+# Claims whose payloads lie back to back in one data object are fetched with one
+# ranged read of at most this many bytes (more reads then go in parallel).
+COALESCE_BYTES = 8 << 20
+# Fetching ahead: at most this many reads, and bytes, requested beyond the one
+# being assembled (the result itself holds the range it returns).
+READ_AHEAD_REQUESTS = 8
+READ_AHEAD_BYTES = 64 << 20
 
 # Resolves an open transaction: True committed, False aborted, None undecided.
 OutcomeResolver = Callable[[OpenTransaction], "bool | None"]
@@ -173,17 +183,26 @@ class Reader:
             return [], start
         aborted = self.aborted_check(state, start, end) \
             if isolation_level == READ_COMMITTED else None
-        wanted = _spans(states.cache.refs(start, end, state.end_offset))
 
-        def load(span: list[BatchRef]) -> list[tuple[Piece | None, int]]:
-            return self._load_span(span, start, end, aborted)
+        def load(span: _Span) -> list[tuple[Piece | None, int]]:
+            if span.data_path:
+                return self._load_claims(span, start, end, aborted)
+            if span.preloaded is not None:
+                return [self._load_piece(span.refs[0], span.preloaded, start, end, aborted)]
+            return self._load_span(span.refs, start, end, aborted)
 
         try:
-            loaded = [load(span) for span in wanted[:1]]
-            # Threads pay off for large batches only: for small ones the per-batch
-            # Python work dominates and contends for the GIL.
-            parallel = len(wanted) > 2 and loaded[0][0][1] >= PARALLEL_MIN_BATCH_BYTES
-            loaded += _reader_pool().map(load, wanted[1:]) if parallel else map(load, wanted[1:])
+            wanted = self._plan(states.cache.refs(start, end, state.end_offset))
+            if any(span.data_path for span in wanted):
+                # Payloads in data objects: ranged reads, several in flight.
+                loaded = list(_ahead(_reader_pool(), load, wanted))
+            else:
+                loaded = [load(span) for span in wanted[:1]]
+                # Threads pay off for large batches only: for small ones the per-batch
+                # Python work dominates and contends for the GIL.
+                parallel = len(wanted) > 2 and loaded[0][0][1] >= PARALLEL_MIN_BATCH_BYTES
+                loaded += list(_ahead(_reader_pool(), load, wanted[1:])) if parallel \
+                    else map(load, wanted[1:])
         except CorruptBatchError:
             with states.lock:
                 states.still_current()  # a topic deleted under the read says so, clearly
@@ -217,6 +236,81 @@ class Reader:
             return cache.log_start()
         return known
 
+    def _plan(self, refs: list[BatchRef]) -> list[_Span]:
+        """Group the batches into reads: consecutive batches of one segment, claims whose
+        payloads lie back to back in one data object, and inline batch objects alone.
+
+        A claim's header is known from the state refresh that found it; headers
+        not cached (a fresh process reading below its snapshot) are read first,
+        several at once.
+        """
+        cache = self._states.cache
+        missing = [r for r in refs if not r.in_segment and cache.cached_header(r.base) is None]
+        # Objects whose header is unknown are read whole, several at once: a claim is
+        # its header, and an inline batch's bytes are what the read needs anyway.
+        remote = getattr(self._states.storage, "remote", False)
+        loads = _ahead(_reader_pool(), cache.load, missing) if remote and len(missing) > 1 \
+            else map(cache.load, missing)
+        preloaded = dict(zip((r.base for r in missing), loads, strict=True))
+        spans: list[_Span] = []
+        for ref in refs:
+            prev = spans[-1] if spans else None
+            header = None
+            buf = preloaded.get(ref.base)
+            if buf is not None:
+                header = decode_header(buf, cache.url(ref.path), ref.base)
+                if header.is_claim and len(buf) == header.header_length:
+                    cache.note_header(header)
+                else:  # an inline batch (or one compaction moved meanwhile): read already
+                    spans.append(_Span([ref], preloaded=buf))
+                    continue
+            elif not ref.in_segment:
+                header = cache.header(ref.base)
+            if header is not None and header.is_claim:
+                if prev is not None and prev.data_path == header.data_path and \
+                        prev.data_end == header.data_offset and \
+                        prev.size + header.payload_length <= COALESCE_BYTES:
+                    prev.add(ref, header)
+                else:
+                    spans.append(_Span([], header.data_path, header.data_offset))
+                    spans[-1].add(ref, header)
+                continue
+            last = prev.refs[-1] if prev is not None and prev.refs else None
+            if last is not None and not prev.data_path and ref.in_segment and \
+                    last.path == ref.path and last.position + last.size == ref.position and \
+                    len(prev.refs) < SPAN_BATCHES:
+                prev.refs.append(ref)
+                prev.size += ref.size
+            else:
+                spans.append(_Span([ref], size=max(ref.size, 0)))
+        return spans
+
+    def _load_claims(self, span: _Span, start: int, end: int,
+                     aborted: Callable[[int, int], bool] | None
+                     ) -> list[tuple[Piece | None, int]]:
+        """Claims whose payloads lie back to back in one data object: one ranged read.
+
+        A data object that is gone was collected after compaction copied the
+        payloads into a segment: each batch is followed there, as a batch
+        object deleted under a reader is.
+        """
+        cache = self._states.cache
+        try:
+            buf = self._states.storage.read_range(span.data_path, span.data_offset, span.size)
+        except FileNotFoundError:
+            out = []
+            for ref, header in zip(span.refs, span.headers, strict=True):
+                moved = cache.relocate_claim(ref.base, header)
+                out.append(self._load_piece(moved, cache.load(moved), start, end, aborted))
+            return out
+        out = []
+        for ref, header in zip(span.refs, span.headers, strict=True):
+            url = cache.url(ref.path)
+            payload = buf.slice(header.data_offset - span.data_offset, header.payload_length)
+            out.append(self._piece(header, referenced_payload(payload, header, url), url,
+                                   start, end, aborted))
+        return out
+
     def _load_span(self, span: list[BatchRef], start: int, end: int,
                    aborted: Callable[[int, int], bool] | None
                    ) -> list[tuple[Piece | None, int]]:
@@ -245,10 +339,17 @@ class Reader:
         No records for control batches and aborted transactions (still
         checksummed: damage never passes silently, whatever the reader keeps).
         """
-        base = ref.base
         url = self._states.cache.url(ref.path)
-        header = decode_header(buf, url, base)
-        payload = payload_of(buf, header, url)
+        header = decode_header(buf, url, ref.base)
+        if header.is_claim and len(buf) == header.header_length:  # not planned as one
+            buf = self._states.cache.inline(ref)
+        return self._piece(header, payload_of(buf, header, url), url, start, end, aborted)
+
+    def _piece(self, header: BatchHeader, payload: memoryview, url: str, start: int, end: int,
+               aborted: Callable[[int, int], bool] | None) -> tuple[Piece | None, int]:
+        """The records of one checked batch within [start, end) (None for a marker or an
+        aborted transaction's batch)."""
+        base = header.base_offset
         if header.is_control:
             return None, header.payload_length
         if aborted is not None and header.is_transactional and \
@@ -266,17 +367,50 @@ class Reader:
         return Piece(records, offsets, millis, header.timestamp_type), header.payload_length
 
 
-def _spans(refs: list[BatchRef]) -> list[list[BatchRef]]:
-    """Consecutive batches of one segment grouped (read at once); batch objects alone."""
-    spans: list[list[BatchRef]] = []
-    for ref in refs:
-        prev = spans[-1][-1] if spans else None
-        if prev is not None and ref.in_segment and prev.path == ref.path and \
-                prev.position + prev.size == ref.position and len(spans[-1]) < SPAN_BATCHES:
-            spans[-1].append(ref)
-        else:
-            spans.append([ref])
-    return spans
+@dataclass
+class _Span:
+    """One read: consecutive batches of a segment, one batch object, or claims whose
+    payloads lie back to back in the data object ``data_path`` from ``data_offset``."""
+
+    refs: list[BatchRef]
+    data_path: str = ""
+    data_offset: int = 0
+    size: int = 0
+    headers: list[BatchHeader] = field(default_factory=list)
+    preloaded: pa.Buffer | None = None  # a batch object already read whole while planning
+
+    @property
+    def data_end(self) -> int:
+        return self.data_offset + self.size
+
+    def add(self, ref: BatchRef, header: BatchHeader) -> None:
+        self.refs.append(ref)
+        self.headers.append(header)
+        self.size += header.payload_length
+
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def _ahead(pool: ThreadPoolExecutor, fn: Callable[[_T], _R], items: Iterable[_T]
+           ) -> Iterable[_R]:
+    """``map(fn, items)`` in order, with up to READ_AHEAD_REQUESTS calls (and about
+    READ_AHEAD_BYTES of reads, by each item's ``size`` where it has one) running ahead
+    on ``pool``: several ranged GETs in flight, never the whole range at once."""
+    running: deque[tuple[Future[_R], int]] = deque()
+    in_flight = 0
+    for item in items:
+        size = max(getattr(item, "size", 0) or 0, 0)
+        while running and (len(running) >= READ_AHEAD_REQUESTS or
+                           in_flight + size > READ_AHEAD_BYTES):
+            future, done = running.popleft()
+            in_flight -= done
+            yield future.result()
+        running.append((pool.submit(fn, item), size))
+        in_flight += size
+    while running:
+        yield running.popleft()[0].result()
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -284,11 +418,13 @@ _POOL_LOCK = threading.Lock()
 
 
 def _reader_pool() -> ThreadPoolExecutor:
-    """Threads that load batches in parallel: memory-mapping, CRC-32C and Arrow
-    decoding all release the GIL, so a multi-batch read uses every core."""
+    """Threads that load batches in parallel: ranged reads wait on storage, and
+    memory-mapping, CRC-32C and Arrow decoding release the GIL, so a multi-batch
+    read overlaps its requests and uses every core."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1),
+            # As many threads as reads may be in flight: they mostly wait on storage.
+            _POOL = ThreadPoolExecutor(max_workers=READ_AHEAD_REQUESTS,
                                        thread_name_prefix="txlog-read")
         return _POOL

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NoReturn
@@ -40,6 +41,12 @@ ANCHOR_BYTES = 8  # magic + header checksum of a batch
 # transactions whose marker is at or after ``aborted_from`` (format.md, section 3)
 SNAPSHOT_FORMAT = 3
 SNAPSHOT_FORMATS_READ = (2, 3)  # a version 2 snapshot's aborted list is complete
+# How recently the cached state must have been proven current (a refresh, or an anchor
+# check after an append) for an append to try its slot without refreshing first
+# (docs/protocol.md, section 1): the batches of one flush follow each other within
+# it, while a writer that held a partition idle refreshes, and so cannot publish
+# into a topic deleted and re-created meanwhile.
+GUESS_WINDOW_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +89,7 @@ class StateManager:
     def _drop_cache(self) -> None:
         """Forget everything learnt from storage (at start, and when it was pulled away)."""
         self._state: ProducerState | None = None
+        self._proven_at = float("-inf")  # monotonic time the cache was last shown current
         self._since_snapshot = 0
         # The last object of the cached state's prefix: as long as it is
         # unchanged, the cache describes this incarnation and nothing it
@@ -123,6 +131,30 @@ class StateManager:
             raise StorageError(f"{self.topic}-{self.partition}: the log kept changing under "
                                f"this process ({RELOADS} reloads in one refresh)")
 
+    def believed_state(self) -> ProducerState:
+        """The cached state without asking storage if it was proven current within
+        GUESS_WINDOW_S (else a refresh).
+
+        An appender tries the slot after it first: publishing there if absent
+        is itself the proof that nobody wrote the slot, and the check after
+        the publish (appender.py) proves the prefix unchanged.  A stale guess
+        only costs a lost publish, then a refresh.  The window bounds what the
+        check after cannot undo: a publish into a topic deleted and re-created
+        since the cache was last proven (the check then raises, but the object
+        is in the new incarnation).
+        """
+        with self.lock:
+            if self._state is not None and \
+                    time.monotonic() - self._proven_at < GUESS_WINDOW_S:
+                return self._state
+            return self.state()
+
+    def maybe_snapshot(self) -> None:
+        """Write a snapshot if enough batches were applied (appends that skipped the refresh)."""
+        with self.lock:
+            if self._state is not None and self._since_snapshot >= SNAPSHOT_INTERVAL:
+                self._write_snapshot(self._state)
+
     def still_current(self) -> bool:
         """Whether the cached state still describes the log (one or two small reads).
 
@@ -132,11 +164,13 @@ class StateManager:
         damage): the cache is dropped and False returned, so the caller reloads.
         """
         anchor = self._anchor
+        checked = time.monotonic()
         if anchor is not None:
             try:
                 if self.storage.read_prefix(anchor.path, ANCHOR_BYTES) == anchor.data and (
                         anchor.next_segment is None or
                         not self.storage.exists(self.cache.segment_path(anchor.next_segment))):
+                    self._proven_at = checked
                     return True
             except FileNotFoundError:
                 pass
@@ -144,6 +178,7 @@ class StateManager:
             current = current_topic_id(self.storage, self.topic)
             if current != self.topic_id:
                 self._stale(current)
+            self._proven_at = checked
             return True
         current = current_topic_id(self.storage, self.topic)
         if current != self.topic_id:
@@ -177,6 +212,7 @@ class StateManager:
         self._anchor = _Anchor(header.base_offset, self.cache.batch_path(header.base_offset),
                                bytes(data[:ANCHOR_BYTES]))
         self.cache.note_batch(header.base_offset)
+        self.cache.note_header(header)
         self._state.apply(header, control)
         self._since_snapshot += 1
 

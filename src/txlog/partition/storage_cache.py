@@ -23,8 +23,8 @@ from typing import NoReturn
 import pyarrow as pa
 
 from ..errors import CorruptBatchError, OffsetOutOfRangeError, StorageError
-from ..format.batch import (HEADER_READ_SIZE, BatchHeader, ControlRecord, decode_control,
-                            decode_header, payload_of)
+from ..format.batch import (HEADER_READ_SIZE, BatchHeader, ControlRecord, check_claim,
+                            decode_control, decode_header, inline_batch, payload_of)
 from ..format.segment import (CorruptSegmentError, SegmentHead, SegmentIndex, TimeIndex,
                               read_aborted, read_head, read_header, read_index, read_time_index)
 from ..format.topic_ids import current_topic_id
@@ -114,6 +114,52 @@ class StorageCache:
             data = self.load(ref, HEADER_READ_SIZE)
             cached = self._headers[offset] = decode_header(data, self.url(ref.path), offset)
         return cached
+
+    def note_header(self, header: BatchHeader) -> None:
+        """Remember a header read by a state refresh (a read then needs no request for it)."""
+        self._headers[header.base_offset] = header
+
+    def cached_header(self, offset: int) -> BatchHeader | None:
+        return self._headers.get(offset)
+
+    def referenced(self, header: BatchHeader) -> pa.Buffer:
+        """A claim's payload bytes, one ranged read of its data object (unchecked: the
+        caller checks them against the header).  FileNotFoundError when the data object
+        is gone: the claim was compacted and the object collected since it was listed."""
+        return self.storage.read_range(header.data_path, header.data_offset,
+                                       header.payload_length)
+
+    def inline(self, ref: BatchRef) -> pa.Buffer:
+        """The batch as one inline run of bytes, header then payload, however it is stored
+        (a batch object, a claim and its data object, or a stretch of a segment).
+
+        The one way compaction and tools obtain a batch's payload bytes: a claim's
+        header bytes are kept unchanged (its anchor stays), its payload fetched.
+        """
+        for _ in range(RELOADS):
+            data = self.load(ref)
+            url = self.url(ref.path)
+            header = decode_header(data, url, ref.base)
+            if not header.is_claim or len(data) != header.header_length:
+                return data  # inline already (a segment holds claims with their payloads)
+            try:
+                payload = self.referenced(header)
+            except FileNotFoundError:
+                ref = self.relocate_claim(ref.base, header)
+                continue
+            return pa.py_buffer(inline_batch(data, header, payload, url))
+        raise StorageError(f"{self.topic}-{self.partition}: the batch at {ref.base} kept "
+                           "moving under a read")
+
+    def relocate_claim(self, base: int, header: BatchHeader) -> BatchRef:
+        """Where a claim's batch is now that its data object is gone: in a segment
+        (compacted, then the object collected).  A claim still in place whose data
+        object is missing is damage, named as such."""
+        try:
+            return self.relocate(base)
+        except CorruptBatchError:
+            raise CorruptBatchError(f"data object {header.data_path} of this claim is missing",
+                                    self.url(self.batch_path(base)), base) from None
 
     # --- segments -------------------------------------------------------------
 
@@ -391,6 +437,8 @@ def _decoded(head: bytes, url: str, offset: int
              ) -> tuple[BatchHeader, ControlRecord | None, bytes]:
     header = decode_header(head, url, offset)
     control = None
+    if header.is_claim:
+        check_claim(head, header, url)
     if header.is_control:
         control = decode_control(payload_of(head, header, url), header, url)
     return header, control, head

@@ -77,6 +77,7 @@ _WRITE_NAMES = (
     "path", "topic", "deliveryGuarantee", "transactional.id.prefix", "transaction.timeout.ms",
     "createTopics", "numPartitions", "compression", "batch.size", "groupId",
     "checkpointLocation", "takeOverFrom", "queryName", "txnAppId", "txnVersion",
+    "dataObjectBytes",
 )
 # Spark Kafka source options that mean nothing without a Kafka cluster; a
 # pipeline moved from format("kafka") may still carry them.
@@ -604,6 +605,9 @@ class WriteOptions:
     # Kafka producer settings without a txlog spelling (kafka.linger.ms, kafka.max.request.size).
     linger_ms: int | None = None
     max_request_size: int | None = None
+    # Payload bytes a task gathers into one data object (over all partitions); None: the
+    # writer's default for the store (writer.py).
+    data_object_bytes: int | None = None
 
     @staticmethod
     def parse(options: Mapping[str, str], streaming: bool) -> WriteOptions:
@@ -666,6 +670,13 @@ class WriteOptions:
                 validate_name(take_over, "query id")
             except InvalidNameError as exc:
                 raise _fail("takeOverFrom", str(exc)) from None
+        data_object_bytes = None
+        if opts.get("dataObjectBytes") is not None:
+            data_object_bytes = parse_bytes("dataObjectBytes", opts.get("dataObjectBytes") or "")
+            if not 1 <= data_object_bytes <= 1 << 30:
+                raise _fail("dataObjectBytes", "must be between 1 byte and 1g (each task holds "
+                                               f"about twice this in memory), got "
+                                               f"{opts.get('dataObjectBytes')!r}")
         app_id, version = _txn(opts, streaming, guarantee)
         if app_id is not None and prefix is None:
             prefix = default_prefix(app_id)
@@ -689,6 +700,7 @@ class WriteOptions:
             storage_options=_storage_options(opts),
             linger_ms=kafka["linger_ms"],
             max_request_size=kafka["max_request_size"],
+            data_object_bytes=data_object_bytes,
         )
 
 

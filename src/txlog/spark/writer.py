@@ -25,7 +25,7 @@ from pyspark.sql.types import StructType
 from ..transactions.coordinator import TransactionMember
 from ..errors import InvalidConfigError, TopicExistsError, UnknownTopicError
 from ..log import Log
-from ..clients.producer import DEFAULT_BATCH_SIZE, Producer
+from ..clients.producer import DEFAULT_BATCH_SIZE, DEFAULT_DATA_OBJECT_BYTES, Producer
 from ..exactly_once.app_versions import AppVersions
 from ..exactly_once.shared_transaction import SharedTransaction
 from ..exactly_once.stream_sink import StreamSink
@@ -76,6 +76,17 @@ def check_input_schema(schema: StructType, options: WriteOptions) -> None:
             "no topic to write to: set option 'topic' or give the DataFrame a 'topic' column")
 
 
+# A task's data objects on an object store: large enough that the request count per MB
+# stays small (each PUT costs a round trip), small enough that a task's memory stays
+# about twice this plus what it coalesces from Spark (docs/spark.md).
+OBJECT_STORE_DATA_OBJECT_BYTES = 32 << 20
+
+
+def _on_object_store(path: str) -> bool:
+    scheme = path.split("://", 1)[0].lower() if "://" in path else "file"
+    return scheme not in ("file", "memory")
+
+
 class _Sending:
     """Turning Spark's Arrow batches into bulk sends: shared by the batch and stream writers."""
 
@@ -92,6 +103,9 @@ class _Sending:
             config["batch_size"] = batch_size
         if self.options.linger_ms is not None:
             config["linger_ms"] = self.options.linger_ms
+        config["data_object_bytes"] = self.options.data_object_bytes or (
+            OBJECT_STORE_DATA_OBJECT_BYTES if _on_object_store(self.options.path)
+            else DEFAULT_DATA_OBJECT_BYTES)
         return config
 
     def _write_idempotent(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
@@ -117,7 +131,8 @@ class _Sending:
     def _send_all(self, log: Log, producer: Producer, iterator: Iterator[pa.RecordBatch]) -> int:
         def send(batch: pa.RecordBatch) -> None:
             for topic, table in self._by_topic(log, batch):
-                producer.send_table(topic, table)
+                # Staged until a data object's worth has gathered (prepare/close write the rest).
+                producer.send_table(topic, table, wait=False)
 
         # The producer encodes and fsyncs one merged batch in a thread while this
         # one takes the next from Spark: the two mostly wait on different things

@@ -41,6 +41,9 @@ class Storage(ABC):
     """A flat namespace of immutable objects under one root."""
 
     url: str
+    # Each request waits on a network round trip: worth overlapping several (readers
+    # fetch ahead); local and in-memory requests are cheaper than a thread hand-off.
+    remote: bool = False
 
     @abstractmethod
     def publish_if_absent(self, path: str, data: bytes) -> bool:
@@ -83,6 +86,11 @@ class Storage(ABC):
     @abstractmethod
     def delete(self, path: str) -> None:
         """Remove an object (or an empty directory); a missing one is not an error."""
+
+    def list_times(self, directory: str) -> list[tuple[str, float]]:
+        """Names directly under ``directory`` with the time each object was created, in
+        seconds since the epoch (the store's clock): gc of data objects goes by age."""
+        raise NotImplementedError(f"{type(self).__name__} cannot tell objects' ages")
 
     def remove_temp_files(self, older_than_s: float) -> list[str]:
         """Remove temp files of publishes that died, older than ``older_than_s``.
@@ -216,6 +224,21 @@ class LocalStorage(Storage):
                     pass  # its publish finished (or another gc) meanwhile
         return sorted(removed)
 
+    def list_times(self, directory: str) -> list[tuple[str, float]]:
+        out = []
+        try:
+            with os.scandir(self._abs(directory)) as entries:
+                for entry in entries:
+                    if entry.name.startswith(TMP_PREFIX):
+                        continue
+                    try:
+                        out.append((entry.name, entry.stat().st_mtime))
+                    except FileNotFoundError:
+                        continue
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return out
+
     def list(self, directory: str) -> list[str]:
         try:
             names = os.listdir(self._abs(directory)) if directory else os.listdir(self.root)
@@ -242,6 +265,7 @@ class MemoryStorage(Storage):
     def __init__(self) -> None:
         self.url = f"memory://{uuid.uuid4().hex}"
         self._objects: dict[str, bytes] = {}
+        self._times: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def publish_if_absent(self, path: str, data: bytes) -> bool:
@@ -250,7 +274,14 @@ class MemoryStorage(Storage):
             if path in self._objects:
                 return False
             self._objects[path] = bytes(data)
+            self._times[path] = time.time()
             return True
+
+    def list_times(self, directory: str) -> list[tuple[str, float]]:
+        prefix = directory.rstrip("/") + "/"
+        with self._lock:
+            return [(k[len(prefix):], self._times.get(k, 0.0)) for k in self._objects
+                    if k.startswith(prefix) and "/" not in k[len(prefix):]]
 
     def read(self, path: str) -> bytes:
         _check_relative(path)  # refuse the same paths LocalStorage refuses
@@ -278,6 +309,7 @@ class MemoryStorage(Storage):
         _check_relative(path)
         with self._lock:
             self._objects.pop(path, None)
+            self._times.pop(path, None)
 
 
 class StorageRequestError(StorageError, OSError):
@@ -433,6 +465,8 @@ class FsspecStorage(Storage):
     the condition and ignore it; the first publish of each process on a root
     therefore runs a probe (see ``check_conditional_writes``).
     """
+
+    remote = True
 
     def __init__(self, fs: Any, root: str, url: str,
                  storage_options: dict[str, Any] | None = None) -> None:
@@ -620,6 +654,22 @@ class FsspecStorage(Storage):
         names = [e.rstrip("/").rsplit("/", 1)[-1] for e in entries]
         return [n for n in names if not n.startswith(TMP_PREFIX)]
 
+    def list_times(self, directory: str) -> list[tuple[str, float]]:
+        where = self._abs(directory) if directory else self.root
+        try:
+            entries = self.fs.ls(where, detail=True, refresh=True)
+        except FileNotFoundError:
+            return []
+        except Exception as exc:
+            raise self._error("listing", directory or ".", exc) from None
+        out = []
+        for e in entries:
+            name = e["name"].rstrip("/").rsplit("/", 1)[-1]
+            if e.get("type") == "directory" or name.startswith(TMP_PREFIX):
+                continue
+            out.append((name, _modified(e)))
+        return out
+
     def _ls(self, where: str) -> list[str]:
         """One listing of ``where``.  s3fs's ``ls`` of an empty prefix lists the parent
         too, to tell a missing directory from a file: for a partition's absent
@@ -676,6 +726,31 @@ _BACKEND_PACKAGES = {"s3": ("s3fs", "pip install 'txlog[s3]'"),
                      "abfss": ("adlfs", "pip install 'txlog[azure]'"),
                      "az": ("adlfs", "pip install 'txlog[azure]'")}
 _USERINFO = re.compile(r"^[a-z0-9+.-]+://[^/@]*:[^/@]*@", re.IGNORECASE)
+
+
+def _modified(entry: dict[str, Any]) -> float:
+    """An fsspec listing entry's creation time (S3 LastModified, GCS updated/timeCreated,
+    Azure last_modified), in seconds since the epoch; 0 (very old) is never guessed."""
+    import datetime
+
+    for key in ("LastModified", "last_modified", "timeCreated", "updated", "mtime", "created"):
+        value = entry.get(key)
+        if isinstance(value, datetime.datetime):
+            if value.tzinfo is None:
+                value = value.replace(tzinfo=datetime.timezone.utc)
+            return value.timestamp()
+        if isinstance(value, (int, float)) and value > 0:
+            return float(value)
+        if isinstance(value, str) and value:
+            try:
+                parsed = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=datetime.timezone.utc)
+            return parsed.timestamp()
+    raise StorageError(f"the store gives no modification time for {entry.get('name')!r}: "
+                       "data objects cannot be collected by age")
 
 
 def open_storage(url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None,

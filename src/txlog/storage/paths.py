@@ -17,6 +17,17 @@ ROOT_MARKER = "txlog.json"  # the format version of the root (msgpack)
 TMP_PREFIX = ".tmp-"  # objects being written (local and atomic-rename backends); never listed
 PROBE_DIR = f"{TMP_PREFIX}probe"  # where a backend checks that conditional writes work
 
+# --- data objects (docs/format.md, section 2.7) -------------------------------------------
+
+DATA_DIR = "data"  # one object per producer flush, holding the payloads its claims point to
+DATA_SUFFIX = ".data"
+
+
+def data_object_path(name: str) -> str:
+    """``data/<32 hex digits>.data``: a unique name, so its creation never contends."""
+    return f"{DATA_DIR}/{name}{DATA_SUFFIX}"
+
+
 # --- topics and partitions -----------------------------------------------------------------
 
 TOPICS_DIR = "topics"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -41,6 +42,19 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MAX_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
+MARKER_THREADS = 8  # partitions of one transaction marked at once (protocol.md, 4.6)
+_MARKER_POOL: ThreadPoolExecutor | None = None
+_MARKER_POOL_LOCK = threading.Lock()
+
+
+def _marker_pool() -> ThreadPoolExecutor:
+    """Threads writing one transaction's markers at once: each partition's marker is an
+    independent slot claim, so their requests need not wait on each other."""
+    global _MARKER_POOL
+    with _MARKER_POOL_LOCK:
+        if _MARKER_POOL is None:
+            _MARKER_POOL = ThreadPoolExecutor(MARKER_THREADS, thread_name_prefix="txlog-marker")
+        return _MARKER_POOL
 MAX_EPOCH = 32767  # Short.MaxValue: an epoch this high is never handed to a producer
 NO_PRODUCER_ID = -1
 
@@ -505,14 +519,34 @@ class TransactionCoordinator:
     def _finish(self, version: int, meta: TransactionMetadata) -> TransactionMetadata:
         commit = meta.state == S.PREPARE_COMMIT
         marker_epoch = meta.txn_epoch + 1
-        for topic, partition in meta.partitions:
-            self._partition(topic, partition).append_marker(
+
+        def mark(tp: tuple[str, int]) -> None:
+            self._partition(*tp).append_marker(
                 meta.txn_producer_id, marker_epoch, commit, coordinator_epoch=version,
                 decision_id=meta.decision_id, transactional_id=meta.transactional_id)
+
+        def apply(group: str) -> None:
+            apply_transactional_offsets(self.storage, group, meta.pending_offsets[group],
+                                        meta.transactional_id, version,
+                                        (meta.txn_producer_id, meta.txn_epoch))
+
+        # Every marker and group-offset update before the Complete version (each is
+        # idempotent: 2.3, section 9), all at once: the decision already fixed the
+        # outcome, and nothing orders one partition's marker, or a group's offsets,
+        # after another's (protocol.md 4.6).
+        steps = [(mark, tuple(tp)) for tp in meta.partitions]
         if commit:
-            for group, offsets in meta.pending_offsets.items():
-                apply_transactional_offsets(self.storage, group, offsets, meta.transactional_id,
-                                            version, (meta.txn_producer_id, meta.txn_epoch))
+            steps += [(apply, group) for group in meta.pending_offsets]
+        if len(steps) > 1:
+            # Every step ends before this returns or raises (the first error in order):
+            # nothing of this roll-forward is still writing when the caller goes on.
+            futures = [_marker_pool().submit(fn, arg) for fn, arg in steps]
+            wait(futures)
+            for future in futures:
+                future.result()
+        else:
+            for fn, arg in steps:
+                fn(arg)
         pid, epoch = self._next_identity(meta.txn_producer_id, meta.txn_epoch)
         done = meta.transition(
             S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, producer_id=pid, epoch=epoch,

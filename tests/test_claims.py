@@ -1,0 +1,395 @@
+"""Data written once, claims kept small (docs/protocol.md 1.1, docs/format.md 2.7).
+
+A flush writes one data object holding every partition's payloads, then
+claims each partition's slot with a small object naming the bytes; readers
+follow the reference with ranged reads, compaction copies the bytes into
+segments, gc removes data objects nobody points into.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from conftest import python_env
+from helpers_core import DelegatingStorage, read_chain, wait_for
+from txlog import Log
+from txlog.errors import CorruptBatchError
+from txlog.format.batch import (CLAIM_BIT, HEADER_READ_SIZE, MAX_CLAIM_HEADER_SIZE, BatchHeader,
+                                check_claim, decode_header, encode_header)
+from txlog.clients import producer as producer_module
+from txlog.partition import appender
+
+WRITER = Path(__file__).with_name("claims_writer.py")
+VALUE = b"v" * 2000  # records large enough that every batch goes through a data object
+
+
+class Counting(DelegatingStorage):
+    """Counts requests by kind and path prefix, and bytes published."""
+
+    def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(inner)
+        self.calls: list[tuple[str, str]] = []
+        self.published = 0
+
+    def publish_if_absent(self, path: str, data: bytes) -> bool:
+        self.calls.append(("publish", path))
+        self.published += len(data)
+        return super().publish_if_absent(path, data)
+
+    def read(self, path: str) -> bytes:
+        self.calls.append(("read", path))
+        return super().read(path)
+
+    def read_prefix(self, path: str, length: int) -> bytes:
+        self.calls.append(("read", path))
+        return super().read_prefix(path, length)
+
+    def read_range(self, path: str, start: int, length: int) -> pa.Buffer:
+        self.calls.append(("range", path))
+        return super().read_range(path, start, length)
+
+    def read_buffer(self, path: str) -> pa.Buffer:
+        self.calls.append(("read", path))
+        return super().read_buffer(path)
+
+    def exists(self, path: str) -> bool:
+        self.calls.append(("read", path))
+        return super().exists(path)
+
+    def list(self, directory: str) -> list[str]:
+        self.calls.append(("list", directory))
+        return super().list(directory)
+
+    def count(self, kind: str, prefix: str = "") -> int:
+        return sum(1 for k, p in self.calls if k == kind and p.startswith(prefix))
+
+
+def counting_log(tmp_path: Path) -> tuple[Log, Counting]:
+    log = Log(tmp_path / "log")
+    store = Counting(log.storage)
+    log.storage = store
+    return log, store
+
+
+def test_claim_header_round_trips_and_a_claim_is_its_header_alone() -> None:
+    header = BatchHeader(base_offset=7, record_count=3, attributes=CLAIM_BIT, payload_length=999,
+                         payload_crc=5, decision_id="d" * 255, transactional_id="t" * 255,
+                         data_path="data/" + "ab" * 16 + ".data", data_offset=4)
+    raw = encode_header(header)
+    assert len(raw) == 68 + 2 * 255 + 1 + 42 + 8 and MAX_CLAIM_HEADER_SIZE <= HEADER_READ_SIZE
+    decoded = decode_header(raw, "x", 7)
+    assert (decoded.data_path, decoded.data_offset, decoded.is_claim) == \
+        (header.data_path, 4, True)
+    check_claim(raw, decoded, "x")
+    with pytest.raises(CorruptBatchError, match="claim is"):
+        check_claim(raw + b"\0", decoded, "x")
+    for bad in ("topics/t/0/x.data", "data/../txlog.json", "data/" + "g" * 32 + ".data"):
+        forged = encode_header(BatchHeader(base_offset=7, record_count=3, attributes=CLAIM_BIT,
+                                           data_path=bad, data_offset=4))
+        with pytest.raises(CorruptBatchError, match="not a data object"):
+            decode_header(forged, "x", 7)
+
+
+def test_one_flush_writes_one_data_object_and_one_small_claim_per_batch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log, store = counting_log(tmp_path)
+    log.create_topic("t", 4)
+    producer = log.producer(transactional_id="tx", batch_size=16 << 10)
+    producer.init_transactions()
+    producer.begin_transaction()
+    table = pa.table({"value": [VALUE] * 400, "partition": [i % 4 for i in range(400)]})
+    producer.send_table("t", table)  # the partitions' states are cached from here on
+    monkeypatch.setattr(producer_module, "EXPIRY_CHECK_INTERVAL_S", 1e9)  # no sweep reads
+    store.calls.clear()
+    store.published = 0
+    sent = producer.send_table("t", table)
+    assert store.count("publish", "data/") == 1
+    claims = store.count("publish", "topics/")
+    assert claims == len(sent) >= 40
+    # No read of a slot before claiming it (a publish that wins is the proof), only the
+    # anchor check after it, and at most one refresh per partition (2 reads) per flush.
+    slot_reads = [p for k, p in store.calls if k == "read" and p.endswith(".batch")]
+    assert claims <= len(slot_reads) <= claims + 2 * 4
+    assert store.published < 400 * len(VALUE) * 1.1
+    producer.commit_transaction()
+    values = [v for p in range(4) for v in log.read("t", p).column("value").to_pylist()]
+    assert values == [VALUE] * 800
+    for p in range(4):
+        chain = read_chain(tmp_path / "log", "t", p)  # independent walk, claims followed
+        assert [b.header.is_claim for b in chain[:-1]] == [True] * (len(chain) - 1)
+        assert all(len(b.path.read_bytes()) < 200 for b in chain)
+
+
+def test_a_writer_that_loses_a_slot_claims_again_without_writing_its_data_again(
+        tmp_path: Path) -> None:
+    log, store = counting_log(tmp_path)
+    log.create_topic("t", 1)
+    other = Log(tmp_path / "log").producer()
+    real_publish = store.publish_if_absent
+    raced = []
+
+    def publish(path: str, data: bytes) -> bool:
+        if path.endswith(".batch") and not raced:  # another process takes the slot first
+            raced.append(other.send("t", b"theirs", partition=0).get().offset)
+        return real_publish(path, data)
+
+    store.publish_if_absent = publish  # type: ignore[method-assign]
+    md = log.producer().send_table("t", pa.table({"value": [VALUE] * 50}), partition=0)
+    assert raced == [0] and md[0].base_offset == 1
+    assert store.count("publish", "data/") == 1
+    assert store.count("publish", "topics/t/0/") == 2  # the lost slot and the won one
+    assert store.published < 50 * len(VALUE) * 1.05  # the payload once, not once a try
+    assert log.read("t", 0).column("value").to_pylist() == [b"theirs"] + [VALUE] * 50
+
+
+def test_readers_coalesce_adjacent_payloads_and_follow_compaction(tmp_path: Path) -> None:
+    log = Log(tmp_path / "log")
+    log.create_topic("t", 2)
+    producer = log.producer(batch_size=16 << 10, data_object_bytes=1 << 30)
+    table = pa.table({"value": [VALUE] * 200, "partition": [i % 2 for i in range(200)]})
+    producer.send_table("t", table)
+    reader, store = counting_log(tmp_path)
+    store.calls.clear()
+    assert reader.read("t", 0).num_rows == 100
+    assert store.count("range", "data/") == 1  # 100 records, 13 claims, one ranged read
+    # Compaction copies the payloads in; with the data object collected, a reader holding
+    # the old claims' headers finds the batches in the segment.
+    log.compact("t")
+    removed = log.gc(data_age_s=0).removed.get("unreferenced data objects", [])
+    assert len(removed) == 1 and not os.listdir(tmp_path / "log" / "data")
+    assert reader.read("t", 0).column("value").to_pylist() == [VALUE] * 100
+    assert Log(tmp_path / "log").read("t", 1).num_rows == 100
+
+
+def test_a_missing_data_object_under_a_claim_is_damage_named_as_such(tmp_path: Path) -> None:
+    log = Log(tmp_path / "log")
+    log.create_topic("t", 1)
+    log.producer().send_table("t", pa.table({"value": [VALUE] * 10}), partition=0)
+    for name in os.listdir(tmp_path / "log" / "data"):
+        os.unlink(tmp_path / "log" / "data" / name)
+    with pytest.raises(CorruptBatchError, match="data object .* of this claim is missing"):
+        Log(tmp_path / "log").read("t", 0)
+
+
+def test_gc_removes_only_unreferenced_data_objects_older_than_the_age(tmp_path: Path) -> None:
+    log = Log(tmp_path / "log")
+    log.create_topic("t", 1)
+    log.producer().send_table("t", pa.table({"value": [VALUE] * 10}), partition=0)
+    orphan = appender.write_data_object(log.storage, [b"x" * 10_000])[0][0]  # a writer died
+    data = tmp_path / "log" / "data"
+    assert len(os.listdir(data)) == 2
+    assert not log.gc().removed.get("unreferenced data objects")  # too young
+    assert log.gc(data_age_s=0).removed["unreferenced data objects"] == [orphan]
+    assert len(os.listdir(data)) == 1
+    assert log.read("t", 0).num_rows == 10
+
+
+def test_claims_read_compact_and_collect_on_every_backend(any_root) -> None:  # type: ignore[no-untyped-def]
+    """The whole life of a data object on file://, memory:// and s3:// (ranged reads,
+    compaction inlining it, gc finding its age in the store's listing)."""
+    log = any_root.log()
+    log.create_topic("t", 2)
+    producer = log.producer(transactional_id="tx", batch_size=16 << 10)
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send_table("t", pa.table({"value": [VALUE] * 60,
+                                        "partition": [i % 2 for i in range(60)]}))
+    producer.commit_transaction()
+    orphan = appender.write_data_object(log.storage, [b"x" * 10_000])[0][0]
+    assert [n for n, _ in log.storage.list_times("data")] and \
+        all(abs(t - time.time()) < 600 for _, t in log.storage.list_times("data"))
+    fresh = any_root.log()
+    assert [fresh.read("t", p).num_rows for p in range(2)] == [30, 30]
+    assert not log.gc().removed.get("unreferenced data objects")  # all younger than an hour
+    assert log.gc(data_age_s=0).removed["unreferenced data objects"] == [orphan]
+    log.compact("t")
+    assert len(log.gc(data_age_s=0).removed["unreferenced data objects"]) == 1
+    assert log.storage.list("data") == []
+    assert [fresh.read("t", p).column("value").to_pylist() for p in range(2)] == \
+        [[VALUE] * 30] * 2
+
+
+def test_a_claim_never_points_into_a_data_object_older_than_the_window(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = Log(tmp_path / "log")
+    log.create_topic("t", 1)
+    monkeypatch.setattr(appender, "CLAIM_WINDOW_S", -1.0)  # every object is already too old
+    log.producer().send_table("t", pa.table({"value": [VALUE] * 10}), partition=0)
+    chain = read_chain(tmp_path / "log", "t", 0)
+    assert len(os.listdir(tmp_path / "log" / "data")) == 2  # the flush's, and the rewrite
+    assert log.gc(data_age_s=0).count("unreferenced data objects") == 1
+    assert chain[0].header.data_path in {f"data/{n}" for n in
+                                         os.listdir(tmp_path / "log" / "data")}
+    assert log.read("t", 0).num_rows == 10
+
+
+def test_thirty_two_writers_killed_at_random_lose_nothing_and_gc_keeps_what_claims_need(
+        tmp_path: Path) -> None:
+    """32 writer processes (half transactional, every third transaction aborted, half
+    idempotent) append to 2 partitions through data objects and claims; some are
+    SIGKILLed at random moments, while a reader reads everything over and over (every
+    claim it meets must name bytes that exist).  Then: the chain has no gap (independent walk), no
+    value twice, every acknowledged value visible, nothing aborted visible, each
+    transaction all or nothing, each idempotent writer's records in order; gc removes
+    every data object no claim names and nothing a claim names; after compaction and
+    gc every data object is gone and the reads are the same."""
+    large = os.environ.get("TXLOG_LARGE") == "1"
+    writers, seconds, killed = (64, 20.0, 16) if large else (32, 3.0, 8)
+    root = tmp_path / "log"
+    Log(root).create_topic("t", 2)
+    go = tmp_path / "go"
+    env = python_env()
+    procs = []
+    for w in range(writers):
+        mode = "txn" if w % 2 == 0 else "idem"
+        procs.append(subprocess.Popen(
+            [sys.executable, str(WRITER), str(root), str(w), mode, str(tmp_path / f"ack-{w}"),
+             str(go), str(seconds)], stderr=subprocess.PIPE, env=env))
+    seed = int.from_bytes(os.urandom(4), "big")
+    rng = random.Random(seed)
+    victims = rng.sample(range(writers), killed)
+    kill_at = sorted((rng.uniform(0.2, seconds), v) for v in victims)
+    # Kills count from the moment every writer is at the start line (imports take
+    # seconds on a loaded machine: a kill before that would test nothing).
+    wait_for(lambda: all((tmp_path / f"ack-{w}.ready").exists() or procs[w].poll() is not None
+                         for w in range(writers)), 240, "the writers to start")
+    # A reader beside the writers: whatever claim it finds must name bytes that are there.
+    stop = threading.Event()
+    reader_errors: list[BaseException] = []
+    reads = [0]
+
+    def read_while_writing() -> None:
+        reader = Log(root)
+        while not stop.is_set():
+            try:
+                for p in range(2):
+                    reader.read("t", p, 0, isolation_level="read_uncommitted")
+                reads[0] += 1
+            except Exception as exc:  # noqa: BLE001 - reported below
+                reader_errors.append(exc)
+                return
+
+    go.write_text("go")
+    started = time.monotonic()
+    reading = threading.Thread(target=read_while_writing)
+    reading.start()
+    try:
+        for at, victim in kill_at:
+            time.sleep(max(0.0, started + at - time.monotonic()))
+            procs[victim].send_signal(signal.SIGKILL)
+        for w, proc in enumerate(procs):
+            _, err = proc.communicate(timeout=300)
+            if w in victims:
+                continue
+            assert proc.returncode == 0, f"seed {seed}: writer {w} failed:\n{err.decode()}"
+    finally:
+        stop.set()
+        reading.join()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert not reader_errors, f"seed {seed}: a reader beside the writers failed: " \
+        f"{reader_errors[0]!r}"
+    assert reads[0] > 0
+    log = Log(root)
+    for w in range(0, writers, 2):  # end what the killed left open (fence and abort)
+        log.producer(transactional_id=f"w{w}").init_transactions()
+
+    acked: set[str] = set()
+    for w in range(writers):
+        path = tmp_path / f"ack-{w}"
+        if path.exists():
+            for line in path.read_text().splitlines():
+                acked.update(json.loads(line))
+    assert len(acked) > writers * 10, f"seed {seed}: too little was written to prove anything"
+
+    def visible() -> dict[int, list[str]]:
+        out = {}
+        for p in range(2):
+            values = log.read("t", p).column("value").to_pylist()
+            out[p] = [v.split(b"|", 1)[0].decode() + "|" for v in values]
+        return out
+
+    seen = visible()
+    for p in range(2):
+        chain = read_chain(root, "t", p)  # no gap: offsets chain from 0, every checksum
+        assert chain and chain[-1].header.next_offset == log.end_offset("t", p)
+    everything = seen[0] + seen[1]
+    assert len(everything) == len(set(everything)), f"seed {seed}: a value is visible twice"
+    assert acked <= set(everything), f"seed {seed}: acknowledged records lost: " \
+        f"{sorted(acked - set(everything))[:5]}"
+    assert not [v for v in everything if v.endswith(".a|")], f"seed {seed}: aborted visible"
+    transactions: dict[str, int] = {}
+    for v in everything:
+        if ".t" in v:
+            transactions[v.rsplit(".r", 1)[0]] = transactions.get(v.rsplit(".r", 1)[0], 0) + 1
+    from claims_writer import RECORDS
+    assert set(transactions.values()) <= {RECORDS}, f"seed {seed}: a transaction in part"
+    for p in range(2):
+        per_writer: dict[str, list[int]] = {}
+        for v in seen[p]:
+            if ".s" in v:
+                w, n = v[:-3].split(".s")
+                per_writer.setdefault(w, []).append(int(n))
+        for w, ns in per_writer.items():
+            assert ns == sorted(ns), f"seed {seed}: writer {w} out of order in partition {p}"
+
+    def claimed() -> set[str]:
+        return {b.header.data_path for p in range(2) for b in read_chain(root, "t", p)
+                if b.header.is_claim and b.path.suffix == ".batch"}  # segments hold payloads
+
+    data = root / "data"
+    names = claimed()
+    log.gc(data_age_s=0)
+    assert {f"data/{n}" for n in os.listdir(data)} == names, f"seed {seed}"
+    assert visible() == seen
+    log.compact("t")
+    log.gc(data_age_s=0)
+    assert os.listdir(data) == [] and claimed() == set()
+    assert visible() == seen
+
+
+def test_the_spark_writer_sizes_data_objects_for_the_store() -> None:
+    from txlog.errors import InvalidConfigError
+    from txlog.spark.options import WriteOptions
+    from txlog.spark.writer import OBJECT_STORE_DATA_OBJECT_BYTES, TxlogBatchWriter
+
+    def config(path: str, **extra: str) -> dict:
+        options = WriteOptions.parse({"path": path, "topic": "t", **extra}, False)
+        writer = TxlogBatchWriter.__new__(TxlogBatchWriter)
+        writer.options = options
+        return writer._producer_config()
+
+    assert config("/tmp/x")["data_object_bytes"] == producer_module.DEFAULT_DATA_OBJECT_BYTES
+    assert config("s3://b/x")["data_object_bytes"] == OBJECT_STORE_DATA_OBJECT_BYTES
+    assert config("s3://b/x", dataObjectBytes="4m")["data_object_bytes"] == 4 << 20
+    with pytest.raises(InvalidConfigError, match="dataObjectBytes"):
+        config("/tmp/x", dataObjectBytes="2g")
+
+
+def test_data_object_bytes_bounds_what_a_producer_stages(memlog: Log) -> None:
+    from txlog.errors import InvalidConfigError
+
+    with pytest.raises(InvalidConfigError, match="data_object_bytes"):
+        memlog.producer(data_object_bytes=0)
+    memlog.create_topic("t", 2)
+    producer = memlog.producer(batch_size=8 << 10, data_object_bytes=64 << 10)
+    for i in range(200):
+        producer.send("t", VALUE, partition=i % 2)
+        assert producer._staged_bytes < (64 << 10) + (8 << 10) + 4096  # one batch over, at most
+    producer.flush()
+    assert producer._staged_bytes == 0
+    assert len(memlog.storage.list("data")) >= 5  # 400 KB in objects of about 64 KiB
+    assert [memlog.read("t", p).num_rows for p in range(2)] == [100, 100]
