@@ -25,7 +25,9 @@ MAGIC = b"TXL\x01"
 # record_count, payload_length, payload_crc
 _FIXED = struct.Struct(">4sI HhqiqqqhiiII")
 FIXED_SIZE = _FIXED.size  # 66
-MAX_HEADER_SIZE = FIXED_SIZE + 2 * (1 + 255)
+# The optional trailing int64 after the strings: the writer's clock at publish (format.md 2.1).
+_APPEND_TIME = struct.Struct(">q")
+MAX_HEADER_SIZE = FIXED_SIZE + 2 * (1 + 255) + _APPEND_TIME.size
 # Enough to hold any header plus a control batch's payload in one read.
 HEADER_READ_SIZE = 1024
 
@@ -75,6 +77,9 @@ class BatchHeader:
     payload_length: int = 0
     payload_crc: int = 0
     header_length: int = FIXED_SIZE + 2
+    # The writer's clock when it published the batch (ms), -1 if not recorded (batches
+    # written before the field existed): producer expiry's time base, never CreateTime.
+    append_time: int = -1
 
     @property
     def last_offset(self) -> int:
@@ -128,6 +133,8 @@ def _short_string(value: str, what: str) -> bytes:
 def encode_header(h: BatchHeader) -> bytes:
     strings = _short_string(h.decision_id, "decision id") + _short_string(
         h.transactional_id, "transactional id")
+    if h.append_time >= 0:
+        strings += _APPEND_TIME.pack(h.append_time)
     header_length = FIXED_SIZE + len(strings)
     body = _FIXED.pack(MAGIC, 0, header_length, h.attributes, h.base_offset, h.record_count - 1,
                        h.base_timestamp, h.max_timestamp, h.producer_id, h.producer_epoch,
@@ -176,11 +183,15 @@ def decode_header(data: bytes | memoryview | pa.Buffer, path: str,
         except UnicodeDecodeError:
             raise CorruptBatchError("header string is not UTF-8", path, expected_offset) from None
         pos += 1 + n
+    # Trailing bytes: the append time if there are 8 of them (older writers wrote none).
+    append_time = _APPEND_TIME.unpack_from(view, pos)[0] \
+        if header_length - pos >= _APPEND_TIME.size else -1
     return BatchHeader(base_offset=base_offset, record_count=count, attributes=attributes,
                        base_timestamp=base_ts, max_timestamp=max_ts, producer_id=pid,
                        producer_epoch=epoch, base_sequence=base_seq, decision_id=strings[0],
                        transactional_id=strings[1], payload_length=payload_length,
-                       payload_crc=payload_crc, header_length=header_length)
+                       payload_crc=payload_crc, header_length=header_length,
+                       append_time=append_time)
 
 
 def payload_of(data: bytes | pa.Buffer, header: BatchHeader, path: str) -> memoryview:

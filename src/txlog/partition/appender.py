@@ -21,7 +21,7 @@ from ..format.batch import (ABORT, COMMIT, CONTROL_BIT, LOG_APPEND_TIME, TIMESTA
                             TRANSACTIONAL_BIT, BatchHeader, ControlRecord, encode_control,
                             encode_header)
 from ..errors import StorageError
-from .producer_state import ProducerState
+from .producer_state import OpenTransaction, ProducerState
 from .state_manager import ANCHOR_BYTES, StateManager
 
 logger = logging.getLogger(__name__)
@@ -47,8 +47,19 @@ class _Slot:
 class Appender:
     """Writes data batches and markers at the log end of the partition ``states`` caches."""
 
-    def __init__(self, states: StateManager) -> None:
+    def __init__(self, states: StateManager,
+                 resolver: Callable[[OpenTransaction], bool | None] | None = None) -> None:
         self._states = states
+        self._resolver = resolver
+
+    def _decided(self, header: BatchHeader) -> bool:
+        """Whether the transaction a batch belongs to is decided (then it may write no more):
+        asked only for a producer the partition does not know (new, or expired)."""
+        if self._resolver is None or not header.decision_id:
+            return False
+        txn = OpenTransaction(header.producer_id, header.producer_epoch, -1,
+                              header.decision_id, header.transactional_id)
+        return self._resolver(txn) is not None
 
     def _claim(self, prepare: Callable[[ProducerState], "_Slot | AppendResult | None"]
                ) -> "AppendResult | None":
@@ -107,12 +118,12 @@ class Appender:
         header = replace(header, payload_length=len(payload), payload_crc=crc32c.crc32c(payload))
 
         def prepare(state: ProducerState) -> _Slot | AppendResult:
-            duplicate = state.check_append(header)
+            duplicate = state.check_append(header, self._decided)
             if duplicate is not None:
                 return AppendResult(duplicate.base_offset, duplicate.last_offset, True)
-            placed = replace(header, base_offset=state.end_offset)
+            now = clock.now_ms()  # the append time producer expiry counts from
+            placed = replace(header, base_offset=state.end_offset, append_time=now)
             if log_append_time:
-                now = clock.now_ms()
                 placed = replace(placed, attributes=placed.attributes | TIMESTAMP_TYPE_BIT,
                                  max_timestamp=now)
             return _Slot(placed, encode_header(placed) + payload)
@@ -141,7 +152,8 @@ class Appender:
                 attributes=CONTROL_BIT | TRANSACTIONAL_BIT, base_timestamp=now,
                 max_timestamp=now, producer_id=producer_id, producer_epoch=marker_epoch,
                 decision_id=decision_id, transactional_id=transactional_id,
-                payload_length=len(payload), payload_crc=crc32c.crc32c(payload))
+                payload_length=len(payload), payload_crc=crc32c.crc32c(payload),
+                append_time=now)
             return _Slot(header, encode_header(header) + payload, control)
 
         result = self._claim(prepare)

@@ -104,7 +104,7 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
 def _state_at(states: StateManager, offset: int) -> ProducerState:
     """The producer state at the compacted end ``offset``: the newest segment's."""
     if offset == 0:
-        return ProducerState()
+        return states.new_state()
     for base in reversed(states.cache.list_segments()):
         head, state = states.segment_state(base)
         if head.end_offset == offset:

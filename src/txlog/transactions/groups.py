@@ -149,17 +149,32 @@ def reset_offsets(storage: Storage, group_id: str, step: OffsetsStep
     return applied
 
 
+def _generation(mark: object) -> tuple[int, int]:
+    """A mark as (incarnation, version); a plain int is a version of a chain written
+    before incarnations were recorded (incarnation 0)."""
+    if isinstance(mark, list):
+        return (mark[0], mark[1])
+    return (0, mark if isinstance(mark, int) else -1)
+
+
 def apply_transactional_offsets(storage: Storage, group_id: str,
                                 offsets: dict[tuple[str, int], int], transactional_id: str,
-                                generation: int) -> None:
-    """Apply a committed transaction's offsets once, and never after a newer one."""
+                                generation: int, incarnation_ms: int = 0) -> None:
+    """Apply a committed transaction's offsets once, and never after a newer one.
+
+    The generation is (incarnation, version): a transactional id whose chain
+    was deleted and started again at version 0 has a later incarnation, so
+    its commits are never taken for ones already applied.
+    """
+    new = (incarnation_ms, generation)
+
     def step(version: int, value: dict | None) -> dict | None:
         marks = dict(value["txn_marks"]) if value else {}
-        if marks.get(transactional_id, -1) >= generation:
+        if _generation(marks.get(transactional_id, -1)) >= new:
             return None
         merged = _as_map(value)
         merged.update(offsets)
-        marks[transactional_id] = generation
+        marks[transactional_id] = [incarnation_ms, generation] if incarnation_ms else generation
         return _encode(merged, marks, _owner(value))
 
     _chain(storage, group_id).update(step)
