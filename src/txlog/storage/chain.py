@@ -27,7 +27,7 @@ from .. import clock
 from .backends import Storage
 from .paths import version_path
 
-# A cached newest version is trusted for this long; after it, one existence check.
+# A cached newest version is trusted for this long; after it, one read to check it.
 VERIFY_AFTER_MS = 1000
 
 T = TypeVar("T")
@@ -93,9 +93,15 @@ class VersionChain:
         self._version, self._value, self._raw, self._listed = -1, None, None, False
 
     def _confirm(self) -> None:
-        """Drop the cache if its version is gone: the chain was deleted whole (and perhaps
-        started again), so nothing learnt from it may be used (caller holds the lock)."""
-        if self.storage.exists(self._path(self._version)):
+        """Drop the cache unless its version is still there with the bytes cached: else the
+        chain was deleted whole (and perhaps started again, even past the cached number),
+        and nothing learnt from it may be used (caller holds the lock)."""
+        try:
+            same = self.storage.read(self._path(self._version)) == self._raw \
+                if self._raw is not None else self.storage.exists(self._path(self._version))
+        except FileNotFoundError:
+            same = False
+        if same:
             self._confirmed_ms = clock.now_ms()
         else:
             self._forget()
