@@ -15,7 +15,7 @@ import pytest
 from txlog import Log, ProducerFencedError, SharedTransaction
 from txlog import clock as clock_module
 from txlog.errors import InvalidTxnStateError, OutOfOrderSequenceError
-from txlog.format.batch import BatchHeader
+from txlog.format.batch import TRANSACTIONAL_BIT, BatchHeader
 from txlog.partition.producer_state import ProducerState
 from txlog.storage import chain as chain_module
 from txlog.storage.chain import VersionChain
@@ -67,15 +67,21 @@ def test_entries_expire_on_the_log_clock_and_snapshots_agree():
     state = ProducerState(expiration_ms=EXPIRY_MS)
     state.apply(_header(state, 1, 0, append_time=1_000, create_time=1_000))
     state.apply(_header(state, 2, 0, append_time=5_000, create_time=5_000))
-    state.apply(_header(state, 2, 1, append_time=1_000 + EXPIRY_MS, create_time=0))
-    assert set(state.producers) == {1, 2}  # idle exactly the expiration: kept (Kafka: >)
+    state.apply(_header(state, 2, 1, append_time=999 + EXPIRY_MS, create_time=0))
+    assert set(state.producers) == {1, 2}  # idle a millisecond less than the expiration
     copy = ProducerState.from_bytes(state.to_bytes(), EXPIRY_MS)
     for s in (state, copy):  # a process starting from the snapshot folds alike
-        s.apply(_header(s, 2, 2, append_time=1_001 + EXPIRY_MS, create_time=0))
-        assert set(s.producers) == {2}
+        s.apply(_header(s, 2, 2, append_time=1_000 + EXPIRY_MS, create_time=0))
+        assert set(s.producers) == {2}  # idle exactly the expiration: gone (Kafka's >=)
     # An append time behind the clock (a writer whose clock is slow) moves nothing back.
     state.apply(_header(state, 3, 0, append_time=0, create_time=0))
-    assert state.producers[3].last_append == state.clock == 1_001 + EXPIRY_MS
+    assert state.producers[3].last_append == state.clock == 1_000 + EXPIRY_MS
+    # An open transaction is never expired (its marker is still to come).
+    state.apply(BatchHeader(base_offset=state.end_offset, record_count=1,
+                            attributes=TRANSACTIONAL_BIT, producer_id=4, producer_epoch=0,
+                            base_sequence=0, decision_id="4-0", append_time=state.clock))
+    state.apply(_header(state, 2, 3, append_time=state.clock + 3 * EXPIRY_MS, create_time=0))
+    assert 4 in state.producers and 3 not in state.producers
 
 
 def test_backfill_with_old_create_times_is_not_expired_mid_stream(tmp_path, clock):

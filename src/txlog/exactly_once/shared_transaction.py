@@ -38,6 +38,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import msgpack
+
+from .. import clock
 from ..transactions.coordinator import Decision, TransactionMember, TxnState
 from ..errors import CommittedButIncompleteError, InvalidConfigError, TransactionAbortedError
 from ..storage.names import validate_name
@@ -92,7 +95,8 @@ class SharedTransaction:
         # Indexed before the producer can open a transaction: whoever ends the job or
         # its prefix finds every participant that may hold a partition's LSO.
         log.storage.publish_if_absent(
-            f"{job_dir(self.prefix, self.decision_id)}/{self.transactional_id(key)}", b"")
+            f"{job_dir(self.prefix, self.decision_id)}/{self.transactional_id(key)}",
+            msgpack.packb({"time_ms": clock.now_ms()}))  # never empty (format.md 9)
         producer = log.producer(transactional_id=self.transactional_id(key),
                                 transaction_timeout_ms=self.timeout_ms, **producer_config)
         producer.init_transactions()

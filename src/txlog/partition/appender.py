@@ -21,7 +21,7 @@ from ..format.batch import (ABORT, COMMIT, CONTROL_BIT, LOG_APPEND_TIME, TIMESTA
                             TRANSACTIONAL_BIT, BatchHeader, ControlRecord, encode_control,
                             encode_header)
 from ..errors import StorageError
-from .producer_state import OpenTransaction, ProducerState
+from .producer_state import ProducerState
 from .state_manager import ANCHOR_BYTES, StateManager
 
 logger = logging.getLogger(__name__)
@@ -48,18 +48,11 @@ class Appender:
     """Writes data batches and markers at the log end of the partition ``states`` caches."""
 
     def __init__(self, states: StateManager,
-                 resolver: Callable[[OpenTransaction], bool | None] | None = None) -> None:
+                 verify: Callable[[BatchHeader], bool] | None = None) -> None:
         self._states = states
-        self._resolver = resolver
-
-    def _decided(self, header: BatchHeader) -> bool:
-        """Whether the transaction a batch belongs to is decided (then it may write no more):
-        asked only for a producer the partition does not know (new, or expired)."""
-        if self._resolver is None or not header.decision_id:
-            return False
-        txn = OpenTransaction(header.producer_id, header.producer_epoch, -1,
-                              header.decision_id, header.transactional_id)
-        return self._resolver(txn) is not None
+        # Whether the coordinator knows a transactional batch's transaction as open
+        # (producer_state.check_append asks it for producers this partition does not know).
+        self._verify = verify
 
     def _claim(self, prepare: Callable[[ProducerState], "_Slot | AppendResult | None"]
                ) -> "AppendResult | None":
@@ -118,7 +111,7 @@ class Appender:
         header = replace(header, payload_length=len(payload), payload_crc=crc32c.crc32c(payload))
 
         def prepare(state: ProducerState) -> _Slot | AppendResult:
-            duplicate = state.check_append(header, self._decided)
+            duplicate = state.check_append(header, self._verify)
             if duplicate is not None:
                 return AppendResult(duplicate.base_offset, duplicate.last_offset, True)
             now = clock.now_ms()  # the append time producer expiry counts from

@@ -143,7 +143,7 @@ class ProducerState:
     # --- validation ---------------------------------------------------------
 
     def check_append(self, header: BatchHeader,
-                     decided: Callable[[BatchHeader], bool] | None = None
+                     verify: Callable[[BatchHeader], bool] | None = None
                      ) -> BatchMetadata | None:
         """Validate a data batch about to be written at ``end_offset``.
 
@@ -151,26 +151,25 @@ class ProducerState:
         producer's last five batches (then nothing must be written); raises
         when the batch must be rejected; returns None when it may be written.
 
-        ``decided`` tells whether a batch's transaction is already decided; it
-        is asked only for a transactional producer this partition does not
-        know, which is a new one or one whose entry expired.  A decided
-        transaction takes no more data (its markers may be written already,
-        and its epoch may have expired with the entry): so a fenced zombie is
-        refused although the entry that fenced it is gone (Kafka's
-        partition verification, KIP-890).
+        ``verify`` tells whether the coordinator knows a batch's transaction
+        as open, with this producer id and epoch (Kafka's partition
+        verification, KIP-890).  It is asked only for a transactional
+        producer this partition does not know: a new one, or one whose entry
+        expired, and with it the epoch that fenced it.  So a fenced zombie is
+        refused although the entry that fenced it is gone.
         """
         if not header.is_idempotent:
             return None
         pid, epoch, seq = header.producer_id, header.producer_epoch, header.base_sequence
         entry = self.producers.get(pid)
         if entry is None:
-            if header.is_transactional and decided is not None and decided(header):
+            if header.is_transactional and verify is not None and not verify(header):
                 raise ProducerFencedError(
                     f"producer {pid} epoch {epoch} (transactional id "
                     f"{header.transactional_id!r}, batch sequence {seq}) writes to transaction "
-                    f"{header.decision_id!r}, which is already decided: the producer was fenced "
-                    "or its transaction ended (this partition no longer knows the producer: its "
-                    "entry expired or it never wrote here)")
+                    f"{header.decision_id!r}, which its coordinator does not know as open: the "
+                    "producer was fenced or its transaction ended (this partition no longer "
+                    "knows the producer: its entry expired, or it never wrote here)")
             if seq != 0:
                 raise OutOfOrderSequenceError(
                     f"producer {pid} epoch {epoch} is unknown to this partition, so its first "
@@ -260,7 +259,7 @@ class ProducerState:
                     entry.transactional_id = header.transactional_id
             if not entry.in_transaction:
                 self._next_expiry = min(self._next_expiry,
-                                        entry.last_append + self.expiration_ms + 1)
+                                        entry.last_append + self.expiration_ms)
         elif header.append_time >= 0:
             self.clock = max(self.clock, header.append_time)
         self.end_offset = header.next_offset
@@ -268,7 +267,7 @@ class ProducerState:
             self._expire()
 
     def _expire(self) -> None:
-        """Drop entries idle longer than the expiration (Kafka's removeExpiredProducers).
+        """Drop entries idle for the expiration or longer (Kafka's removeExpiredProducers).
 
         An entry with an open transaction stays, as in Kafka: the transaction
         still needs its marker, and the LSO its first offset.
@@ -276,11 +275,11 @@ class ProducerState:
         cutoff = self.clock - self.expiration_ms
         due = _NEVER
         for pid in [pid for pid, e in self.producers.items()
-                    if not e.in_transaction and e.last_append < cutoff]:
+                    if not e.in_transaction and e.last_append <= cutoff]:
             del self.producers[pid]
         for e in self.producers.values():
             if not e.in_transaction:
-                due = min(due, e.last_append + self.expiration_ms + 1)
+                due = min(due, e.last_append + self.expiration_ms)
         self._next_expiry = due
 
     # --- derived views --------------------------------------------------------
@@ -378,7 +377,7 @@ class ProducerState:
         self._next_expiry = _NEVER
         for e in self.producers.values():
             if not e.in_transaction:
-                self._next_expiry = min(self._next_expiry, e.last_append + self.expiration_ms + 1)
+                self._next_expiry = min(self._next_expiry, e.last_append + self.expiration_ms)
 
     def to_bytes(self) -> bytes:
         return msgpack.packb({"v": SNAPSHOT_VERSION, **self.to_dict()})

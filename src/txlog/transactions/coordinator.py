@@ -33,6 +33,7 @@ from .groups import apply_transactional_offsets
 from ..storage.names import validate_name
 from ..storage.paths import DECISION_DIR, LEASE_DIR, TXN_DIR
 from ..partition.producer_state import OpenTransaction
+from ..format.batch import BatchHeader
 
 if TYPE_CHECKING:
     from ..partition.partition_log import PartitionLog
@@ -280,6 +281,19 @@ class TransactionCoordinator:
         if decision is None:
             return None
         return decision.commits(txn.producer_id, txn.epoch)
+
+    def is_open(self, header: BatchHeader) -> bool:
+        """Whether a transactional batch belongs to a transaction still open here: the
+        id's metadata is Ongoing for this decision, producer id and epoch, and undecided
+        (Kafka's partition verification, KIP-890).  Asked by partitions for producers they
+        do not know; a fenced zombie whose entry expired fails it."""
+        if not header.transactional_id:
+            return False
+        meta = self.metadata(header.transactional_id)
+        return meta is not None and meta.state == S.ONGOING and \
+            (meta.decision_id, meta.txn_producer_id, meta.txn_epoch) == (
+                header.decision_id, header.producer_id, header.producer_epoch) and \
+            self.decision(header.decision_id) is None
 
     # --- identities -------------------------------------------------------------------
 
