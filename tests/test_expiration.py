@@ -10,6 +10,10 @@ with the jobs before it.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from txlog import Log, ProducerFencedError, SharedTransaction
@@ -320,3 +324,20 @@ def test_requests_of_a_job_do_not_grow_with_earlier_jobs(tmp_path):
         assert s2 <= s1 + 2, (costs[:9], costs[-9:])
         assert c2 <= c1 + 2, (costs[:9], costs[-9:])
     assert log.read(T, 0).column("value").to_pylist().count(b"orphan") == 0
+
+
+# --- under SIGKILL ----------------------------------------------------------------------------
+
+
+def test_expiry_under_sigkill_keeps_every_commit_and_fences_zombies(tmp_path):
+    """Writers on a pool of ids, zombies that stall past their timeout and the producer
+    expiration, a maintainer expiring and deleting ids, all SIGKILLed at random moments
+    (tests/expiry_kill_harness.py).  With the partition's verification of unknown
+    producers removed, seed 3 lands a zombie's batch after its transaction ended, which
+    then hangs the partition's LSO and hides later commits."""
+    run = subprocess.run([sys.executable, str(Path(__file__).with_name("expiry_kill_harness.py")),
+                          "--root", str(tmp_path / "log"), "--seed", "3", "--seconds", "9"],
+                         capture_output=True, text=True, timeout=300)
+    print(run.stdout[-3000:], run.stderr[-3000:])
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert run.stdout.rstrip().endswith("OK")
