@@ -138,7 +138,10 @@ def main(argv: list[str] | None = None) -> int:
             mb_ms.append((time.perf_counter() - t0) * 1000)
         if n % args.maintain_every == 0:
             log.compact(TOPIC)
-            log.gc(chain_age_s=0, temp_age_s=0, txn_id_expiration_ms=args.txn_id_expiration_ms)
+            # Shared decisions are kept for decision_age_s (Kafka's transactional.id
+            # expiration, by default): shortened with the ids' expiration.
+            log.gc(chain_age_s=0, temp_age_s=0, txn_id_expiration_ms=args.txn_id_expiration_ms,
+                   decision_age_s=args.txn_id_expiration_ms / 1000)
         if n % args.window == 0:
             row = (n, statistics.median(job_ms), _pct(job_ms, 0.95),
                    statistics.median(mb_ms) if mb_ms else float("nan"),

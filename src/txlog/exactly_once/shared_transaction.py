@@ -90,13 +90,15 @@ class SharedTransaction:
     def transactional_id(self, key: str) -> str:
         return f"{self.prefix}-{key}"
 
+    def enlist(self, log: Log, transactional_id: str) -> None:
+        """Record a participant in the job index, before it can open a transaction: whoever
+        ends the job or its prefix then finds every participant that may hold an LSO."""
+        path = f"{job_dir(self.prefix, self.decision_id)}/{transactional_id}"
+        log.storage.publish_if_absent(path, msgpack.packb({"time_ms": clock.now_ms()}))
+
     def join(self, log: Log, key: str, **producer_config: object) -> Producer:
         """A transactional producer for participant ``key``, inside this job's transaction."""
-        # Indexed before the producer can open a transaction: whoever ends the job or
-        # its prefix finds every participant that may hold a partition's LSO.
-        log.storage.publish_if_absent(
-            f"{job_dir(self.prefix, self.decision_id)}/{self.transactional_id(key)}",
-            msgpack.packb({"time_ms": clock.now_ms()}))  # never empty (format.md 9)
+        self.enlist(log, self.transactional_id(key))
         producer = log.producer(transactional_id=self.transactional_id(key),
                                 transaction_timeout_ms=self.timeout_ms, **producer_config)
         producer.init_transactions()
