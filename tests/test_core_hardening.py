@@ -20,7 +20,8 @@ import logging
 import msgpack
 import pytest
 
-from txlog import DecisionConflictError, InconsistentTopicIdError, Log, TxlogError
+from txlog import (DecisionConflictError, InconsistentTopicIdError, Log, ProducerFencedError,
+                   TxlogError)
 from txlog.storage.paths import BATCH_SUFFIX
 from txlog.storage.backends import LocalStorage
 
@@ -125,14 +126,18 @@ def test_transactional_batch_with_unknown_outcome_blocks_the_commit(tmp_path: Pa
 # --- 2. shared transactions and their standing decision ------------------------------------
 
 
-def _shared(log: Log, decision_id: str, prefix: str, n: int) -> tuple[list, list[bytes]]:
+def _shared(log: Log, decision_id: str, prefix: str, n: int,
+            send: bool = True) -> tuple[list, list[bytes]]:
     members, values = [], []
     for i in range(n):
         producer = log.producer(transactional_id=f"{prefix}-{i}", linger_ms=0)
         producer.init_transactions()
         producer.begin_transaction(decision_id=decision_id)
         value = f"{prefix}/{i}".encode()
-        producer.send("t", value, partition=i % 3)
+        if send:
+            producer.send("t", value, partition=i % 3)
+        else:
+            producer.send_offsets_to_transaction({("t", i % 3): 0}, f"{prefix}-group")
         values.append(value)
         members.append(producer.prepare_transaction())
     return members, values
@@ -157,11 +162,19 @@ def test_shared_commit_never_reports_members_the_decision_does_not_commit(log: L
     # Spark calls abort after a failed commit: the standing decision, unchanged.
     assert log.coordinator.end_shared_transaction("job-x", members, commit=False) == first
 
-    # A later job re-using the decision id: its members are aborted, and it is told so.
-    later, later_values = _shared(log, "job-x", "later", 2)
+    # A later job re-using the decision id writes nothing: its transaction is decided
+    # before it begins, and partitions take no data for a decided transaction from a
+    # producer they do not know (protocol.md 2.6).
+    later = log.producer(transactional_id="later-0", linger_ms=0)
+    later.init_transactions()
+    later.begin_transaction(decision_id="job-x")
+    with pytest.raises(ProducerFencedError, match="job-x"):
+        later.send("t", b"later/0", partition=0).get()
+    # Ending it tells its members they are not committed.
+    members_later, _ = _shared(log, "job-x", "silent", 1, send=False)
     with pytest.raises(DecisionConflictError) as info:
-        log.coordinator.end_shared_transaction("job-x", later, commit=True)
-    assert all(m.transactional_id in str(info.value) for m in later)
+        log.coordinator.end_shared_transaction("job-x", members_later, commit=True)
+    assert all(m.transactional_id in str(info.value) for m in members_later)
     assert _visible(log) == set(values[:2])
     # Their transactions were completed (aborted), so they hold no LSO back.
     for p in range(3):

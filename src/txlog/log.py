@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from . import clock
 from .admin.gc import (DEFAULT_CHAIN_AGE_S, DEFAULT_DATA_AGE_S, DEFAULT_DECISION_AGE_S,
-                       DEFAULT_TEMP_AGE_S, GcReport,
+                       DEFAULT_TEMP_AGE_S, DEFAULT_TXN_ID_EXPIRATION_MS, GcReport,
                        collect)
 from .clients.columns import to_spark_table
 from .clients.positions import offset_for_timestamp
@@ -24,6 +24,7 @@ from .format.topic_ids import current_topic_id, new_topic_id, read_topic_meta, t
 from .partition.compaction import DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted
 from .partition.isolation import READ_COMMITTED
 from .partition.partition_log import PartitionLog
+from .partition.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PRODUCER_ID_EXPIRATION
 from .partition.retention import Retained
 from .storage.backends import Storage, open_storage
 from .storage.chain import VersionChain
@@ -43,7 +44,8 @@ MAX_PARTITIONS = 10_000
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 # Kafka's defaults for the keys that only compaction and retention read.
 TOPIC_DEFAULTS: dict[str, Any] = {"retention.ms": 7 * 24 * 3600 * 1000, "retention.bytes": -1,
-                                  "segment.bytes": DEFAULT_SEGMENT_BYTES}
+                                  "segment.bytes": DEFAULT_SEGMENT_BYTES,
+                                  PRODUCER_ID_EXPIRATION: DEFAULT_PRODUCER_ID_EXPIRATION_MS}
 MIN_SEGMENT_BYTES = 1024
 # What ``alter_topic_config`` may change: keys that appenders do not cache.
 ALTERABLE_CONFIG = ("retention.ms", "retention.bytes", "segment.bytes")
@@ -64,6 +66,8 @@ _CONFIG_RULES = {
     "retention.ms": _int_at_least(-1),  # -1: no limit by time
     "retention.bytes": _int_at_least(-1),  # -1: no limit by size
     "segment.bytes": _int_at_least(MIN_SEGMENT_BYTES),
+    # Not alterable: the producer state is a fold every process must compute alike.
+    PRODUCER_ID_EXPIRATION: _int_at_least(1),
 }
 
 
@@ -327,7 +331,9 @@ class Log:
                 del self._partitions[key]
             return self._partitions.setdefault(
                 key, PartitionLog(self.storage, topic, partition, desc.topic_id,
-                                  self.coordinator.resolve, on_stale=self._forget_topic))
+                                  self.coordinator.resolve, on_stale=self._forget_topic,
+                                  producer_expiration_ms=desc.setting(PRODUCER_ID_EXPIRATION),
+                                  verify=self.coordinator.is_open))
 
     def _forget_topic(self, topic: str, topic_id: str) -> None:
         """Drop what this Log cached of one incarnation of ``topic`` (it is gone)."""
@@ -428,11 +434,14 @@ class Log:
 
     def gc(self, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
            decision_age_s: float = DEFAULT_DECISION_AGE_S, temp_age_s: float = DEFAULT_TEMP_AGE_S,
-           now_ms: int | None = None, data_age_s: float = DEFAULT_DATA_AGE_S) -> GcReport:
+           now_ms: int | None = None, data_age_s: float = DEFAULT_DATA_AGE_S,
+           txn_id_expiration_ms: int = DEFAULT_TXN_ID_EXPIRATION_MS) -> GcReport:
         """Remove coordinator state, compaction leftovers, temp files and data objects
         nobody needs any more, without changing what anyone reads (admin/gc.py says why
-        each removal is safe)."""
-        return collect(self, chain_age_s, decision_age_s, temp_age_s, now_ms, data_age_s)
+        each removal is safe); expire transactional ids idle longer than
+        ``txn_id_expiration_ms``."""
+        return collect(self, chain_age_s, decision_age_s, temp_age_s, now_ms, data_age_s,
+                       txn_id_expiration_ms)
 
     def producer(self, **config: Any) -> "Producer":
         from .clients.producer import Producer

@@ -4,6 +4,11 @@ Every removal here is of an object no reader or writer will use again, and
 each kind has its own reason why that holds while writers run
 (docs/protocol.md, section 8):
 
+* transactional ids idle longer than ``txn_id_expiration_ms`` (Kafka's
+  transactional.id.expiration.ms) are moved to Dead, and the chains of ids
+  Dead for longer than ``chain_age_s`` (at least ``MIN_DEAD_AGE_S``) are
+  deleted whole (docs/protocol.md, 4.10, says why a stale process can
+  neither revive nor fork them);
 * old versions of version chains (transaction metadata, group offsets,
   leases): a chain is read at its newest version, which always stays, and
   a version goes only once its successor is older than ``chain_age_s``, so
@@ -60,6 +65,10 @@ DEFAULT_TEMP_AGE_S = 3600.0
 DEFAULT_DATA_AGE_S = 3600.0
 assert DEFAULT_DATA_AGE_S > CLAIM_WINDOW_S
 logger = logging.getLogger(__name__)
+DEFAULT_TXN_ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000  # Kafka's transactional.id.expiration.ms
+# A Dead chain is deleted only this long after it died, whatever chain_age_s says: longer
+# than a process trusts its cached chain version unchecked (storage/chain.py).
+MIN_DEAD_AGE_S = 5.0
 _PLAIN_DECISION = re.compile(r"^\d+-\d+$")  # <producer id>-<epoch>: one producer's transaction
 _FINISHED = COMPLETE | {TxnState.EMPTY, TxnState.DEAD}
 
@@ -80,7 +89,8 @@ class GcReport:
 def collect(log: Log, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
             decision_age_s: float = DEFAULT_DECISION_AGE_S,
             temp_age_s: float = DEFAULT_TEMP_AGE_S, now_ms: int | None = None,
-            data_age_s: float = DEFAULT_DATA_AGE_S) -> GcReport:
+            data_age_s: float = DEFAULT_DATA_AGE_S,
+            txn_id_expiration_ms: int = DEFAULT_TXN_ID_EXPIRATION_MS) -> GcReport:
     """Remove everything listed in the module docstring; returns what went.
 
     ``data_age_s`` below ``appender.CLAIM_WINDOW_S`` is only safe when no
@@ -95,11 +105,22 @@ def collect(log: Log, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
     # its markers are all written (docs/protocol.md, section 8).
     decision_ids = storage.list(DECISION_DIR)
     needed: set[str] = set()
+    coordinator = log.coordinator
+    dead_before = now_ms - max(chain_age_s, MIN_DEAD_AGE_S) * 1000
     for tid in storage.list(TXN_DIR):
         latest = _trim_chain(log, f"{TXN_DIR}/{tid}", "update_ms", chain_age_s, now_ms, report,
                              "transaction metadata versions")
-        if latest is not None and TxnState(latest["state"]) not in _FINISHED:
+        if latest is None:
+            continue
+        state = TxnState(latest["state"])
+        if state not in _FINISHED:
             needed.add(latest["decision_id"])
+        elif state == TxnState.DEAD:
+            for path in coordinator.delete_dead(tid, int(dead_before)):
+                report.add("transactional id chains (expired)", path)
+        elif now_ms - latest["update_ms"] > txn_id_expiration_ms and \
+                coordinator.expire_idle(tid, txn_id_expiration_ms):
+            report.add("transactional ids expired (Dead)", f"{TXN_DIR}/{tid}")
     for group in storage.list(GROUP_DIR):
         _trim_chain(log, f"{GROUP_DIR}/{group}", "time_ms", chain_age_s, now_ms, report,
                     "group offset versions")

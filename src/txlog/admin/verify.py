@@ -31,7 +31,7 @@ import numpy as np
 from ..format.batch import ABORT, COMMIT
 from .dump import BatchDump, SegmentDump, StrayDump, dump_partition
 from ..errors import TxlogError
-from ..partition.producer_state import ProducerState
+from ..partition.producer_state import PRODUCER_ID_EXPIRATION, ProducerState
 from ..partition.state_manager import SNAPSHOT_FORMATS_READ
 
 if TYPE_CHECKING:
@@ -64,7 +64,8 @@ class _Replay:
         """Begin the replay at the log start: the first segment's base, else offset 0 (a
         partition without segments never lost its start, so its first batch must be 0)."""
         if self.state is None:
-            self.state = ProducerState(offset)
+            self.state = ProducerState(offset, self.log.describe_topic(
+                self.report.topic).setting(PRODUCER_ID_EXPIRATION))
             self.known = offset == 0
 
     def batch(self, d: BatchDump) -> bool:

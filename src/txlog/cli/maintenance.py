@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from ..admin.gc import (DEFAULT_CHAIN_AGE_S, DEFAULT_DATA_AGE_S, DEFAULT_DECISION_AGE_S,
-                        DEFAULT_TEMP_AGE_S)
+                        DEFAULT_TEMP_AGE_S, DEFAULT_TXN_ID_EXPIRATION_MS)
 from ..partition.compaction import DEFAULT_MIN_BATCHES
 from ..storage.paths import TMP_PREFIX
 from .common import (CommandError, LeafParser, Progress, json_option, maintained_partitions,
@@ -60,7 +60,9 @@ def add_gc(commands: Any, leaf_parser: LeafParser) -> None:
                     "--decision-age); leases of decided transactions; producer-id blocks "
                     "but the newest; batch files and snapshots that segments cover; temp "
                     f"files ({TMP_PREFIX}*) of dead local publishes older than --temp-age; "
-                    "data objects no claim points into, older than --data-age. "
+                    "data objects no claim points into, older than --data-age; "
+                    "transactional ids idle longer than --transactional-id-expiration-ms "
+                    "become Dead, and Dead ones are deleted whole. "
                     "docs/protocol.md section 8 says why each removal is safe.")
     chain_age, decision_age = int(DEFAULT_CHAIN_AGE_S), int(DEFAULT_DECISION_AGE_S)
     temp_age = int(DEFAULT_TEMP_AGE_S)
@@ -77,6 +79,12 @@ def add_gc(commands: Any, leaf_parser: LeafParser) -> None:
     gc.add_argument("--data-age", metavar="SECONDS", type=non_negative_int, default=data_age,
                     help="only unreferenced data objects older than this (default "
                          f"{data_age}; less than 600 is safe only while nobody writes)")
+    expiry = DEFAULT_TXN_ID_EXPIRATION_MS
+    gc.add_argument("--transactional-id-expiration-ms", metavar="MS", type=non_negative_int,
+                    default=expiry,
+                    help="retire transactional ids idle (no open transaction) for longer "
+                         f"than this, Kafka's transactional.id.expiration.ms (default "
+                         f"{expiry}, {expiry // 86_400_000} days)")
     gc.add_argument("--verbose", action="store_true", help="also print every removed path")
     json_option(gc)
 
@@ -183,7 +191,8 @@ def run_retention(args: argparse.Namespace) -> None:
 def run_gc(args: argparse.Namespace) -> None:
     log = open_log(args.root)
     report = log.gc(chain_age_s=args.chain_age, decision_age_s=args.decision_age,
-                    temp_age_s=args.temp_age, data_age_s=args.data_age)
+                    temp_age_s=args.temp_age, data_age_s=args.data_age,
+                    txn_id_expiration_ms=args.transactional_id_expiration_ms)
     print_table(("REMOVED", "OBJECTS"), [(kind, len(paths)) for kind, paths
                                           in sorted(report.removed.items())], args.json)
     if args.json:

@@ -15,6 +15,12 @@ job, so that the Spark layer only maps Spark's calls onto them:
   losers) are ended by whoever ends the job, and transactions left open by
   an earlier job with the same prefix are ended when the next one starts,
   so no partition's LSO stays stuck;
+* both find those attempts through the job index,
+  ``coordinator/jobs/<prefix>/<decision id>/<transactional id>``: every
+  participant records itself there before it can open a transaction, and a
+  job's entries go once its decision stands and its participants are ended.
+  So the cost of a job is that of its own attempts and of the unfinished
+  jobs of its prefix, never of every transactional id in the log;
 * a running participant keeps the job's lease fresh, and members of a
   shared transaction time out only when the lease has gone stale, so a job
   longer than its timeout still commits while one whose driver died is
@@ -24,7 +30,6 @@ job, so that the Spark layer only maps Spark's calls onto them:
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 import uuid
@@ -33,9 +38,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import msgpack
+
+from .. import clock
 from ..transactions.coordinator import Decision, TransactionMember, TxnState
 from ..errors import CommittedButIncompleteError, InvalidConfigError, TransactionAbortedError
 from ..storage.names import validate_name
+from ..storage.paths import job_dir
 
 if TYPE_CHECKING:
     from ..log import Log
@@ -81,8 +90,15 @@ class SharedTransaction:
     def transactional_id(self, key: str) -> str:
         return f"{self.prefix}-{key}"
 
+    def enlist(self, log: Log, transactional_id: str) -> None:
+        """Record a participant in the job index, before it can open a transaction: whoever
+        ends the job or its prefix then finds every participant that may hold an LSO."""
+        path = f"{job_dir(self.prefix, self.decision_id)}/{transactional_id}"
+        log.storage.publish_if_absent(path, msgpack.packb({"time_ms": clock.now_ms()}))
+
     def join(self, log: Log, key: str, **producer_config: object) -> Producer:
         """A transactional producer for participant ``key``, inside this job's transaction."""
+        self.enlist(log, self.transactional_id(key))
         producer = log.producer(transactional_id=self.transactional_id(key),
                                 transaction_timeout_ms=self.timeout_ms, **producer_config)
         producer.init_transactions()
@@ -170,13 +186,9 @@ class SharedTransaction:
         """Roll forward every open transaction of this job that was not handed over.
 
         The decision stands by now, and it does not name them, so they end
-        aborted.
+        aborted.  The job's index entries go with them.
         """
-        for txn_id in _ids_of(log, self.prefix):
-            meta = log.coordinator.metadata(txn_id)
-            if meta is not None and meta.state == TxnState.ONGOING and \
-                    meta.decision_id == self.decision_id:
-                log.coordinator.complete(txn_id, only_decision=self.decision_id)
+        _end_job(log, self.prefix, self.decision_id, None)
 
     def end_leftovers(self, log: Log) -> None:
         """Abort transactions an earlier job of this prefix left open (its driver died).
@@ -189,30 +201,54 @@ class SharedTransaction:
                       keep=self.decision_id)
 
 
-def _ids_of(log: Log, prefix: str) -> list[str]:
-    """Transactional ids of participants of ``prefix``'s jobs (and some of longer prefixes')."""
-    head = f"{prefix}-"
-    return [t for t in log.coordinator.transactional_ids() if t.startswith(head)]
+def _end_job(log: Log, prefix: str, decision_id: str, reason: str | None) -> list[str]:
+    """End the participants of one job found in the index, then drop its entries.
+
+    With ``reason``, an undecided job is aborted first (its open attempts,
+    and the decision itself: a job the caller declares dead takes no more
+    data); without, the job's decision must stand already (its ender calls
+    this after deciding), and open attempts are only rolled forward.  The
+    entries are deleted only once the decision stands: an attempt that joins
+    later is then refused data by the partitions (a decided transaction
+    takes none) and rolled forward by whoever meets it, and it indexes
+    itself again, so the next job of the prefix ends it.
+    """
+    coordinator = log.coordinator
+    directory = job_dir(prefix, decision_id)
+    participants = log.storage.list(directory)
+    ended = []
+    for txn_id in participants:
+        meta = coordinator.metadata(txn_id)
+        if meta is None or meta.state != TxnState.ONGOING or meta.decision_id != decision_id:
+            continue
+        if reason is None:
+            coordinator.complete(txn_id, only_decision=decision_id)
+        else:
+            logger.info("ending %s, %s (decision %s)", txn_id, reason, decision_id)
+            coordinator.abort_open(txn_id, reason)
+            ended.append(txn_id)
+    if reason is not None:
+        coordinator.abort_decision(decision_id, reason)
+    if coordinator.decision(decision_id) is not None:
+        for txn_id in participants:
+            log.storage.delete(f"{directory}/{txn_id}")
+        log.storage.delete(directory)
+    return ended
 
 
 def end_open_jobs(log: Log, prefix: str, reason: str, keep: str | None = None) -> list[str]:
-    """End every open job transaction of ``prefix`` (but decision ``keep``'s); returns their ids.
+    """End every unfinished job of ``prefix`` (but decision ``keep``'s); returns the
+    transactional ids of the attempts it aborted.
 
     Undecided ones are aborted (a shared one whole), decided ones rolled
     forward.  Only the caller knows that no live job of the prefix needs
     them: the next job of a prefix (its predecessors are dead or fenced), or
     a stream sink's owner whose micro-batch failed (its batches run one at a
-    time, and no other query writes under its prefix).
+    time, and no other query writes under its prefix).  The jobs come from
+    the prefix's index: the cost is that of the unfinished jobs, not of the log.
     """
-    mine = re.compile(re.escape(prefix) + r"\.[0-9a-f]{32}")
     ended = []
-    for txn_id in _ids_of(log, prefix):
-        meta = log.coordinator.metadata(txn_id)
-        # The decision id's shape, not the transactional id's, says whose it is:
-        # "etl-" also starts the ids of a job with prefix "etl-2".
-        if meta is not None and meta.state == TxnState.ONGOING and \
-                meta.decision_id != keep and mine.fullmatch(meta.decision_id):
-            logger.info("ending %s, %s (decision %s)", txn_id, reason, meta.decision_id)
-            log.coordinator.abort_open(txn_id, reason)
-            ended.append(txn_id)
+    for decision_id in log.storage.list(job_dir(prefix)):
+        if decision_id != keep:
+            ended += _end_job(log, prefix, decision_id, reason)
     return ended

@@ -185,6 +185,7 @@ class StreamSink:
                 if members:
                     job.abort(log, members)
                 return False
+            job.enlist(log, self.sink_id)
             producer.begin_transaction(job.decision_id)
             producer.send_offsets_to_transaction({batch_key(self.query_id): batch_id + 1},
                                                  self.sink_id)

@@ -26,7 +26,10 @@ MAGIC = b"TXL\x01"
 # record_count, payload_length, payload_crc
 _FIXED = struct.Struct(">4sI HhqiqqqhiiII")
 FIXED_SIZE = _FIXED.size  # 66
-MAX_HEADER_SIZE = FIXED_SIZE + 2 * (1 + 255)
+# The optional trailing int64 after the strings (and a claim's reference): the
+# writer's clock at publish (format.md 2.1).
+_APPEND_TIME = struct.Struct(">q")
+MAX_HEADER_SIZE = FIXED_SIZE + 2 * (1 + 255) + _APPEND_TIME.size
 # A claim's header also holds its reference: the data object's path (a length
 # byte and up to 255 bytes) and the payload's position in it (uint64).
 _REFERENCE_OFFSET = struct.Struct(">Q")
@@ -86,6 +89,9 @@ class BatchHeader:
     # A claim's reference (CLAIM_BIT): the data object holding the payload, and where.
     data_path: str = ""
     data_offset: int = -1
+    # The writer's clock when it published the batch (ms), -1 if not recorded (batches
+    # written before the field existed): producer expiry's time base, never CreateTime.
+    append_time: int = -1
 
     @property
     def last_offset(self) -> int:
@@ -147,6 +153,8 @@ def encode_header(h: BatchHeader) -> bytes:
     if h.attributes & CLAIM_BIT:
         strings += _short_string(h.data_path, "data object path") + \
             _REFERENCE_OFFSET.pack(h.data_offset)
+    if h.append_time >= 0:
+        strings += _APPEND_TIME.pack(h.append_time)
     header_length = FIXED_SIZE + len(strings)
     body = _FIXED.pack(MAGIC, 0, header_length, h.attributes, h.base_offset, h.record_count - 1,
                        h.base_timestamp, h.max_timestamp, h.producer_id, h.producer_epoch,
@@ -207,12 +215,17 @@ def decode_header(data: bytes | memoryview | pa.Buffer, path: str,
         if not is_data_object_path(data_path) or attributes & CONTROL_BIT:
             raise CorruptBatchError(f"claim names {data_path!r}, not a data object", path,
                                     expected_offset)
+        pos = end
+    # Trailing bytes: the append time if there are 8 of them (older writers wrote none).
+    append_time = _APPEND_TIME.unpack_from(view, pos)[0] \
+        if header_length - pos >= _APPEND_TIME.size else -1
     return BatchHeader(base_offset=base_offset, record_count=count, attributes=attributes,
                        base_timestamp=base_ts, max_timestamp=max_ts, producer_id=pid,
                        producer_epoch=epoch, base_sequence=base_seq, decision_id=strings[0],
                        transactional_id=strings[1], payload_length=payload_length,
                        payload_crc=payload_crc, header_length=header_length,
-                       data_path=data_path, data_offset=data_offset)
+                       data_path=data_path, data_offset=data_offset,
+                       append_time=append_time)
 
 
 def payload_of(data: bytes | pa.Buffer, header: BatchHeader, path: str) -> memoryview:

@@ -89,8 +89,12 @@ class _Slot:
 class Appender:
     """Writes data batches and markers at the log end of the partition ``states`` caches."""
 
-    def __init__(self, states: StateManager) -> None:
+    def __init__(self, states: StateManager,
+                 verify: Callable[[BatchHeader], bool] | None = None) -> None:
         self._states = states
+        # Whether the coordinator knows a transactional batch's transaction as open
+        # (producer_state.check_append asks it for producers this partition does not know).
+        self._verify = verify
 
     def _claim(self, prepare: Callable[[ProducerState], "_Slot | AppendResult | None"],
                continuing: bool = False) -> "AppendResult | None":
@@ -157,6 +161,20 @@ class Appender:
                     if step.header.timestamp_type == LOG_APPEND_TIME else -1
                 return AppendResult(slot, step.header.last_offset, log_append_time=appended_at)
 
+    def _place(self, state: ProducerState, header: BatchHeader,
+               log_append_time: bool) -> BatchHeader | AppendResult:
+        """The header placed at the state's end (a duplicate's original offsets instead),
+        stamped with the append time producer expiry counts from."""
+        duplicate = state.check_append(header, self._verify)
+        if duplicate is not None:
+            return AppendResult(duplicate.base_offset, duplicate.last_offset, True)
+        now = clock.now_ms()
+        placed = replace(header, base_offset=state.end_offset, append_time=now)
+        if log_append_time:
+            placed = replace(placed, attributes=placed.attributes | TIMESTAMP_TYPE_BIT,
+                             max_timestamp=now)
+        return placed
+
     def append(self, header: BatchHeader, payload: bytes,
                log_append_time: bool = False, continuing: bool = False) -> AppendResult:
         """Append a data batch at the log end; the header's base offset is ignored.
@@ -167,14 +185,9 @@ class Appender:
         header = replace(header, payload_length=len(payload), payload_crc=crc32c.crc32c(payload))
 
         def prepare(state: ProducerState) -> _Slot | AppendResult:
-            duplicate = state.check_append(header)
-            if duplicate is not None:
-                return AppendResult(duplicate.base_offset, duplicate.last_offset, True)
-            placed = replace(header, base_offset=state.end_offset)
-            if log_append_time:
-                now = clock.now_ms()
-                placed = replace(placed, attributes=placed.attributes | TIMESTAMP_TYPE_BIT,
-                                 max_timestamp=now)
+            placed = self._place(state, header, log_append_time)
+            if isinstance(placed, AppendResult):
+                return placed
             return _Slot(placed, encode_header(placed) + payload)
 
         result = self._claim(prepare, continuing)
@@ -195,16 +208,11 @@ class Appender:
         storage = self._states.storage
 
         def prepare(state: ProducerState) -> _Slot | AppendResult:
-            duplicate = state.check_append(header)
-            if duplicate is not None:
-                return AppendResult(duplicate.base_offset, duplicate.last_offset, True)
+            placed = self._place(state, header, log_append_time)
+            if isinstance(placed, AppendResult):
+                return placed
             path, offset = reference.current(storage, payload)
-            placed = replace(header, base_offset=state.end_offset, data_path=path,
-                             data_offset=offset)
-            if log_append_time:
-                now = clock.now_ms()
-                placed = replace(placed, attributes=placed.attributes | TIMESTAMP_TYPE_BIT,
-                                 max_timestamp=now)
+            placed = replace(placed, data_path=path, data_offset=offset)
             return _Slot(placed, encode_header(placed))
 
         result = self._claim(prepare, continuing)
@@ -231,7 +239,8 @@ class Appender:
                 attributes=CONTROL_BIT | TRANSACTIONAL_BIT, base_timestamp=now,
                 max_timestamp=now, producer_id=producer_id, producer_epoch=marker_epoch,
                 decision_id=decision_id, transactional_id=transactional_id,
-                payload_length=len(payload), payload_crc=crc32c.crc32c(payload))
+                payload_length=len(payload), payload_crc=crc32c.crc32c(payload),
+                append_time=now)
             return _Slot(header, encode_header(header) + payload, control)
 
         result = self._claim(prepare)

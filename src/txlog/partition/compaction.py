@@ -112,7 +112,7 @@ def _state_at(states: StateManager, offset: int) -> ProducerState | None:
     one would lose the race for its name anyway.
     """
     if offset == 0:
-        return ProducerState()
+        return states.new_state()
     bases = states.cache.list_segments()
     if not bases:
         raise StorageError(f"{states.topic}-{states.partition}: no segment ends at {offset} "

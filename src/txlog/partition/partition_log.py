@@ -19,7 +19,7 @@ from .appender import Appender, AppendResult, DataReference
 from .compaction import (DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted, compact,
                          retire_batches)
 from .isolation import READ_COMMITTED
-from .producer_state import ProducerState
+from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerState
 from .reader import OutcomeResolver, Piece, Reader
 from .retention import Retained, apply_retention, delete_records
 from .state_manager import StateManager
@@ -37,13 +37,16 @@ class PartitionLog:
 
     def __init__(self, storage: Storage, topic: str, partition: int, topic_id: str,
                  resolver: OutcomeResolver | None = None,
-                 on_stale: Callable[[str, str], None] | None = None) -> None:
+                 on_stale: Callable[[str, str], None] | None = None,
+                 producer_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+                 verify: Callable[[BatchHeader], bool] | None = None) -> None:
         self.storage = storage
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
-        self._states = StateManager(storage, topic, partition, topic_id, on_stale)
-        self._appender = Appender(self._states)
+        self._states = StateManager(storage, topic, partition, topic_id, on_stale,
+                                    producer_expiration_ms)
+        self._appender = Appender(self._states, verify)
         self._reader = Reader(self._states, resolver)
         self._cache = self._states.cache
         self.dir = self._cache.dir

@@ -8,11 +8,18 @@ its batch against the state of exactly the prefix before the slot it claims.
 The rules are Kafka's (ProducerStateManager / ProducerAppendInfo), with
 KIP-890's marker epoch: a transaction marker carries the epoch after the bump,
 so a late append of the closed transaction's epoch is rejected as fenced.
+
+Entries expire as in Kafka (``producer.id.expiration.ms``, KIP-854), but on
+the log's own clock: the largest append time (the writer's clock at publish,
+recorded in each header) of the prefix, so that expiry stays a function of
+the prefix and every process drops the same entries at the same offset.
+A producer's CreateTime never counts: a backfill may set it years back.
 """
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +32,10 @@ from ..errors import (InvalidProducerEpochError, InvalidTxnStateError, OutOfOrde
 NUM_BATCHES_TO_RETAIN = 5  # Kafka's ProducerStateEntry.NumBatchesToRetain
 INT32_MAX = 0x7FFFFFFF
 SNAPSHOT_VERSION = 1  # of to_bytes; snapshot files have their own envelope (state_manager.py)
+# A topic config, fixed at creation: every process must fold the log with the same value.
+PRODUCER_ID_EXPIRATION = "producer.id.expiration.ms"
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's default (1 day)
+_NEVER = 1 << 62
 
 
 @dataclass(slots=True)
@@ -48,6 +59,7 @@ class ProducerEntry:
     decision_id: str = ""
     transactional_id: str = ""
     last_timestamp: int = -1
+    last_append: int = -1  # the log clock (largest append time) at its last batch or marker
 
     @property
     def last_seq(self) -> int:
@@ -116,7 +128,8 @@ def _in_sequence(last_seq: int, next_seq: int) -> bool:
 class ProducerState:
     """State after the prefix ``[0, end_offset)`` of one partition."""
 
-    def __init__(self, end_offset: int = 0) -> None:
+    def __init__(self, end_offset: int = 0,
+                 expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
         self.end_offset = end_offset
         self.producers: dict[int, ProducerEntry] = {}
         self.aborted: list[AbortedTransaction] = []
@@ -124,24 +137,43 @@ class ProducerState:
         # this offset; those before it are in the segments' aborted sections (a state
         # loaded from a version 3 snapshot, format.md section 3).
         self.aborted_from = 0
+        self.expiration_ms = expiration_ms
+        self.clock = -1  # the largest append time of the prefix (ms), -1 before any
+        self._next_expiry = _NEVER  # the clock at which some entry may be due
 
     def copy(self) -> ProducerState:
-        return ProducerState.from_bytes(self.to_bytes())
+        return ProducerState.from_bytes(self.to_bytes(), self.expiration_ms)
 
     # --- validation ---------------------------------------------------------
 
-    def check_append(self, header: BatchHeader) -> BatchMetadata | None:
+    def check_append(self, header: BatchHeader,
+                     verify: Callable[[BatchHeader], bool] | None = None
+                     ) -> BatchMetadata | None:
         """Validate a data batch about to be written at ``end_offset``.
 
         Returns the original batch when ``header`` duplicates one of the
         producer's last five batches (then nothing must be written); raises
         when the batch must be rejected; returns None when it may be written.
+
+        ``verify`` tells whether the coordinator knows a batch's transaction
+        as open, with this producer id and epoch (Kafka's partition
+        verification, KIP-890).  It is asked only for a transactional
+        producer this partition does not know: a new one, or one whose entry
+        expired, and with it the epoch that fenced it.  So a fenced zombie is
+        refused although the entry that fenced it is gone.
         """
         if not header.is_idempotent:
             return None
         pid, epoch, seq = header.producer_id, header.producer_epoch, header.base_sequence
         entry = self.producers.get(pid)
         if entry is None:
+            if header.is_transactional and verify is not None and not verify(header):
+                raise ProducerFencedError(
+                    f"producer {pid} epoch {epoch} (transactional id "
+                    f"{header.transactional_id!r}, batch sequence {seq}) writes to transaction "
+                    f"{header.decision_id!r}, which its coordinator does not know as open: the "
+                    "producer was fenced or its transaction ended (this partition no longer "
+                    "knows the producer: its entry expired, or it never wrote here)")
             if seq != 0:
                 raise OutOfOrderSequenceError(
                     f"producer {pid} epoch {epoch} is unknown to this partition, so its first "
@@ -209,6 +241,11 @@ class ProducerState:
                 entry.epoch = header.producer_epoch
                 entry.batches = []
             entry.last_timestamp = header.max_timestamp
+            # Batches written before headers carried the append time count by their
+            # largest timestamp (format.md 2.1); the clock never runs backwards.
+            self.clock = max(self.clock, header.append_time if header.append_time >= 0
+                             else header.max_timestamp)
+            entry.last_append = self.clock
             if header.is_control:
                 assert control is not None
                 if control.type == ABORT and entry.in_transaction:
@@ -224,7 +261,30 @@ class ProducerState:
                     entry.txn_first_offset = header.base_offset
                     entry.decision_id = header.decision_id
                     entry.transactional_id = header.transactional_id
+            if not entry.in_transaction:
+                self._next_expiry = min(self._next_expiry,
+                                        entry.last_append + self.expiration_ms)
+        elif header.append_time >= 0:
+            self.clock = max(self.clock, header.append_time)
         self.end_offset = header.next_offset
+        if self.clock >= self._next_expiry:
+            self._expire()
+
+    def _expire(self) -> None:
+        """Drop entries idle for the expiration or longer (Kafka's removeExpiredProducers).
+
+        An entry with an open transaction stays, as in Kafka: the transaction
+        still needs its marker, and the LSO its first offset.
+        """
+        cutoff = self.clock - self.expiration_ms
+        due = _NEVER
+        for pid in [pid for pid, e in self.producers.items()
+                    if not e.in_transaction and e.last_append <= cutoff]:
+            del self.producers[pid]
+        for e in self.producers.values():
+            if not e.in_transaction:
+                due = min(due, e.last_append + self.expiration_ms)
+        self._next_expiry = due
 
     # --- derived views --------------------------------------------------------
 
@@ -245,11 +305,15 @@ class ProducerState:
                                 for b in e.batches]]
             for _, e in sorted(self.producers.items())]
         aborted = [[a.producer_id, a.first_offset, a.last_offset] for a in self.aborted]
+        # The expiry clock and each entry's last append time travel beside the
+        # entries, so snapshots of older code (without them) still parse.
+        appended = [[e.producer_id, e.last_append] for _, e in sorted(self.producers.items())]
         return {"end": self.end_offset, "producers": producers, "aborted": aborted,
-                "aborted_from": self.aborted_from}
+                "aborted_from": self.aborted_from, "clock": self.clock, "appended": appended}
 
     @classmethod
-    def from_dict(cls, obj: Any) -> ProducerState:
+    def from_dict(cls, obj: Any,
+                  expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> ProducerState:
         """Rebuild a state, refusing (ValueError) anything that is not one.
 
         Snapshots are only a cache and may be damaged in ways a checksum
@@ -261,7 +325,7 @@ class ProducerState:
         end = _int(obj.get("end"), "end")
         if end < 0:
             raise ValueError("negative end offset")
-        state = cls(end)
+        state = cls(end, expiration_ms)
         producers, aborted = obj.get("producers"), obj.get("aborted")
         if not isinstance(producers, list) or not isinstance(aborted, list):
             raise ValueError("producers and aborted must be arrays")
@@ -296,17 +360,42 @@ class ProducerState:
             if not 0 <= txn.first_offset <= txn.last_offset < end:
                 raise ValueError("aborted transaction outside the prefix")
             state.aborted.append(txn)
+        state._load_expiry(obj)
         return state
+
+    def _load_expiry(self, obj: dict) -> None:
+        """The expiry clock and append times; a snapshot without them (older code) counts
+        each entry's largest timestamp, as a batch header without an append time does."""
+        clock, appended = obj.get("clock"), obj.get("appended")
+        last = {e.producer_id: e.last_timestamp for e in self.producers.values()}
+        if appended is not None:
+            if not isinstance(appended, list):
+                raise ValueError("appended must be an array")
+            for item in appended:
+                if not isinstance(item, list) or len(item) != 2:
+                    raise ValueError("malformed append time")
+                pid, at = (_int(v, "append time field") for v in item)
+                if pid not in last:
+                    raise ValueError(f"append time of unknown producer {pid}")
+                last[pid] = at
+        self.clock = _int(clock, "clock") if clock is not None else max(last.values(), default=-1)
+        for pid, at in last.items():
+            self.producers[pid].last_append = at
+        self._next_expiry = _NEVER
+        for e in self.producers.values():
+            if not e.in_transaction:
+                self._next_expiry = min(self._next_expiry, e.last_append + self.expiration_ms)
 
     def to_bytes(self) -> bytes:
         return msgpack.packb({"v": SNAPSHOT_VERSION, **self.to_dict()})
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> ProducerState:
+    def from_bytes(cls, data: bytes,
+                   expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> ProducerState:
         obj = msgpack.unpackb(data)
         if not isinstance(obj, dict) or obj.get("v") != SNAPSHOT_VERSION:
             raise ValueError("unknown producer-state snapshot version")
-        return cls.from_dict(obj)
+        return cls.from_dict(obj, expiration_ms)
 
 
 def _int(value: Any, what: str) -> int:

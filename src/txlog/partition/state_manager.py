@@ -29,7 +29,7 @@ from ..format.segment import CorruptSegmentError, SegmentHead
 from ..format.topic_ids import current_topic_id
 from ..storage.backends import Storage
 from ..storage.paths import SNAPSHOT_SUFFIX, named_offsets, snapshot_path, snapshots_dir
-from .producer_state import ProducerState
+from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerState
 from .storage_cache import RELOADS, StorageCache
 
 logger = logging.getLogger(__name__)
@@ -75,8 +75,10 @@ class StateManager:
     """
 
     def __init__(self, storage: Storage, topic: str, partition: int, topic_id: str,
-                 on_stale: Callable[[str, str], None] | None = None) -> None:
+                 on_stale: Callable[[str, str], None] | None = None,
+                 producer_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
         self.storage = storage
+        self.producer_expiration_ms = producer_expiration_ms
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
@@ -285,7 +287,7 @@ class StateManager:
             logger.debug("%s-%d: no usable producer-state snapshot; rebuilding from offset 0",
                          self.topic, self.partition)
             self._anchor = None
-            return ProducerState()
+            return self.new_state()
         raise StorageError(f"{self.topic}-{self.partition}: the segments kept changing under "
                            f"this process ({RELOADS} loads)")
 
@@ -314,10 +316,14 @@ class StateManager:
         if obj.get("topic_id") != self.topic_id:
             raise ValueError(f"it belongs to topic id {obj.get('topic_id')!r}, not "
                              f"{self.topic_id!r} (the topic was re-created)")
-        state = ProducerState.from_dict(obj)
+        state = ProducerState.from_dict(obj, self.producer_expiration_ms)
         if state.end_offset != end:
             raise ValueError(f"it ends at {state.end_offset}, not at {end}")
         return state
+
+    def new_state(self) -> ProducerState:
+        """The state of the empty prefix, with this topic's producer expiry."""
+        return ProducerState(expiration_ms=self.producer_expiration_ms)
 
     def snapshot_fields(self, state: ProducerState, last_base: int, anchor: bytes,
                         aborted_from: int) -> dict:

@@ -120,12 +120,19 @@ LEASE_DIR = "coordinator/leases"  # a version chain per shared transaction's dec
 GROUP_DIR = "coordinator/groups"  # a version chain per consumer group
 MEMBERS_DIR = "coordinator/members"  # per group: a generation chain and heartbeat objects
 BLOCK_DIR = "coordinator/producer-ids"  # one object per allocated block of producer ids
+# Shared transactions' participants, by prefix and job: <prefix>/<decision id>/<transactional id>
+JOB_DIR = "coordinator/jobs"
 VERSION_DIGITS = 20
 
 
 def version_path(directory: str, version: int) -> str:
     """Version ``version`` of the version chain in ``directory``."""
     return f"{directory}/{version:0{VERSION_DIGITS}d}"
+
+
+def job_dir(prefix: str, decision_id: str | None = None) -> str:
+    """The unfinished jobs of ``prefix``, or the participants of one of its jobs."""
+    return f"{JOB_DIR}/{prefix}" if decision_id is None else f"{JOB_DIR}/{prefix}/{decision_id}"
 
 
 def block_path(block: int) -> str:

@@ -34,6 +34,7 @@ from .groups import apply_transactional_offsets
 from ..storage.names import validate_name
 from ..storage.paths import DECISION_DIR, LEASE_DIR, TXN_DIR
 from ..partition.producer_state import OpenTransaction
+from ..format.batch import BatchHeader
 
 if TYPE_CHECKING:
     from ..partition.partition_log import PartitionLog
@@ -114,6 +115,11 @@ class TransactionMetadata:
     txn_producer_id: int = NO_PRODUCER_ID
     txn_epoch: int = -1
     reason: str = ""
+    # When this incarnation of the id began (the writer's clock, ms); 0 for chains
+    # written before incarnations were recorded.  With the version number it is
+    # the generation group offsets are marked with (groups.py): a chain deleted
+    # whole starts again at version 0, under a later incarnation.
+    incarnation_ms: int = 0
 
     def transition(self, state: TxnState, **changes: Any) -> TransactionMetadata:
         """The next version; refuses what Kafka's state table refuses."""
@@ -144,6 +150,7 @@ class TransactionMetadata:
             "txn_start_ms": self.txn_start_ms, "update_ms": self.update_ms,
             "decision_id": self.decision_id, "txn_producer_id": self.txn_producer_id,
             "txn_epoch": self.txn_epoch, "reason": self.reason,
+            "incarnation_ms": self.incarnation_ms,
         }
 
     @classmethod
@@ -153,7 +160,7 @@ class TransactionMetadata:
             d["timeout_ms"], tuple((t, p) for t, p in d["partitions"]),
             {g: {(t, p): o for t, p, o in offs} for g, offs in d["pending_offsets"].items()},
             d["txn_start_ms"], d["update_ms"], d["decision_id"], d["txn_producer_id"],
-            d["txn_epoch"], d["reason"])
+            d["txn_epoch"], d["reason"], d.get("incarnation_ms", 0))
 
 
 @dataclass(frozen=True)
@@ -289,6 +296,19 @@ class TransactionCoordinator:
             return None
         return decision.commits(txn.producer_id, txn.epoch)
 
+    def is_open(self, header: BatchHeader) -> bool:
+        """Whether a transactional batch belongs to a transaction still open here: the
+        id's metadata is Ongoing for this decision, producer id and epoch, and undecided
+        (Kafka's partition verification, KIP-890).  Asked by partitions for producers they
+        do not know; a fenced zombie whose entry expired fails it."""
+        if not header.transactional_id:
+            return False
+        meta = self.metadata(header.transactional_id)
+        return meta is not None and meta.state == S.ONGOING and \
+            (meta.decision_id, meta.txn_producer_id, meta.txn_epoch) == (
+                header.decision_id, header.producer_id, header.producer_epoch) and \
+            self.decision(header.decision_id) is None
+
     # --- identities -------------------------------------------------------------------
 
     def _next_identity(self, producer_id: int, epoch: int) -> tuple[int, int]:
@@ -311,8 +331,12 @@ class TransactionCoordinator:
             if meta is None or meta.state == S.DEAD:
                 # A new (or expired and removed) id starts a fresh incarnation.
                 pid = self._next_producer_id()
+                now = clock.now_ms()
+                # A new incarnation: its generations sort after every earlier one's.
+                incarnation = now if meta is None else max(now, meta.incarnation_ms + 1)
                 fresh = TransactionMetadata(transactional_id, pid, 0, S.EMPTY, timeout_ms,
-                                            update_ms=clock.now_ms(), reason="init")
+                                            update_ms=now, reason="init",
+                                            incarnation_ms=incarnation)
                 if self._publish(version + 1, fresh):
                     return pid, 0
                 continue
@@ -528,7 +552,8 @@ class TransactionCoordinator:
         def apply(group: str) -> None:
             apply_transactional_offsets(self.storage, group, meta.pending_offsets[group],
                                         meta.transactional_id, version,
-                                        (meta.txn_producer_id, meta.txn_epoch))
+                                        (meta.txn_producer_id, meta.txn_epoch),
+                                        meta.incarnation_ms)
 
         # Every marker and group-offset update before the Complete version (each is
         # idempotent: 2.3, section 9), all at once: the decision already fixed the
@@ -697,24 +722,57 @@ class TransactionCoordinator:
     def expire_transactional_ids(self, max_idle_ms: int) -> list[str]:
         """Mark ids idle (Empty or Complete*) for longer than ``max_idle_ms`` as Dead.
 
-        A Dead id starts over with a new producer id at its next InitProducerId.
+        A Dead id starts over with a new producer id at its next InitProducerId;
+        gc deletes its chain once the Dead version is old (``delete_dead``).
         """
-        dead = []
-        for txn_id in self.transactional_ids():
-            def step(version: int, value: dict | None) -> dict | None:
-                if value is None:
-                    return None
-                meta = TransactionMetadata.from_dict(value)
-                idle = clock.now_ms() - meta.update_ms
-                if meta.state not in (S.EMPTY, *COMPLETE) or idle <= max_idle_ms:
-                    return None
-                return meta.transition(S.DEAD, reason="transactional id expired").to_dict()
+        return [txn_id for txn_id in self.transactional_ids()
+                if self.expire_idle(txn_id, max_idle_ms)]
 
-            before, _ = self._chain(txn_id).latest()
-            after, _ = self._chain(txn_id).update(step)
-            if after != before:
-                dead.append(txn_id)
-        return dead
+    def expire_idle(self, transactional_id: str, max_idle_ms: int) -> bool:
+        """Move one id to Dead if it is idle (Empty or Complete*) for longer than
+        ``max_idle_ms`` (Kafka's transactional.id.expiration.ms); True if it moved."""
+        def step(version: int, value: dict | None) -> dict | None:
+            if value is None:
+                return None
+            meta = TransactionMetadata.from_dict(value)
+            idle = clock.now_ms() - meta.update_ms
+            if meta.state not in (S.EMPTY, *COMPLETE) or idle <= max_idle_ms:
+                return None
+            return meta.transition(S.DEAD, reason="transactional id expired").to_dict()
+
+        chain = self._chain(transactional_id)
+        before, _ = chain.latest()
+        after, _ = chain.update(step)
+        return after != before
+
+    def delete_dead(self, transactional_id: str, dead_before_ms: int) -> list[str]:
+        """Delete the whole chain of an id whose newest version is Dead since before
+        ``dead_before_ms``; returns the paths deleted (docs/protocol.md, 4.10).
+
+        Oldest version first, the Dead one last: until it goes, the chain still
+        says Dead.  An InitProducerId racing with this either finds the Dead
+        version and publishes the next one (which stays, as a chain's newest
+        version may lack its predecessor, and carries a new incarnation), or
+        finds its predecessor gone and reads the chain again.
+        """
+        directory = f"{TXN_DIR}/{validate_name(transactional_id, 'transactional id')}"
+        names = sorted(n for n in self.storage.list(directory) if n.isdigit())
+        if not names:
+            return []
+        try:
+            newest = msgpack.unpackb(self.storage.read(f"{directory}/{names[-1]}"),
+                                     strict_map_key=False)
+        except FileNotFoundError:
+            return []
+        if newest.get("state") != S.DEAD.value or newest.get("update_ms", 0) >= dead_before_ms:
+            return []
+        deleted = []
+        for name in names:
+            self.storage.delete(f"{directory}/{name}")
+            deleted.append(f"{directory}/{name}")
+        self.storage.delete(directory)
+        self._chains.pop(transactional_id, None)
+        return deleted
 
     # --- leases of shared transactions ------------------------------------------------------
 
@@ -752,6 +810,11 @@ class TransactionCoordinator:
             return False  # the lease can only make it younger
         lease = self.lease_ms(meta.decision_id) if meta.is_shared else -1
         return meta.expired(now_ms, lease)
+
+    def abort_decision(self, decision_id: str, reason: str) -> Decision:
+        """Decide ABORT for a (shared) transaction unless a decision stands; returns the
+        standing one.  For a job declared dead whose attempts have not all opened yet."""
+        return self._decide(decision_id, False, [], reason)
 
     def abort_open(self, transactional_id: str, reason: str) -> None:
         """Abort the open transaction of ``transactional_id`` now, whatever its age (an operator's

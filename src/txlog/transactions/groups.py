@@ -210,26 +210,39 @@ def reset_offsets(storage: Storage, group_id: str, step: OffsetsStep,
     return applied
 
 
+def _generation(mark: object) -> tuple[int, int]:
+    """A mark as (incarnation, version); a plain int is a version of a chain written
+    before incarnations were recorded (incarnation 0)."""
+    if isinstance(mark, list):
+        return (mark[0], mark[1])
+    return (0, mark if isinstance(mark, int) else -1)
+
+
 def apply_transactional_offsets(storage: Storage, group_id: str,
                                 offsets: dict[tuple[str, int], int], transactional_id: str,
-                                generation: int, writer: tuple[int, int] | None = None) -> None:
+                                generation: int, writer: tuple[int, int] | None = None,
+                                incarnation_ms: int = 0) -> None:
     """Apply a committed transaction's offsets once, and never after a newer one.
 
     ``generation`` is the transaction's metadata version (not a group
-    generation).  The group generation is deliberately not checked here: the
-    transaction is already decided COMMIT, its records are visible, and
-    refusing its offsets now would deliver them twice.  A stale member's
-    transaction is stopped before its decision instead (section 9.4).
-    ``writer``, the transaction's (producer id, epoch), clears its pending
-    registration.
+    generation), taken with the chain's incarnation: a transactional id whose
+    chain was deleted and started again at version 0 has a later incarnation,
+    so its commits are never taken for ones already applied.  The group
+    generation is deliberately not checked here: the transaction is already
+    decided COMMIT, its records are visible, and refusing its offsets now
+    would deliver them twice.  A stale member's transaction is stopped before
+    its decision instead (section 9.4).  ``writer``, the transaction's
+    (producer id, epoch), clears its pending registration.
     """
+    new = (incarnation_ms, generation)
+
     def step(version: int, value: dict | None) -> dict | None:
         marks = dict(value["txn_marks"]) if value else {}
-        if marks.get(transactional_id, -1) >= generation:
+        if _generation(marks.get(transactional_id, -1)) >= new:
             return None
         merged = _as_map(value)
         merged.update(offsets)
-        marks[transactional_id] = generation
+        marks[transactional_id] = [incarnation_ms, generation] if incarnation_ms else generation
         fence = _fence(value)
         entry = fence.get("pending_txns", {}).get(transactional_id)
         if entry is not None and writer is not None and tuple(entry[:2]) == tuple(writer):

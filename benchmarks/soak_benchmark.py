@@ -1,0 +1,191 @@
+"""Soak: does one more job cost the same after thousands of jobs as after the first?
+
+    python benchmarks/soak_benchmark.py [--jobs N] [--micro-batches M] [--window W]
+        [--root DIR] [--plot soak.png] [--txn-id-expiration-ms MS]
+        [--producer-id-expiration-ms MS]
+
+Drives the core the way the Spark writers do (issue 20), in one process:
+
+* a batch job is one ``SharedTransaction`` with ``--attempts`` task attempts
+  (default 8), each joining with a fresh attempt id (ids keep growing, as in
+  a long-lived application) and writing ``--records`` records to one
+  partition; the driver commits the members it was handed;
+* a micro-batch is one batch of a ``StreamSink`` (two attempts), committed
+  with its batch id;
+* every ``--maintain-every`` jobs (default 50), compaction and gc run as an
+  operator would run them (``gc(chain_age_s=0)``, with the expirations given).
+
+For each window of ``--window`` jobs (default 1,000) it prints: job p50 and
+p95 and micro-batch p50 (ms), the time a fresh ``Log`` (no caches: what a
+new process pays) needs to compute every partition's LSO, the largest
+producer state a snapshot would carry (bytes), objects per partition
+directory (largest), and objects under ``coordinator/``.  With matplotlib
+installed it draws them to ``--plot``; without, it says so and skips it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from txlog import Log, SharedTransaction, StreamSink  # noqa: E402
+
+TOPIC = "soak"
+TIMEOUT_MS = 60_000
+
+
+def _files(path: Path) -> int:
+    return sum(len(files) for _, _, files in os.walk(path))
+
+
+def _pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def batch_job(log: Log, attempts: int, records: int, partitions: int, next_attempt: int) -> int:
+    job = SharedTransaction.start(log, "batch", TIMEOUT_MS)
+    members = []
+    for task in range(attempts):
+        next_attempt += 1
+        producer = job.join(log, f"{task}-{next_attempt}")
+        for r in range(records):
+            producer.send(TOPIC, b"x" * 100, partition=task % partitions)
+        members.append(producer.prepare_transaction())
+        producer.close()
+    job.commit(log, members)
+    return next_attempt
+
+
+def micro_batch(log: Log, sink: StreamSink, batch_id: int, records: int, partitions: int,
+                next_attempt: int) -> int:
+    job = sink.begin_batch()
+    members = []
+    for task in range(2):
+        next_attempt += 1
+        producer = job.join(log, f"s{task}-{next_attempt}")
+        for r in range(records):
+            producer.send(TOPIC, b"y" * 100, partition=(batch_id + task) % partitions)
+        members.append(producer.prepare_transaction())
+        producer.close()
+    sink.commit_batch(log, job, batch_id, members)
+    return next_attempt
+
+
+def fresh_lso_ms(root: str, partitions: int) -> float:
+    start = time.perf_counter()
+    fresh = Log(root, fsync=False)
+    for p in range(partitions):
+        fresh.last_stable_offset(TOPIC, p)
+    return (time.perf_counter() - start) * 1000
+
+
+def largest_state(log: Log, partitions: int) -> int:
+    return max(len(log.partition(TOPIC, p).state().to_bytes()) for p in range(partitions))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--micro-batches", type=int, default=None,
+                        help="micro-batches, one after each job while any remain (default: --jobs)")
+    parser.add_argument("--attempts", type=int, default=8)
+    parser.add_argument("--records", type=int, default=4, help="records per attempt")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--window", type=int, default=1000)
+    parser.add_argument("--maintain-every", type=int, default=50)
+    parser.add_argument("--txn-id-expiration-ms", type=int, default=7 * 24 * 3600 * 1000)
+    parser.add_argument("--producer-id-expiration-ms", type=int, default=86_400_000)
+    parser.add_argument("--root", help="log root (default: a temporary directory, removed)")
+    parser.add_argument("--plot", help="write a PNG plot here (needs matplotlib)")
+    args = parser.parse_args(argv)
+    micro_batches = args.jobs if args.micro_batches is None else args.micro_batches
+
+    tmp = None if args.root else tempfile.mkdtemp(prefix="txlog-soak-")
+    root = args.root or str(Path(tmp) / "log")
+    log = Log(root, fsync=False)
+    log.create_topic(TOPIC, args.partitions,
+                     {"producer.id.expiration.ms": args.producer_id_expiration_ms})
+    sink = StreamSink("stream", TIMEOUT_MS, query_id="soak-query")
+    sink.fence(log)
+    print(f"root {root}: {args.jobs} jobs of {args.attempts} attempts, {micro_batches} "
+          f"micro-batches, maintenance every {args.maintain_every} jobs, "
+          f"transactional.id.expiration.ms {args.txn_id_expiration_ms}, "
+          f"producer.id.expiration.ms {args.producer_id_expiration_ms}")
+    header = ("jobs", "job p50 ms", "job p95 ms", "mb p50 ms", "fresh LSO ms",
+              "largest state B", "objects/partition", "coordinator objects")
+    print(" | ".join(header))
+    rows = []
+    job_ms: list[float] = []
+    mb_ms: list[float] = []
+    attempt = 0
+    started = time.perf_counter()
+    for n in range(1, args.jobs + 1):
+        t0 = time.perf_counter()
+        attempt = batch_job(log, args.attempts, args.records, args.partitions, attempt)
+        job_ms.append((time.perf_counter() - t0) * 1000)
+        if n <= micro_batches:
+            t0 = time.perf_counter()
+            attempt = micro_batch(log, sink, n - 1, args.records, args.partitions, attempt)
+            mb_ms.append((time.perf_counter() - t0) * 1000)
+        if n % args.maintain_every == 0:
+            log.compact(TOPIC)
+            # Shared decisions are kept for decision_age_s (Kafka's transactional.id
+            # expiration, by default): shortened with the ids' expiration.
+            log.gc(chain_age_s=0, temp_age_s=0, txn_id_expiration_ms=args.txn_id_expiration_ms,
+                   decision_age_s=args.txn_id_expiration_ms / 1000)
+        if n % args.window == 0:
+            row = (n, statistics.median(job_ms), _pct(job_ms, 0.95),
+                   statistics.median(mb_ms) if mb_ms else float("nan"),
+                   fresh_lso_ms(root, args.partitions), largest_state(log, args.partitions),
+                   max(_files(Path(root, "topics", TOPIC, str(p)))
+                       for p in range(args.partitions)),
+                   _files(Path(root, "coordinator")))
+            rows.append(row)
+            print(f"{row[0]} | {row[1]:.1f} | {row[2]:.1f} | {row[3]:.1f} | {row[4]:.1f} | "
+                  f"{row[5]} | {row[6]} | {row[7]}", flush=True)
+            job_ms, mb_ms = [], []
+    print(f"total {time.perf_counter() - started:.0f} s")
+    if len(rows) >= 3:
+        second, last = rows[1], rows[-1]
+        print("last window / second window: " + ", ".join(
+            f"{name} {last[i] / second[i]:.2f}x" for i, name in
+            ((1, "job p50"), (3, "micro-batch p50"), (4, "fresh LSO"), (5, "largest state"))))
+    if args.plot:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print("matplotlib is not installed: no plot")
+        else:
+            fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+            x = [r[0] for r in rows]
+            for ax, (cols, title) in zip(axes.flat, [((1, 2, 3), "ms per job / micro-batch"),
+                                                     ((4,), "fresh-process LSO, ms"),
+                                                     ((5,), "largest producer state, bytes"),
+                                                     ((6, 7), "objects")]):
+                for c in cols:
+                    ax.plot(x, [r[c] for r in rows], marker="o", label=header[c])
+                ax.set_title(title)
+                ax.set_xlabel("jobs")
+                ax.set_ylim(bottom=0)
+                ax.legend(fontsize=7)
+            fig.tight_layout()
+            fig.savefig(args.plot)
+            print(f"plot: {args.plot}")
+    if tmp:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
