@@ -67,6 +67,7 @@ once) unless ``--no-verify``.  The script prints; it does not judge.
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import multiprocessing as mp
 import os
@@ -195,12 +196,17 @@ def _coalesced(batches: Iterable[pa.RecordBatch], target: int) -> Iterator[pa.Re
 def send_like_spark(producer: Producer, topic: str, table: pa.Table) -> None:
     """The Spark writer's task loop: send one merged batch in a thread while cutting the next."""
     batches = table.to_batches(max_chunksize=SPARK_BATCH_ROWS)
+    send = producer.send_table
+    if "wait" in inspect.signature(send).parameters:
+        # Data objects (issue 19): the writer stages each send until a data object's
+        # worth has gathered; prepare_transaction writes the rest.
+        send = functools.partial(send, wait=False)
     with ThreadPoolExecutor(1, thread_name_prefix="txlog-send") as sender:
         sending: Future[Any] | None = None
         for batch in _coalesced(batches, COALESCE_BATCHES * producer.batch_size):
             if sending is not None:
                 sending.result()
-            sending = sender.submit(producer.send_table, topic, batch)
+            sending = sender.submit(send, topic, batch)
         if sending is not None:
             sending.result()
 

@@ -92,14 +92,16 @@ def test_compact_describe_alter_and_retention(tmp_path):
     assert len(segments) == 3  # segment.bytes=3000: two batches a segment
 
     desc = json_lines(cli("topics", "describe", "events", "--json"))[0]
-    assert desc["config"] == {"retention.bytes": -1, "retention.ms": -1, "segment.bytes": 3000}
-    assert desc["default_config_keys"] == ["retention.bytes"]
+    assert desc["config"] == {"retention.bytes": -1, "retention.ms": -1, "segment.bytes": 3000,
+                              "producer.id.expiration.ms": 86_400_000}
+    assert sorted(desc["default_config_keys"]) == ["producer.id.expiration.ms",
+                                                   "retention.bytes"]
     assert desc["partition_offsets"][0] == {
         "partition": 0, "log_start_offset": 0, "log_end_offset": 7, "last_stable_offset": 7,
         "segments": len(segments), "segment_bytes": sum(segments.values()), "batches": 1,
         "batch_bytes": left[6]}
     text = cli("topics", "describe", "events").stdout
-    assert "config: retention.bytes=-1 (default), retention.ms=-1, segment.bytes=3000\n" in text
+    assert "config: producer.id.expiration.ms=86400000 (default), retention.bytes=-1 (default), retention.ms=-1, segment.bytes=3000\n" in text
 
     # retention.bytes=1: every segment but the newest goes
     assert cli("topics", "alter", "events", "--config", "retention.bytes=1").returncode == 0

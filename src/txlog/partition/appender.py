@@ -86,6 +86,15 @@ class _Slot:
     control: ControlRecord | None = None
 
 
+def _slot(header: BatchHeader, payload: bytes = b"", control: ControlRecord | None = None
+          ) -> _Slot:
+    """The bytes to publish, and the header as they hold it: its length counts what the
+    encoding added (a claim's reference, the append time), since the cached header is
+    what readers of this process locate payloads with."""
+    encoded = encode_header(header)
+    return _Slot(replace(header, header_length=len(encoded)), encoded + payload, control)
+
+
 class Appender:
     """Writes data batches and markers at the log end of the partition ``states`` caches."""
 
@@ -188,7 +197,7 @@ class Appender:
             placed = self._place(state, header, log_append_time)
             if isinstance(placed, AppendResult):
                 return placed
-            return _Slot(placed, encode_header(placed) + payload)
+            return _slot(placed, payload)
 
         result = self._claim(prepare, continuing)
         assert result is not None
@@ -213,7 +222,7 @@ class Appender:
                 return placed
             path, offset = reference.current(storage, payload)
             placed = replace(placed, data_path=path, data_offset=offset)
-            return _Slot(placed, encode_header(placed))
+            return _slot(placed)
 
         result = self._claim(prepare, continuing)
         assert result is not None
@@ -241,7 +250,7 @@ class Appender:
                 decision_id=decision_id, transactional_id=transactional_id,
                 payload_length=len(payload), payload_crc=crc32c.crc32c(payload),
                 append_time=now)
-            return _Slot(header, encode_header(header) + payload, control)
+            return _slot(header, payload, control)
 
         result = self._claim(prepare)
         return None if result is None else result.base_offset
