@@ -514,3 +514,31 @@ def crash_after_the_decision(monkeypatch, decision_id: str) -> Iterator[None]:
             yield
     finally:
         monkeypatch.setattr(TransactionCoordinator, "complete", original)
+
+
+class ManualClock:
+    """txlog's clock (txlog.clock.now_ms), moved by the test (milliseconds)."""
+
+    def __init__(self, now_ms: int) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+def manual_clock(monkeypatch, now_ms: int = 1_700_000_000_000) -> ManualClock:
+    """Put a ManualClock in place of txlog's clock for one test."""
+    import txlog.clock
+
+    c = ManualClock(now_ms)
+    monkeypatch.setattr(txlog.clock, "now_ms", c)
+    return c
+
+
+def fill_one_record_per_batch(log: Log, topic: str, batches: int, partition: int = 0) -> None:
+    """One record per batch, record i at timestamp 1,000 * i."""
+    with log.producer() as producer:
+        for i in range(batches):
+            producer.send(topic, value=f"v{i}".encode(), partition=partition,
+                          timestamp_ms=1_000 * i)
+            producer.flush()

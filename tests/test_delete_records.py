@@ -13,20 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from helpers_core import segment_files
+from helpers_core import fill_one_record_per_batch, segment_files
 from txlog import Log
 from txlog.errors import OffsetOutOfRangeError, UnknownTopicError
 from txlog.partition import reader as reader_module
 from txlog.partition.isolation import READ_UNCOMMITTED
-
-
-def _fill(log: Log, topic: str, batches: int, partition: int = 0) -> None:
-    """One record per batch, record i at timestamp 1,000 * i."""
-    with log.producer() as producer:
-        for i in range(batches):
-            producer.send(topic, value=f"v{i}".encode(), partition=partition,
-                          timestamp_ms=1_000 * i)
-            producer.flush()
 
 
 def _offsets(log: Log, topic: str, start: int, partition: int = 0,
@@ -43,7 +34,7 @@ def _start_records(root: Path, topic: str = "t", partition: int = 0) -> list[str
 def test_readers_below_the_log_start_get_offset_out_of_range(tmp_path: Path) -> None:
     log = Log(tmp_path, fsync=False)
     log.create_topic("t", 1)
-    _fill(log, "t", 20)
+    fill_one_record_per_batch(log, "t", 20)
     assert log.delete_records({("t", 0): 7}) == {("t", 0): 7}
     for reader in (log, Log(tmp_path)):  # this process, and one that never listed before
         assert reader.partition("t", 0).log_start() == 7
@@ -73,7 +64,7 @@ def test_a_reader_that_listed_before_sees_the_new_log_start_after_its_refresh(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     writer = Log(tmp_path, fsync=False)
     writer.create_topic("t", 1)
-    _fill(writer, "t", 10)
+    fill_one_record_per_batch(writer, "t", 10)
     reader = Log(tmp_path)
     assert _offsets(reader, "t", 2) == list(range(2, 10))  # lists the log start: 0
     writer.delete_records({("t", 0): 5})
@@ -88,7 +79,7 @@ def test_a_reader_that_listed_before_sees_the_new_log_start_after_its_refresh(
 def test_bad_offsets_are_refused_and_move_nothing(tmp_path: Path) -> None:
     log = Log(tmp_path, fsync=False)
     log.create_topic("t", 2)
-    _fill(log, "t", 5)
+    fill_one_record_per_batch(log, "t", 5)
     with pytest.raises(OffsetOutOfRangeError, match=r"offset 6 for t-0 .*log end offset 5"):
         log.delete_records({("t", 1): 0, ("t", 0): 6})
     with pytest.raises(OffsetOutOfRangeError, match=r"offset -2 for t-0"):
@@ -149,8 +140,8 @@ def test_cli_delete_records(tmp_path: Path) -> None:
     root = str(tmp_path / "log")
     log = Log(root)
     log.create_topic("events", 2)
-    _fill(log, "events", 10, partition=0)
-    _fill(log, "events", 4, partition=1)
+    fill_one_record_per_batch(log, "events", 10, partition=0)
+    fill_one_record_per_batch(log, "events", 4, partition=1)
     plan = tmp_path / "offsets.json"
     plan.write_text(json.dumps({"partitions": [
         {"topic": "events", "partition": 0, "offset": 6},
@@ -191,7 +182,7 @@ def test_spark_planning_applies_fail_on_data_loss_below_the_log_start(tmp_path: 
 
     log = Log(tmp_path, fsync=False)
     log.create_topic("t", 1)
-    _fill(log, "t", 10)
+    fill_one_record_per_batch(log, "t", 10)
     log.delete_records({("t", 0): 4})
     start = PositionSpec("offsets", offsets={("t", 0): 1})
     latest = PositionSpec("latest")

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from txlog import Log, ProducerFencedError, SharedTransaction
-from txlog import clock as clock_module
 from txlog.errors import InvalidTxnStateError, OutOfOrderSequenceError
 from txlog.format.batch import TRANSACTIONAL_BIT, BatchHeader
 from txlog.partition.producer_state import ProducerState
@@ -25,28 +24,16 @@ from txlog.storage import chain as chain_module
 from txlog.storage.chain import VersionChain
 from txlog.storage.paths import DECISION_DIR, TXN_DIR
 
-from helpers_core import DelegatingStorage
+from helpers_core import DelegatingStorage, ManualClock, manual_clock
 
 T = "t"
 EXPIRY_MS = 10_000  # producer.id.expiration.ms of the test topics
 TXN_EXPIRY_MS = 60_000  # transactional.id.expiration.ms given to gc
 
 
-class Clock:
-    """txlog's clock (txlog.clock.now_ms), moved by the test (milliseconds)."""
-
-    def __init__(self, now_ms: int) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-
 @pytest.fixture
-def clock(monkeypatch) -> Clock:
-    c = Clock(1_700_000_000_000)
-    monkeypatch.setattr(clock_module, "now_ms", c)
-    return c
+def clock(monkeypatch) -> ManualClock:
+    return manual_clock(monkeypatch)
 
 
 def _log(tmp_path, name: str = "root") -> Log:
@@ -144,7 +131,7 @@ def test_zombie_whose_entry_expired_is_still_fenced(tmp_path, clock):
 # --- transactional ids ------------------------------------------------------------------------
 
 
-def _expire_and_delete(log: Log, clock: Clock, txn_id: str) -> None:
+def _expire_and_delete(log: Log, clock: ManualClock, txn_id: str) -> None:
     clock.now_ms += TXN_EXPIRY_MS + 1
     report = log.gc(chain_age_s=0, txn_id_expiration_ms=TXN_EXPIRY_MS)
     assert report.count("transactional ids expired (Dead)") >= 1

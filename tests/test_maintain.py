@@ -17,18 +17,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from helpers_core import DelegatingStorage, segment_files
+from helpers_core import fill_one_record_per_batch, DelegatingStorage, segment_files
 from txlog import Log
 from txlog.admin.maintenance import MaintenanceSettings, Maintainer
 from txlog.storage.backends import LocalStorage
-
-
-def _fill(log: Log, topic: str, batches: int, partition: int = 0) -> None:
-    with log.producer() as producer:
-        for i in range(batches):
-            producer.send(topic, value=f"v{i}".encode(), partition=partition,
-                          timestamp_ms=1_000 * i)
-            producer.flush()
 
 
 class _OtherMaintainerFirst(DelegatingStorage):
@@ -59,9 +51,9 @@ def test_two_compactions_of_one_run_at_once(tmp_path: Path) -> None:
     # the newest segment no longer ends where this compaction started).
     other = Log(tmp_path, fsync=False)
     other.create_topic("t", 1)
-    _fill(other, "t", 10)
+    fill_one_record_per_batch(other, "t", 10)
     other.compact("t")
-    _fill(other, "t", 10)
+    fill_one_record_per_batch(other, "t", 10)
     storage = _OtherMaintainerFirst(LocalStorage(str(tmp_path), fsync=False))
     log = Log(storage)
     storage.when = lambda method, path: path.endswith(".batch")
@@ -79,7 +71,7 @@ def test_two_retentions_at_once(tmp_path: Path) -> None:
     # from the time index of a segment the other retention deleted).
     other = Log(tmp_path, fsync=False)
     other.create_topic("t", 1, {"segment.bytes": 3000, "retention.ms": 10_000})
-    _fill(other, "t", 40)
+    fill_one_record_per_batch(other, "t", 40)
     other.compact("t")
     segments = segment_files(tmp_path, "t", 0)
     assert len(segments) > 3
@@ -102,7 +94,7 @@ def test_two_retentions_at_once(tmp_path: Path) -> None:
 def test_a_maintainer_runs_each_step_on_its_jittered_interval(tmp_path: Path) -> None:
     log = Log(tmp_path, fsync=False)
     log.create_topic("t", 2, {"segment.bytes": 3000})
-    _fill(log, "t", 12)
+    fill_one_record_per_batch(log, "t", 12)
     settings = MaintenanceSettings(compact_interval_s=10, retention_interval_s=100,
                                    gc_interval_s=1000, jitter=0.5)
     maintainer = Maintainer(log, settings)
@@ -130,7 +122,7 @@ def test_cli_maintain_prints_one_json_line_per_pass(tmp_path: Path) -> None:
     root = str(tmp_path)
     log = Log(root, fsync=False)
     log.create_topic("t", 2, {"segment.bytes": 3000})
-    _fill(log, "t", 12)
+    fill_one_record_per_batch(log, "t", 12)
     once = _txlog(root, "maintain", "--once")
     assert once.returncode == 0, once.stderr
     [report] = [json.loads(line) for line in once.stdout.splitlines()]
@@ -153,7 +145,7 @@ def test_cli_maintain_on_a_terminal_shows_a_line_per_pass(tmp_path: Path) -> Non
     root = str(tmp_path)
     log = Log(root, fsync=False)
     log.create_topic("t", 1)
-    _fill(log, "t", 5)
+    fill_one_record_per_batch(log, "t", 5)
     primary, secondary = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "txlog.cli", "--root", root, "maintain",
                              "--once"], stdout=secondary, stderr=secondary, close_fds=True)

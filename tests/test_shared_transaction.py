@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-import txlog.clock as clock_module
 import txlog.exactly_once.shared_transaction as shared_module
+from helpers_core import ManualClock, manual_clock
 from txlog import READ_COMMITTED, READ_UNCOMMITTED, Log
 from txlog.errors import (CommittedButIncompleteError, DecisionConflictError,
                           TransactionAbortedError, TxlogError)
@@ -23,21 +23,9 @@ T = "t"
 TIMEOUT_MS = 10_000
 
 
-class Clock:
-    """txlog's clock (txlog.clock.now_ms), moved by the test (milliseconds)."""
-
-    def __init__(self, now_ms: int) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-
 @pytest.fixture
-def clock(monkeypatch) -> Clock:
-    c = Clock(1_700_000_000_000)
-    monkeypatch.setattr(clock_module, "now_ms", c)
-    return c
+def clock(monkeypatch) -> ManualClock:
+    return manual_clock(monkeypatch)
 
 
 @pytest.fixture
@@ -217,7 +205,7 @@ def test_longest_prefix_fits_in_batch_headers(topic_log: Log) -> None:
 
 
 def test_lease_keeps_an_early_prepared_member_alive_past_its_timeout(topic_log: Log,
-                                                                     clock: Clock) -> None:
+                                                                     clock: ManualClock) -> None:
     log = topic_log
     job = SharedTransaction.start(log, "long", TIMEOUT_MS)
     early = write(job, log, "0-0", 0, ["early"])
@@ -232,7 +220,7 @@ def test_lease_keeps_an_early_prepared_member_alive_past_its_timeout(topic_log: 
 
 
 def test_without_renewal_a_shared_transaction_is_aborted_after_its_timeout(
-        topic_log: Log, clock: Clock) -> None:
+        topic_log: Log, clock: ManualClock) -> None:
     log = topic_log
     job = SharedTransaction.start(log, "dead", TIMEOUT_MS)
     m0 = write(job, log, "0-0", 0, ["a"])
@@ -248,7 +236,7 @@ def test_without_renewal_a_shared_transaction_is_aborted_after_its_timeout(
 
 
 def test_a_readers_timeout_check_also_respects_the_lease(topic_log: Log,
-                                                         clock: Clock) -> None:
+                                                         clock: ManualClock) -> None:
     log = topic_log
     job = SharedTransaction.start(log, "job", TIMEOUT_MS)
     member = write(job, log, "0-0", 0, ["a"])
@@ -267,7 +255,7 @@ def test_a_readers_timeout_check_also_respects_the_lease(topic_log: Log,
         job.commit(log, [member])
 
 
-def test_a_plain_transaction_ignores_leases(topic_log: Log, clock: Clock) -> None:
+def test_a_plain_transaction_ignores_leases(topic_log: Log, clock: ManualClock) -> None:
     """Only shared transactions have leases: a lease named like a plain
     transaction's own decision id must not keep it alive."""
     log = topic_log
