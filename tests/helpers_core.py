@@ -283,13 +283,19 @@ def make_root(backend: str, tmp_path: Path, s3_server=None) -> Root:
                 s3_server.storage_options, {**os.environ, **s3_server.env})
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds."""
+def wait_for(condition: Callable[[], bool], timeout: float, what: str,
+             poll_s: float = 0.005) -> None:
+    """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds.
+
+    ``poll_s``: a condition that reads a log costs milliseconds of CPU; polled every
+    5 ms while a Spark JVM starts it takes a core of two from it, so waits on
+    Spark poll less often.
+    """
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.005)
+        time.sleep(poll_s)
 
 
 def child(*args: object) -> list[str]:

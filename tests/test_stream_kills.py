@@ -18,12 +18,16 @@ from txlog.examples.stream_pipeline import exactly_once  # noqa: E402
 
 
 def test_exactly_once_survives_repeated_driver_kills(tmp_path):
-    report = harness.run(str(tmp_path / "log"), kills=10, records=20_000,
+    # 10,000 readings (about 100 transactions, a fifth aborted, spread over the
+    # kills) give every restart input to read and leave the check thousands of
+    # committed readings to match; more only lengthens the run (the JVM starts
+    # dominate it).  The harness's command line runs larger ones.
+    report = harness.run(str(tmp_path / "log"), kills=10, records=10_000,
                          delivery="exactly_once", seed=20261123,
                          log_path=str(tmp_path / "spark.log"))
     assert report["kills"] == 10
     assert report["final run exit code"] == 0, (tmp_path / "spark.log").read_text()[-5000:]
-    assert report["committed readings"] > 10_000
+    assert report["committed readings"] > 5_000
     assert exactly_once(report), report
 
 
