@@ -149,7 +149,8 @@ def retried(root: str, topic: str, rows: str, markers: str, options_json: str) -
 
     writer = df.mapInArrow(fail_first_attempt_of_task_0, schema).write.format("txlog") \
         .mode("append").option("path", root).option("topic", topic) \
-        .option("transactional.id.prefix", "retried").option("batch.size", "4096")
+        .option("transactional.id.prefix", "retried").option("batch.size", "4096") \
+        .option("dataObjectBytes", "16k")  # written as it goes, so the failure follows writes
     for key, value in options.items():
         writer = writer.option(key, value)
     writer.save()
@@ -310,6 +311,7 @@ def failing_batch(spark, log, root: str, scratch: str) -> dict:
                         "CASE WHEN CAST(value AS STRING) = 'poison' THEN 99 END AS partition") \
             .writeStream.format("txlog").option("path", root).option("topic", "fb-out") \
             .option("transactional.id.prefix", "failing").option("batch.size", "1024") \
+            .option("dataObjectBytes", "4k") \
             .option("checkpointLocation", f"{scratch}/ck-failing") \
             .trigger(availableNow=True).start()
         try:

@@ -142,7 +142,7 @@ def test_timestamp_column_of_another_type_is_refused(spark, root):
 
 
 def test_producer_settings_reach_the_producer():
-    from txlog.clients.producer import DEFAULT_BATCH_SIZE
+    from txlog.clients.producer import DEFAULT_BATCH_SIZE, DEFAULT_DATA_OBJECT_BYTES
     from txlog.spark.options import WriteOptions
     from txlog.spark.writer import TxlogBatchWriter
 
@@ -150,10 +150,11 @@ def test_producer_settings_reach_the_producer():
         opts = WriteOptions.parse({"path": "/p", "topic": "t", **options}, streaming=False)
         return TxlogBatchWriter(opts, None)._producer_config()
 
-    assert config() == {"compression": "none"}
+    local = {"data_object_bytes": DEFAULT_DATA_OBJECT_BYTES}  # a local path's data objects
+    assert config() == {"compression": "none", **local}
     assert config(**{"kafka.compression.type": "lz4", "kafka.linger.ms": "50",
                      "kafka.batch.size": "65536"}) == \
-        {"compression": "lz4", "batch_size": 65536, "linger_ms": 50}
+        {"compression": "lz4", "batch_size": 65536, "linger_ms": 50, **local}
     # max.request.size bounds the batch, whether batch.size is given or left at its default.
     assert config(**{"kafka.max.request.size": "4096"})["batch_size"] == 4096
     assert config(**{"kafka.max.request.size": str(DEFAULT_BATCH_SIZE * 2)})["batch_size"] == \
