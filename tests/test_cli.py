@@ -571,7 +571,11 @@ def test_consume_from_an_offset_a_timestamp_and_follow(root):
     errors = Path(root).parent / "follow.err"
     follow = subprocess.Popen([sys.executable, "-m", "txlog.cli", "--root", root, "consume",
                                "events", "--partition", "1", "--offset", "4", "--follow"],
-                              stdout=subprocess.PIPE, stderr=open(errors, "w"), text=True)
+                              stdout=subprocess.PIPE, stderr=open(errors, "w"), text=True,
+                              # A suite run from a background job inherits SIGINT ignored,
+                              # and so would the command: give it Ctrl-C's default back.
+                              preexec_fn=lambda: signal.signal(signal.SIGINT,
+                                                               signal.default_int_handler))
     try:
         assert follow.stdout.readline() == "r4\n"
         producer.send("events", b"later", partition=1).get()

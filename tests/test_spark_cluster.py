@@ -131,9 +131,10 @@ def test_task_retried_after_partial_write_on_executors_is_exactly_once(cluster, 
         assert attempt["jvm"] != result["driver_jvm"]
 
     # Spark's view, on the cluster: every row once; the failed attempt's partial
-    # write (three batches of 1,000) is in the log, aborted.
+    # write is in the log, aborted (of its three batches of 1,000, what its data
+    # objects had written when it failed: the staged rest never reaches the log).
     assert (result["committed"], result["distinct_keys"], result["keys_outside"]) == (ROWS, ROWS, 0)
-    assert result["uncommitted"] >= ROWS + 3_000
+    assert result["uncommitted"] > ROWS
 
     # The log's own view, from this process.
     log = store.log("retried")
