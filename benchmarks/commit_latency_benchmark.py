@@ -25,18 +25,17 @@ the script does not judge them.
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from producer_options import producer_options
 from txlog import Log, Producer
 
 KEY_BYTES = 8
@@ -84,18 +83,6 @@ def one_file(directory: str, data: bytes, n: int) -> float:
     return time.perf_counter() - started
 
 
-def _value(raw: str) -> Any:
-    lowered = raw.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    for kind in (int, float):
-        try:
-            return kind(raw)
-        except ValueError:
-            pass
-    return raw
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--commits", type=int, default=200,
@@ -114,15 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("commits", "records", "partitions"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
-    config: dict[str, Any] = {}
-    known = inspect.signature(Producer).parameters
-    for pair in args.producer_option:
-        key, sep, raw = pair.partition("=")
-        key = key.strip().replace(".", "_")
-        if not sep or key not in known or key in ("log", "transactional_id"):
-            parser.error(f"--producer-option {pair!r}: give key=value with a Producer argument "
-                         f"({', '.join(k for k in known if k not in ('log', 'transactional_id'))})")
-        config[key] = _value(raw)
+    config = producer_options(args.producer_option, parser,
+                              reserved=("log", "transactional_id"))
 
     scratch = tempfile.mkdtemp(prefix="txlog-commit-", dir=args.dir)
     try:

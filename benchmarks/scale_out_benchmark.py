@@ -91,6 +91,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from producer_options import producer_options  # noqa: E402
 from s3_server import MotoS3, request_kind  # noqa: E402
 from txlog import Log, Producer, SharedTransaction  # noqa: E402
 
@@ -485,36 +486,6 @@ def _kinds(counts: Counter[str]) -> str:
     return "(" + ", ".join(f"{k} {counts[k]}" for k in kinds) + ")"
 
 
-def _value(raw: str) -> Any:
-    lowered = raw.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    if lowered in ("none", "null"):
-        return None
-    for kind in (int, float):
-        try:
-            return kind(raw)
-        except ValueError:
-            pass
-    return raw
-
-
-def producer_options(pairs: list[str], parser: argparse.ArgumentParser) -> dict[str, Any]:
-    """``key=value`` pairs as Producer keyword arguments, checked against its signature."""
-    config: dict[str, Any] = {"compression": "none"}  # what the Spark writer passes by default
-    known = inspect.signature(Producer).parameters
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        key = key.strip().replace(".", "_")
-        if not sep or not key:
-            parser.error(f"--producer-option takes key=value, got {pair!r}")
-        if key not in known or key == "log":
-            parser.error(f"--producer-option {key!r}: Producer takes none of that name "
-                         f"(it takes {', '.join(k for k in known if k != 'log')})")
-        config[key] = _value(raw)
-    return config
-
-
 def _counts(raw: str, parser: argparse.ArgumentParser, flag: str) -> list[int]:
     try:
         values = [int(x) for x in raw.split(",") if x.strip()]
@@ -558,7 +529,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--latency-ms must not be negative, got {args.latency_ms}")
     args.writers = _counts(args.writers, parser, "--writers")
     args.local_writers = _counts(args.local_writers, parser, "--local-writers")
-    config = producer_options(args.producer_option, parser)
+    # what the Spark writer passes by default
+    config = producer_options(args.producer_option, parser, base={"compression": "none"})
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
     bench = Bench(args, config)
     started = time.monotonic()
