@@ -228,3 +228,21 @@ def markdown_table() -> str:
         rows.append(f"| `{key}` | {producer.handling if producer else '-'} | "
                     f"{consumer.handling if consumer else '-'} | {note} |")
     return "\n".join(rows) + "\n"
+
+
+Codec = Callable[[str, list, Any], Any]
+
+
+def codec(value: Any, method: str, what: str) -> Codec | None:
+    """A serializer or deserializer in kafka-python's two forms: an object with
+    ``<method>(topic, headers, data)`` (``serialize``/``deserialize``), or a plain
+    callable of the data."""
+    if value is None:
+        return None
+    bound = getattr(value, method, None)
+    if callable(bound):
+        return bound
+    if callable(value):
+        return lambda topic, headers, data: value(data)
+    raise KafkaConfigurationError(f"{what} must be callable or have {method}(topic, headers, "
+                                  f"data), not {type(value).__name__}")

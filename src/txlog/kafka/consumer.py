@@ -32,7 +32,7 @@ from ..clients.membership import GroupMember
 from ..clients.positions import end_expired_transactions
 from ..clients.producer import EXPIRY_CHECK_INTERVAL_S
 from ..partition.isolation import READ_COMMITTED
-from .config import CONSUMER_CONFIG, open_log, resolve
+from .config import CONSUMER_CONFIG, Codec, codec, open_log, resolve
 from .errors import (IllegalStateError, KafkaConfigurationError, KafkaError, translated,
                      translating)
 from .structs import (ConsumerGroupMetadata, ConsumerRebalanceListener, ConsumerRecord,
@@ -45,20 +45,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-Deserialize = Callable[[str, list, Any], Any]
-
-
-def _deserializer(value: Any, what: str) -> Deserialize | None:
-    """kafka-python's two forms: ``deserialize(topic, headers, data)``, or a callable."""
-    if value is None:
-        return None
-    method = getattr(value, "deserialize", None)
-    if callable(method):
-        return method
-    if callable(value):
-        return lambda topic, headers, data: value(data)
-    raise KafkaConfigurationError(f"{what} must be callable or have deserialize(topic, "
-                                  f"headers, data), not {type(value).__name__}")
 
 
 def _assignor_names(strategy: Any) -> tuple[str, ...]:
@@ -168,9 +154,10 @@ class KafkaConsumer:
             logger.warning("group_id is None: disabling auto-commit.")
             config["enable_auto_commit"] = False
         self.config = config
-        self._key_deserializer = _deserializer(config["key_deserializer"], "key_deserializer")
-        self._value_deserializer = _deserializer(config["value_deserializer"],
-                                                 "value_deserializer")
+        self._key_deserializer = codec(config["key_deserializer"], "deserialize",
+                                       "key_deserializer")
+        self._value_deserializer = codec(config["value_deserializer"], "deserialize",
+                                         "value_deserializer")
         self._log = open_log("KafkaConsumer", config["bootstrap_servers"],
                              config["storage_options"])
         with translated():
@@ -644,7 +631,7 @@ def _headers(column: pa.ChunkedArray | pa.Array, n: int) -> tuple[list[list], li
             np.where(counts > 0, summed, -1).tolist())
 
 
-def _deserialized(de: Deserialize, what: str, topic: str, partition: int, offsets: list[int],
+def _deserialized(de: Codec, what: str, topic: str, partition: int, offsets: list[int],
                   headers: list[list], data: list[Any]) -> list[Any]:
     """``de`` over a column; its error keeps its type (a ported program may catch it)
     and gains a note naming the record."""
@@ -661,8 +648,8 @@ def _deserialized(de: Deserialize, what: str, topic: str, partition: int, offset
         raise
 
 
-def _piece_records(topic: str, partition: int, piece: Piece, key_de: Deserialize | None,
-                   value_de: Deserialize | None) -> list[ConsumerRecord]:
+def _piece_records(topic: str, partition: int, piece: Piece, key_de: Codec | None,
+                   value_de: Codec | None) -> list[ConsumerRecord]:
     records = piece.records
     n = records.num_rows
     keys_col, values_col = records.column("key"), records.column("value")

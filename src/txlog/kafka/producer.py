@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..clients.producer import Producer
-from .config import PRODUCER_CONFIG, open_log, resolve
+from .config import PRODUCER_CONFIG, codec, open_log, resolve
 from .errors import (IllegalStateError, KafkaConfigurationError, KafkaError, KafkaTimeoutError,
                      kafka_error_for, translated, translating)
 from .structs import ConsumerGroupMetadata, RecordMetadata, TopicPartition, plain_offsets
@@ -143,20 +143,6 @@ def _call(fn: Callable[[Any], Any], arg: Any) -> None:
         logger.exception("error in a producer future's callback")
 
 
-def _serializer(value: Any, what: str) -> Callable[[str, list, Any], Any] | None:
-    """kafka-python's two forms: an object with ``serialize(topic, headers, data)``, or a
-    plain callable of the data."""
-    if value is None:
-        return None
-    method = getattr(value, "serialize", None)
-    if callable(method):
-        return method
-    if callable(value):
-        return lambda topic, headers, data: value(data)
-    raise KafkaConfigurationError(f"{what} must be callable or have serialize(topic, headers, "
-                                  f"data), not {type(value).__name__}")
-
-
 class KafkaProducer:
     """kafka-python's ``KafkaProducer`` on a txlog root (``bootstrap_servers``).
 
@@ -166,9 +152,10 @@ class KafkaProducer:
 
     def __init__(self, **configs: Any) -> None:
         self.config = resolve("KafkaProducer", PRODUCER_CONFIG, configs)
-        self._key_serializer = _serializer(self.config["key_serializer"], "key_serializer")
-        self._value_serializer = _serializer(self.config["value_serializer"],
-                                             "value_serializer")
+        self._key_serializer = codec(self.config["key_serializer"], "serialize",
+                                     "key_serializer")
+        self._value_serializer = codec(self.config["value_serializer"], "serialize",
+                                       "value_serializer")
         self._log = open_log("KafkaProducer", self.config["bootstrap_servers"],
                              self.config["storage_options"])
         compression = self.config["compression_type"]
