@@ -29,10 +29,12 @@ from ..format.batch import (HEADER_TYPE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_S
                             encode_records)
 from ..partition.appender import DataReference, write_data_object
 from ..transactions.coordinator import plain_decision_id
+from ..transactions.groups import check_offsets, register_transactional_offsets
 from ..errors import (CommitFailedError, IllegalStateError, InvalidConfigError,
                       InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError,
                       ProducerFencedError, TransactionAbortedError, TxlogError)
 from ..storage.names import validate_name
+from .membership import check_generation
 from .accumulator import (RECORD_OVERHEAD, FutureRecordMetadata, Pending, RecordMetadata,
                           as_bytes, normalise_table)
 from .partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
@@ -722,10 +724,7 @@ class Producer:
         if generation == -1 and not member_id:
             generation = member_id = None  # Kafka's UNKNOWN_GENERATION_ID: no fencing
         if generation is not None or member_id is not None:
-            from .membership import check_generation
-            from ..transactions.groups import _check_offsets, register_transactional_offsets
-
-            _check_offsets(offsets)
+            check_offsets(offsets)
             if generation is None:
                 raise InvalidConfigError("send_offsets_to_transaction: member_id needs a "
                                          "generation (the consumer's group metadata)")

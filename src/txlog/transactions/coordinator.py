@@ -30,7 +30,7 @@ from ..storage.chain import VersionChain
 from ..errors import (ConcurrentTransactionsError, DecisionConflictError,
                       InvalidTransactionTimeoutError, InvalidTxnStateError, ProducerFencedError,
                       TransactionAbortedError)
-from .groups import apply_transactional_offsets
+from .groups import apply_transactional_offsets, check_offsets
 from ..storage.names import validate_name
 from ..storage.paths import DECISION_DIR, LEASE_DIR, TXN_DIR
 from ..partition.producer_state import OpenTransaction
@@ -432,10 +432,8 @@ class TransactionCoordinator:
 
     def add_offsets(self, member: TransactionMember, group_id: str,
                     offsets: dict[tuple[str, int], int]) -> None:
-        from .groups import _check_offsets
-
         validate_name(group_id, "group id")
-        _check_offsets(offsets)
+        check_offsets(offsets)
         self._join(member, [], {group_id: dict(offsets)})
 
     # --- EndTxn ---------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ def _chain(storage: Storage, group_id: str) -> VersionChain:
     return VersionChain(storage, f"{GROUP_DIR}/{group_id}")
 
 
-def _check_offsets(offsets: dict[tuple[str, int], int]) -> None:
+def check_offsets(offsets: dict[tuple[str, int], int]) -> None:
     for key, offset in offsets.items():
         if not (isinstance(key, tuple) and len(key) == 2):
             raise InvalidConfigError(f"offset keys must be (topic, partition) tuples, not {key!r}")
@@ -149,7 +149,7 @@ def commit_offsets(storage: Storage, group_id: str, offsets: dict[tuple[str, int
     the new owner read the offsets (docs/protocol.md, section 9.4).  Without
     one it is a simple consumer's commit (Kafka's generation -1), as before.
     """
-    _check_offsets(offsets)
+    check_offsets(offsets)
 
     def step(version: int, value: dict | None) -> dict:
         fence = _fence(value)
@@ -198,7 +198,7 @@ def reset_offsets(storage: Storage, group_id: str, step: OffsetsStep,
             raise StaleGroupFence(group_id)
         current = _as_map(value)
         new = step(dict(current))
-        _check_offsets(new)
+        check_offsets(new)
         applied.clear()
         applied.update(new)
         fence = _fence(value)
