@@ -46,9 +46,10 @@ def sink_end(root: str) -> int:
     return sum(log.end_offset(pipeline.SINK, p) for p in range(pipeline.PARTITIONS))
 
 
-def start_query(root: str, delivery: str, log_file) -> subprocess.Popen:
+def start_query(root: str, delivery: str, log_file, checkpoint: list[str]) -> subprocess.Popen:
     args = spark_submit_args(PIPELINE, root, "--forever", "--trigger-ms", "200",
-                             "--max-offsets-per-trigger", "1000", "--delivery", delivery)
+                             "--max-offsets-per-trigger", "1000", "--delivery", delivery,
+                             *checkpoint)
     return subprocess.Popen([sys.executable, *args], env=python_env(), stdout=log_file,
                             stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -76,10 +77,15 @@ def wait_for_kill_moment(proc: subprocess.Popen, root: str, rng: random.Random,
 
 def run(root: str, kills: int, records: int, delivery: str, seed: int,
         stop_at_first_duplicate: bool = False, log_path: str | None = None,
-        every_kill_after_a_write: bool = False) -> dict:
+        every_kill_after_a_write: bool = False, checkpoint: str | None = None) -> dict:
     """Kill the query ``kills`` times, alternately at a random moment and right after
     the sink grew (every time after a write with ``every_kill_after_a_write``: the
-    moment at which an at-least-once sink duplicates, whatever the machine's speed)."""
+    moment at which an at-least-once sink duplicates, whatever the machine's speed).
+
+    ``checkpoint`` is the query's checkpoint directory, needed when ``root`` is an
+    object-store URL (Spark keeps its checkpoint on a local or Hadoop file system).
+    """
+    checkpoint_args = ["--checkpoint", checkpoint] if checkpoint else []
     rng = random.Random(seed)
     log = Log(root)
     pipeline.setup(log)
@@ -94,7 +100,7 @@ def run(root: str, kills: int, records: int, delivery: str, seed: int,
     moments = []
     try:
         for i in range(kills):
-            proc = start_query(root, delivery, out)
+            proc = start_query(root, delivery, out, checkpoint_args)
             try:
                 moments.append(wait_for_kill_moment(proc, root, rng,
                                                     every_kill_after_a_write or i % 2 == 0,
@@ -107,7 +113,7 @@ def run(root: str, kills: int, records: int, delivery: str, seed: int,
         assert generator.returncode == 0, "the generator failed"
         final = subprocess.run(
             [sys.executable, *spark_submit_args(PIPELINE, root, "--generate", "0",
-                                                "--delivery", delivery)],
+                                                "--delivery", delivery, *checkpoint_args)],
             env=python_env(), stdout=out, stderr=subprocess.STDOUT, timeout=600)
     finally:
         if generator.poll() is None:
