@@ -1,6 +1,6 @@
 """Compaction, retention and garbage collection under load: real processes, one checker.
 
-    python tests/maintenance_loop.py [--root DIR] [--seed S] [--txns N] [--maintainers N]
+    python tests/maintenance_loop.py [--root DIR|URL] [--seed S] [--txns N] [--maintainers N]
 
 What runs (separate OS processes on one log root):
 
@@ -57,8 +57,19 @@ DEADLINE_S = 240.0
 SELF = os.path.abspath(__file__)
 
 
+def _count(root: str, *parts: str) -> int:
+    """Objects under ``root/parts`` (a local directory or an object-store URL, whose
+    endpoint and credentials come from the environment, as the processes' do)."""
+    if "://" not in root:
+        return sum(len(files) for _, _, files in os.walk(Path(root, *parts)))
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs("/".join([root.rstrip("/"), *parts]))
+    return len(fs.find(path)) if fs.exists(path) else 0
+
+
 def _objects(root: str, partition: int) -> int:
-    return sum(len(files) for _, _, files in os.walk(Path(root, "topics", TOPIC, str(partition))))
+    return _count(root, "topics", TOPIC, str(partition))
 
 
 # --- roles ------------------------------------------------------------------------------------
@@ -155,7 +166,8 @@ def _spawn_maintain(root: str, out: Path, *extra: str) -> subprocess.Popen:
          "--temp-age", "2", *extra], stdout=open(out, "a"), stderr=subprocess.STDOUT)
 
 
-def supervise(root: str, logs: Path, seed: int, txns: int, maintainers: int = 0) -> list[str]:
+def supervise(root: str, logs: Path, seed: int, txns: int, maintainers: int = 0,
+              kill_interval: tuple[float, float] | None = None) -> list[str]:
     """Run everything; return the problems found (empty: all checks hold)."""
     from txlog import Log
 
@@ -188,7 +200,7 @@ def supervise(root: str, logs: Path, seed: int, txns: int, maintainers: int = 0)
     deleted_to = [0] * PARTITIONS
     deadline = time.monotonic() + DEADLINE_S
     while any(w.poll() is None for w in writers) and time.monotonic() < deadline:
-        time.sleep(rng.uniform(1.0, 3.0) if not maintainers else rng.uniform(1.0, 2.0))
+        time.sleep(rng.uniform(*(kill_interval or ((1.0, 3.0) if not maintainers else (1.0, 2.0)))))
         i = rng.randrange(len(running))
         running[i].send_signal(signal.SIGKILL)  # mid-compaction, mid-deletion, mid-gc
         running[i].wait()
@@ -302,7 +314,7 @@ def check(root: str, logs: Path) -> list[str]:
     after = [_objects(root, p) for p in range(PARTITIONS)]
     print(f"objects per partition directory: peak {peak}, after the last pass {after}, "
           f"for log end offsets {ends} ({len(counts)} maintenance passes)")
-    coordinator = sum(len(f) for _, _, f in os.walk(Path(root, "coordinator")))
+    coordinator = _count(root, "coordinator")
     print(f"objects under coordinator/: {coordinator}")
     bound = 2 * LAG + 3 * RETENTION_BYTES // SEGMENT_BYTES + 10
     if any(a > bound for a in after):
@@ -351,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--maintainers", type=int, default=0,
                         help="run this many `txlog maintain` processes at once instead of "
                              "the maintainer role")
+    parser.add_argument("--kill-interval", type=float, nargs=2, metavar=("MIN", "MAX"),
+                        help="seconds between maintainer kills (default 1 to 3, or 1 to 2 "
+                             "with --maintainers): longer on a slow store, so passes finish")
     args = parser.parse_args(argv)
     if args.role == "writer":
         return run_writer(args)
@@ -364,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     logs = work / "logs"
     logs.mkdir()
     print(f"seed {seed}, root {root}, logs {logs}")
-    problems = supervise(root, logs, seed, args.txns, args.maintainers)
+    problems = supervise(root, logs, seed, args.txns, args.maintainers,
+                         tuple(args.kill_interval) if args.kill_interval else None)
     for problem in problems:
         print("PROBLEM:", problem)
     print("OK" if not problems else f"{len(problems)} problems")
