@@ -118,8 +118,9 @@ class Storage(ABC):
     def remove_temp_files(self, older_than_s: float) -> list[str]:
         """Remove temp files of publishes that died, older than ``older_than_s``.
 
-        Only backends that write a temp name first have any (the local one);
-        object stores publish with one conditional request.
+        Only backends that write a temp name first have any: the local one, and
+        S3, whose streamed publishes are multipart uploads until completed;
+        other object stores publish with one conditional request.
         """
         return []
 
@@ -718,15 +719,21 @@ class FsspecStorage(Storage):
         prefix = f"{prefix}/" if prefix else ""
         cutoff = time.time() - older_than_s
         removed = []
+        page: dict[str, str] = {}
         try:
-            answer = sync(self.fs.loop, self.fs._call_s3, "list_multipart_uploads",
-                          Bucket=bucket, Prefix=prefix)
-            for upload in answer.get("Uploads", []):
-                if upload["Initiated"].timestamp() >= cutoff:
-                    continue
-                sync(self.fs.loop, self.fs._call_s3, "abort_multipart_upload", Bucket=bucket,
-                     Key=upload["Key"], UploadId=upload["UploadId"])
-                removed.append(upload["Key"][len(prefix):])
+            while True:
+                answer = sync(self.fs.loop, self.fs._call_s3, "list_multipart_uploads",
+                              Bucket=bucket, Prefix=prefix, **page)
+                for upload in answer.get("Uploads", []):
+                    if upload["Initiated"].timestamp() >= cutoff:
+                        continue
+                    sync(self.fs.loop, self.fs._call_s3, "abort_multipart_upload",
+                         Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+                    removed.append(upload["Key"][len(prefix):])
+                if not answer.get("IsTruncated"):
+                    break
+                page = {"KeyMarker": answer["NextKeyMarker"],
+                        "UploadIdMarker": answer["NextUploadIdMarker"]}
         except Exception as exc:
             raise self._error("aborting old uploads under", ".", exc) from None
         return sorted(removed)
