@@ -27,6 +27,7 @@ import pytest
 from conftest import python_env
 from helpers_core import segment_files, tmp_files, wait_for
 from txlog import Log, StorageError
+from txlog.errors import CorruptBatchError
 from txlog.format.batch import decode_header
 from txlog.format.segment import (ABORTED_ENTRY, HEADER_SIZE, decode_head, encode_segment,
                                   read_aborted)
@@ -127,6 +128,28 @@ def test_a_bad_buffer_setting_is_named(tmp_path: Path) -> None:
     log.create_topic("t", 1)
     with pytest.raises(ValueError, match="buffer_bytes.*0"):
         log.compact("t", buffer_bytes=0)
+
+
+def test_a_batch_other_than_the_one_pass_one_saw_stops_the_stream(tmp_path: Path) -> None:
+    """Pass 2 hands over the bytes pass 1 sized: a valid batch of the same payload but
+    another place (a header that differs) must not be copied in its stead.  (Seen to
+    publish a segment with the header check removed from ``_segment_chunks``.)"""
+    log = Log(tmp_path, fsync=False)
+    log.create_topic("t", 1)
+    producer = log.producer()
+    for _ in range(3):  # three batches with byte-identical payloads
+        producer.send("t", value=b"same", key=b"k", partition=0, timestamp_ms=1000)
+        producer.flush()
+    cache = log.partition("t", 0)._cache
+    real = cache.inline
+    refs = {r.base: r for r in cache.refs(0, 3, 3)}
+    assert cache.header(1).payload_crc == cache.header(2).payload_crc
+    cache.inline = lambda ref: real(refs[2] if ref.base == 1 else ref)  # type: ignore[method-assign]
+    with pytest.raises(CorruptBatchError, match="says base offset 2"):
+        log.compact("t", buffer_bytes=4096)
+    assert segment_files(tmp_path, "t", 0) == []
+    cache.inline = real  # type: ignore[method-assign]
+    assert Log(tmp_path).read("t", 0).column("offset").to_pylist() == [0, 1, 2]
 
 
 @pytest.mark.parametrize("backend", ["local", "memory"])
