@@ -425,3 +425,22 @@ def test_compactors_killed_at_random_moments_lose_nothing(tmp_path: Path) -> Non
     Log(tmp_path).compact("t")
     assert Log(tmp_path).read("t", 0).column("value").to_pylist() == expected
     assert not list(tmp_path.rglob(".tmp-*"))
+
+
+def test_cli_takes_the_buffer_setting(tmp_path: Path) -> None:
+    from test_cli import txlog_process
+
+    root = str(tmp_path / "log")
+    log = Log(root)
+    log.create_topic("t", 1)
+    _write(log, "t")
+    before = _everything(log, "t")
+    done = txlog_process(root, "compact", "t", "--buffer-bytes", "4096", "--json")
+    assert done.returncode == 0, done.stderr
+    assert '"segments_made": 1' in done.stdout
+    assert _everything(Log(root), "t") == before
+    _write(log, "t")
+    again = txlog_process(root, "maintain", "--once", "--json",
+                          "--compaction-buffer-bytes", "4096")
+    assert again.returncode == 0, again.stderr
+    assert '"segments_made": 1' in again.stdout
