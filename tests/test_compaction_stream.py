@@ -3,10 +3,10 @@
 Compaction reads the run's headers first, which fixes every byte before the
 data section, then streams the batches behind them one at a time through
 ``Storage.publish_stream_if_absent`` (docs/protocol.md, section 7.4).  What
-must hold: the object is ``encode_segment``'s byte for
-byte, no chunk is larger than one batch (or the head), a name is still won
-by exactly one compactor, a compactor killed mid-stream leaves nothing
-visible, and a stream of the wrong length publishes nothing.
+must hold: the object is ``encode_segment``'s byte for byte, no chunk is
+larger than one batch (or the head), a name is still won by exactly one
+compactor, a compactor killed at any moment leaves nothing visible and loses
+nothing, and a stream of the wrong length publishes nothing.
 """
 
 from __future__ import annotations
