@@ -21,7 +21,8 @@ from .errors import (InconsistentTopicIdError, InvalidConfigError, LogFormatErro
                      OffsetOutOfRangeError, TopicExistsError, UnknownPartitionError,
                      UnknownTopicError)
 from .format.topic_ids import current_topic_id, new_topic_id, read_topic_meta, topic_id_of
-from .partition.compaction import DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted
+from .partition.compaction import (DEFAULT_BUFFER_BYTES, DEFAULT_MIN_BATCHES,
+                                   DEFAULT_SEGMENT_BYTES, Compacted)
 from .partition.isolation import READ_COMMITTED
 from .partition.partition_log import PartitionLog
 from .partition.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PRODUCER_ID_EXPIRATION
@@ -389,17 +390,21 @@ class Log:
         return list(partitions)
 
     def compact(self, topic: str, partitions: list[int] | None = None,
-                min_batches: int = DEFAULT_MIN_BATCHES, upto_lag: int = 0
-                ) -> dict[int, list[Compacted]]:
+                min_batches: int = DEFAULT_MIN_BATCHES, upto_lag: int = 0,
+                buffer_bytes: int = DEFAULT_BUFFER_BYTES) -> dict[int, list[Compacted]]:
         """Merge each partition's batch objects into segments of at most the topic's
-        ``segment.bytes``, leaving the newest ``upto_lag`` offsets as batch objects."""
+        ``segment.bytes``, leaving the newest ``upto_lag`` offsets as batch objects.
+
+        Each segment is streamed into storage: memory is about ``buffer_bytes`` (an
+        object store's upload part, at least 5 MiB on S3) and one batch, not
+        ``segment.bytes``."""
         max_bytes = self.describe_topic(topic, refresh=True).setting("segment.bytes")
         done: dict[int, list[Compacted]] = {}
         for p in self._partitions_of(topic, partitions):
             part = self.partition(topic, p)
             upto = part.end_offset() - upto_lag
             made = done[p] = []
-            while (segment := part.compact(max_bytes, min_batches, upto)) is not None:
+            while (segment := part.compact(max_bytes, min_batches, upto, buffer_bytes)) is not None:
                 made.append(segment)
         return done
 

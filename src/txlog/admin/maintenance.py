@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from .. import clock
 from ..errors import TxlogError
+from ..partition.compaction import DEFAULT_BUFFER_BYTES
 from .gc import DEFAULT_CHAIN_AGE_S, DEFAULT_DECISION_AGE_S, DEFAULT_TEMP_AGE_S
 
 if TYPE_CHECKING:  # the maintainer is handed a Log: it must not import log at run time
@@ -44,6 +45,7 @@ class MaintenanceSettings:
     jitter: float = DEFAULT_JITTER
     lag: int = 0  # offsets per partition compaction leaves as batch objects
     min_batches: int = 2
+    compaction_buffer_bytes: int = DEFAULT_BUFFER_BYTES  # memory of one compaction
     chain_age_s: float = DEFAULT_CHAIN_AGE_S
     decision_age_s: float = DEFAULT_DECISION_AGE_S
     temp_age_s: float = DEFAULT_TEMP_AGE_S
@@ -163,7 +165,8 @@ class Maintainer:
         s = self.settings
 
         def work(topic: str, p: int) -> None:
-            for made in self.log.compact(topic, [p], s.min_batches, s.lag)[p]:
+            for made in self.log.compact(topic, [p], s.min_batches, s.lag,
+                                         s.compaction_buffer_bytes)[p]:
                 report.segments_made += 1
                 report.batches_merged += made.batches
                 report.bytes_compacted += made.bytes

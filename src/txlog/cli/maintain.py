@@ -16,7 +16,7 @@ from ..admin.gc import DEFAULT_CHAIN_AGE_S, DEFAULT_DECISION_AGE_S, DEFAULT_TEMP
 from ..admin.maintenance import (DEFAULT_COMPACT_INTERVAL_S, DEFAULT_GC_INTERVAL_S,
                                  DEFAULT_JITTER, DEFAULT_RETENTION_INTERVAL_S,
                                  MaintenanceSettings, Maintainer, PassReport)
-from ..partition.compaction import DEFAULT_MIN_BATCHES
+from ..partition.compaction import DEFAULT_BUFFER_BYTES, DEFAULT_MIN_BATCHES
 from .common import (CommandError, LeafParser, Progress, non_negative_int, open_log,
                      positive_int)
 
@@ -78,6 +78,10 @@ def add_maintain(commands: Any, leaf_parser: LeafParser) -> None:
     maintain.add_argument("--min-batches", metavar="N", type=positive_int,
                           default=DEFAULT_MIN_BATCHES,
                           help=f"compaction's --min-batches (default {DEFAULT_MIN_BATCHES})")
+    maintain.add_argument("--compaction-buffer-bytes", metavar="BYTES", type=positive_int,
+                          default=DEFAULT_BUFFER_BYTES,
+                          help="compaction's --buffer-bytes (default "
+                               f"{DEFAULT_BUFFER_BYTES})")
     chain_age, decision_age = int(DEFAULT_CHAIN_AGE_S), int(DEFAULT_DECISION_AGE_S)
     temp_age = int(DEFAULT_TEMP_AGE_S)
     maintain.add_argument("--chain-age", metavar="SECONDS", type=non_negative_int,
@@ -114,7 +118,8 @@ def run_maintain(args: argparse.Namespace) -> None:
         topics=tuple(args.topic) if args.topic else None,
         compact_interval_s=args.compact_interval, retention_interval_s=args.retention_interval,
         gc_interval_s=args.gc_interval, jitter=args.jitter, lag=args.lag,
-        min_batches=args.min_batches, chain_age_s=args.chain_age,
+        min_batches=args.min_batches, compaction_buffer_bytes=args.compaction_buffer_bytes,
+        chain_age_s=args.chain_age,
         decision_age_s=args.decision_age, temp_age_s=args.temp_age)
     for topic in settings.topics or ():
         log.describe_topic(topic)  # a mistyped topic fails now, not silently on every pass

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..admin.gc import (DEFAULT_CHAIN_AGE_S, DEFAULT_DATA_AGE_S, DEFAULT_DECISION_AGE_S,
                         DEFAULT_TEMP_AGE_S, DEFAULT_TXN_ID_EXPIRATION_MS)
-from ..partition.compaction import DEFAULT_MIN_BATCHES
+from ..partition.compaction import DEFAULT_BUFFER_BYTES, DEFAULT_MIN_BATCHES
 from ..storage.paths import TMP_PREFIX
 from .common import (CommandError, LeafParser, Progress, json_option, maintained_partitions,
                      non_negative_int, open_log, partitions_option, positive_int, print_table)
@@ -33,6 +33,11 @@ def add_compact(commands: Any, leaf_parser: LeafParser) -> None:
     compact.add_argument("--lag", metavar="N", type=non_negative_int, default=0,
                          help="leave the newest N offsets of each partition as batch objects "
                               "(default 0)")
+    compact.add_argument("--buffer-bytes", metavar="BYTES", type=positive_int,
+                         default=DEFAULT_BUFFER_BYTES,
+                         help="memory a compaction may use for the segment it streams into "
+                              "storage, besides one batch (an S3 upload part: at least 5 MiB "
+                              f"there); not segment.bytes (default {DEFAULT_BUFFER_BYTES})")
     json_option(compact)
 
 
@@ -166,7 +171,7 @@ def run_compact(args: argparse.Namespace) -> None:
     with Progress("compacted", "partitions") as progress:
         for p in partitions:
             segments, _, batches, _ = log.partition(args.topic, p).stored()
-            made = log.compact(args.topic, [p], args.min_batches, args.lag)[p]
+            made = log.compact(args.topic, [p], args.min_batches, args.lag, args.buffer_bytes)[p]
             after = log.partition(args.topic, p).stored()
             rows.append((p, len(made), sum(c.batches for c in made),
                          sum(c.bytes for c in made), segments + batches, after[0] + after[2]))

@@ -144,9 +144,27 @@ def encode_segment(topic_id: str, base_offset: int,
     """A segment holding ``batches`` (headers and their whole bytes, consecutive from
     ``base_offset``) and the producer state at their end: where it ends, the transactions
     it knows aborted, and its snapshot (``snapshot_fields``)."""
+    head = encode_segment_head(topic_id, base_offset,
+                               [(h, len(memoryview(d))) for h, d in batches], state_end,
+                               state_aborted, snapshot_fields, created_ms)
+    return b"".join([head, *(data for _, data in batches)])
+
+
+def encode_segment_head(topic_id: str, base_offset: int,
+                        batches: list[tuple[BatchHeader, int]], state_end: int,
+                        state_aborted: Iterable[AbortedRange], snapshot_fields: dict,
+                        created_ms: int) -> bytes:
+    """Every byte of a segment before its data: header, snapshot, aborted section and
+    indexes, from the batches' headers and inline sizes alone.
+
+    The data section comes last in the layout, so a compactor that knows the
+    headers can write this first and then stream the batches' bytes behind it
+    one at a time (compaction.py), never holding the whole run; the segment is
+    ``encode_segment``'s, byte for byte.
+    """
     if not batches or batches[0][0].base_offset != base_offset:
         raise ValueError("a segment starts with the batch at its base offset")
-    sizes = np.fromiter((len(data) for _, data in batches), dtype=np.int64, count=len(batches))
+    sizes = np.fromiter((size for _, size in batches), dtype=np.int64, count=len(batches))
     offsets = np.zeros(len(batches), dtype=OFFSET_ENTRY)
     offsets["base"] = [h.base_offset for h, _ in batches]
     offsets["size"] = sizes
@@ -178,7 +196,7 @@ def encode_segment(topic_id: str, base_offset: int,
         crc32c.crc32c(aborted_bytes), crc32c.crc32c(offset_index), crc32c.crc32c(time_index),
         data_length)
     header = fields[:4] + crc32c.crc32c(fields[8:]).to_bytes(4, "big") + fields[8:]
-    return b"".join([header, snapshot, aborted_bytes, index, *(data for _, data in batches)])
+    return b"".join([header, snapshot, aborted_bytes, index])
 
 
 def decode_head(data: bytes, path: str, url: str, base_offset: int) -> SegmentHead:

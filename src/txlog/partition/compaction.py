@@ -17,20 +17,28 @@ other processes without stopping them.  What makes that safe is three rules
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from .. import clock
-from ..format.batch import decode_control, decode_header, payload_of
+from ..format.batch import BatchHeader, ControlRecord, decode_control, decode_header, payload_of
 from .producer_state import ProducerState
-from ..errors import StorageError
-from ..format.segment import encode_segment
+from ..errors import CorruptBatchError, StorageError
+from ..format.segment import encode_segment_head
+from ..storage.backends import DEFAULT_PART_BYTES
 from ..storage.paths import BATCH_SUFFIX, SNAPSHOT_SUFFIX, named_offsets, snapshots_dir
 from .state_manager import ANCHOR_BYTES, StateManager
+from .storage_cache import BatchRef
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SEGMENT_BYTES = 1 << 30  # Kafka's segment.bytes default
 DEFAULT_MIN_BATCHES = 2
+# What compaction may hold of the segment it streams (an object store's upload part),
+# besides the one batch being copied: not segment.bytes (docs/protocol.md, section 7).
+DEFAULT_BUFFER_BYTES = DEFAULT_PART_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +52,8 @@ class Compacted:
 
 
 def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
-            min_batches: int = DEFAULT_MIN_BATCHES, upto: int | None = None
-            ) -> Compacted | None:
+            min_batches: int = DEFAULT_MIN_BATCHES, upto: int | None = None,
+            buffer_bytes: int = DEFAULT_BUFFER_BYTES) -> Compacted | None:
     """Copy the oldest run of batch objects (at most ``max_bytes``, below ``upto`` if
     given; at least ``min_batches`` of them unless ``max_bytes`` cut the run) into a
     segment.
@@ -53,29 +61,40 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
     Returns None when there is too little to compact or another process
     compacted the same run first.  Open transactions need no care: batches
     are copied as they are, and the segment's producer state records them.
+    Two passes keep memory to ``buffer_bytes`` (what the store may buffer of
+    the stream) and one batch, not ``max_bytes``: the first reads headers
+    only, which fixes every byte before the data section; the second streams
+    the batches' bytes into the store one at a time.
     """
+    if not isinstance(buffer_bytes, int) or isinstance(buffer_bytes, bool) or buffer_bytes < 1:
+        raise ValueError(f"compaction buffer_bytes must be a positive integer, not "
+                         f"{buffer_bytes!r}")
     state = states.state()
     start = states.cache.compacted_end(refresh=True)
     stop = state.end_offset if upto is None else min(upto, state.end_offset)
-    run: list[tuple] = []
+    run: list[tuple[BatchHeader, int, BatchRef]] = []
+    controls: list[ControlRecord | None] = []
     size = 0
     expected = start
     full = False  # the run ends because the next batch would not fit in max_bytes
     for ref in states.cache.refs(start, stop, state.end_offset):
         if ref.in_segment or ref.base != expected:
             break  # another compaction got ahead of this one: it has this run
-        data = states.cache.inline(ref)  # a claim's payload comes from its data object
-        url = states.cache.url(ref.path)
-        header = decode_header(data, url, ref.base)
-        payload = payload_of(data, header, url)  # damage is never copied silently
+        header = states.cache.header(ref.base)  # cached, or one small read: never a payload
         if header.next_offset > stop:
             break
-        if run and size + len(data) > max_bytes:
+        inline_size = header.header_length + header.payload_length  # as it lies in a segment
+        if run and size + inline_size > max_bytes:
             full = True
             break
-        control = decode_control(payload, header, url) if header.is_control else None
-        run.append((header, data, control))  # buffers (mapped when large): no copy yet
-        size += len(data)
+        control = None
+        if header.is_control:  # a marker is tiny: its record is read (and checked) now
+            url = states.cache.url(ref.path)
+            control = decode_control(payload_of(states.cache.inline(ref), header, url),
+                                     header, url)
+        run.append((header, inline_size, ref))
+        controls.append(control)
+        size += inline_size
         expected = header.next_offset
     # A full run is compacted however few batches it has: every compaction starts
     # here, so one large batch must never hold the partition back.
@@ -84,24 +103,47 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
     end_state = _state_at(states, start)
     if end_state is None:
         return None
-    for header, _, control in run:
+    for (header, _, _), control in zip(run, controls):
         end_state.apply(header, control)
-    last_header, last_data, _ = run[-1]
+    last_header, _, last_ref = run[-1]
     # The segment's own aborted section lists the transactions aborted in it; its
     # snapshot lists none (each segment's section holds its own: reader.py).
-    fields = states.snapshot_fields(end_state, last_header.base_offset,
-                                    bytes(memoryview(last_data)[:ANCHOR_BYTES]),
+    anchor = bytes(memoryview(states.cache.load(last_ref, ANCHOR_BYTES))[:ANCHOR_BYTES])
+    fields = states.snapshot_fields(end_state, last_header.base_offset, anchor,
                                     end_state.end_offset)
-    segment = encode_segment(states.topic_id, start, [(h, d) for h, d, _ in run],
-                             end_state.end_offset, end_state.aborted, fields,
-                             clock.now_ms())
-    if not states.storage.publish_if_absent(states.cache.segment_path(start), segment):
+    head = encode_segment_head(states.topic_id, start, [(h, n) for h, n, _ in run],
+                               end_state.end_offset, end_state.aborted, fields, clock.now_ms())
+    total = len(head) + size
+    if not states.storage.publish_stream_if_absent(
+            states.cache.segment_path(start), _segment_chunks(states, head, run), total,
+            buffer_bytes):
         return None
     end = last_header.next_offset
     retire_batches(states, end)
     logger.info("%s-%d: compacted %d batches (offsets %d to %d) into a %d-byte segment",
-                states.topic, states.partition, len(run), start, end, len(segment))
-    return Compacted(start, end, len(run), len(segment))
+                states.topic, states.partition, len(run), start, end, total)
+    return Compacted(start, end, len(run), total)
+
+
+def _segment_chunks(states: StateManager, head: bytes,
+                    run: list[tuple[BatchHeader, int, BatchRef]]) -> Iterator[bytes | pa.Buffer]:
+    """The segment's bytes: ``head``, then each batch inline, read and checked one at a
+    time (a large one is a map of its file, locally).  A batch whose bytes are not what
+    the first pass saw stops the stream, so nothing is published: the head already
+    promised its size and place."""
+    yield head
+    for header, inline_size, ref in run:
+        data = states.cache.inline(ref)  # a claim's payload comes from its data object
+        url = states.cache.url(ref.path)
+        if decode_header(data, url, ref.base) != header:
+            raise CorruptBatchError("batch header changed between compaction's two reads",
+                                    url, ref.base)
+        payload_of(data, header, url)  # damage is never copied silently
+        if len(data) != inline_size:
+            raise CorruptBatchError(f"batch is {len(data)} bytes inline, its header "
+                                    f"promised {inline_size}", url, ref.base)
+        yield data
+        del data
 
 
 def _state_at(states: StateManager, offset: int) -> ProducerState | None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from ..format.batch import BatchHeader
 from ..storage.backends import Storage
 from .appender import Appender, AppendResult, DataReference
-from .compaction import (DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted, compact,
+from .compaction import (DEFAULT_BUFFER_BYTES, DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted, compact,
                          retire_batches)
 from .isolation import READ_COMMITTED
 from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerState
@@ -139,10 +139,11 @@ class PartitionLog:
         return self._reader.read(start, end, isolation_level)
 
     def compact(self, max_bytes: int = DEFAULT_SEGMENT_BYTES,
-                min_batches: int = DEFAULT_MIN_BATCHES, upto: int | None = None
-                ) -> Compacted | None:
-        """Merge the oldest run of batch objects into one segment (compaction.py)."""
-        return compact(self._states, max_bytes, min_batches, upto)
+                min_batches: int = DEFAULT_MIN_BATCHES, upto: int | None = None,
+                buffer_bytes: int = DEFAULT_BUFFER_BYTES) -> Compacted | None:
+        """Merge the oldest run of batch objects into one segment (compaction.py), holding
+        about ``buffer_bytes`` and one batch in memory, whatever ``max_bytes`` is."""
+        return compact(self._states, max_bytes, min_batches, upto, buffer_bytes)
 
     def remove_leftovers(self) -> list[str]:
         """Delete batch objects and snapshots the segments cover (a compaction killed

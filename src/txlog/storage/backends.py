@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -29,6 +30,11 @@ from .paths import PROBE_DIR, TMP_PREFIX
 logger = logging.getLogger(__name__)
 
 MMAP_MIN_BYTES = 1 << 20  # smaller objects are read into memory rather than mapped
+# What a streamed publish may buffer (an object store's multipart part): compaction's
+# default memory bound, whatever segment.bytes is (partition/compaction.py).
+DEFAULT_PART_BYTES = 32 << 20
+S3_MIN_PART_BYTES = 5 << 20  # S3 refuses smaller parts, the last one excepted
+S3_MAX_PARTS = 10_000
 
 
 def _check_relative(path: str) -> None:
@@ -52,6 +58,23 @@ class Storage(ABC):
         Returns False when another writer got there first.  Readers never see a
         partially written object under ``path``.
         """
+
+    def publish_stream_if_absent(self, path: str, chunks: Iterable[bytes | pa.Buffer],
+                                 size: int, part_bytes: int = DEFAULT_PART_BYTES) -> bool:
+        """``publish_if_absent`` of the concatenation of ``chunks``, ``size`` bytes in all,
+        without holding them all at once where the backend allows (compaction
+        streams a segment of up to segment.bytes through this).
+
+        Readers never see the object before it is whole, exactly as with
+        ``publish_if_absent``.  A stream that yields other than ``size`` bytes
+        publishes nothing (StorageError): the object's header was written from
+        ``size``, so any other length would be a damaged object under a valid
+        name.  An exception raised by ``chunks`` publishes nothing either and
+        propagates.  ``part_bytes`` is what a backend may buffer (an object
+        store's part); this default joins the chunks and publishes once.
+        """
+        data = _joined(path, chunks, size)
+        return self.publish_if_absent(path, data)
 
     @abstractmethod
     def read(self, path: str) -> bytes:
@@ -95,8 +118,9 @@ class Storage(ABC):
     def remove_temp_files(self, older_than_s: float) -> list[str]:
         """Remove temp files of publishes that died, older than ``older_than_s``.
 
-        Only backends that write a temp name first have any (the local one);
-        object stores publish with one conditional request.
+        Only backends that write a temp name first have any: the local one, and
+        S3, whose streamed publishes are multipart uploads until completed;
+        other object stores publish with one conditional request.
         """
         return []
 
@@ -146,6 +170,16 @@ class LocalStorage(Storage):
         self._fsync_dir(parent)
 
     def publish_if_absent(self, path: str, data: bytes) -> bool:
+        return self._publish_chunks(path, (data,), None)
+
+    def publish_stream_if_absent(self, path: str, chunks: Iterable[bytes | pa.Buffer],
+                                 size: int, part_bytes: int = DEFAULT_PART_BYTES) -> bool:
+        """Each chunk goes to the temp file as it comes (the page cache holds the
+        rest): memory is one chunk, whatever ``size`` is."""
+        return self._publish_chunks(path, chunks, size)
+
+    def _publish_chunks(self, path: str, chunks: Iterable[bytes | pa.Buffer],
+                        size: int | None) -> bool:
         final = self._abs(path)
         directory = os.path.dirname(final)
         if os.path.exists(final):
@@ -155,10 +189,16 @@ class LocalStorage(Storage):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
+                total = 0
+                for chunk in chunks:
+                    view = memoryview(chunk).cast("B")
+                    total += len(view)
+                    while view:
+                        written = os.write(fd, view)
+                        view = view[written:]
+                    del view
+                if size is not None and total != size:
+                    raise StorageError(_length_mismatch(path, total, size))
                 if self.fsync:
                     os.fsync(fd)
             finally:
@@ -310,6 +350,20 @@ class MemoryStorage(Storage):
         with self._lock:
             self._objects.pop(path, None)
             self._times.pop(path, None)
+
+
+def _length_mismatch(path: str, got: int, size: int) -> str:
+    return (f"stream for {path!r} yielded {got} bytes, {size} were promised: nothing "
+            "published")
+
+
+def _joined(path: str, chunks: Iterable[bytes | pa.Buffer], size: int) -> bytes:
+    """The chunks as one bytes object, checked to be ``size`` long (the backends that
+    cannot stream: memory://, and object stores without multipart uploads here)."""
+    data = b"".join(memoryview(c).cast("B") for c in chunks)
+    if len(data) != size:
+        raise StorageError(_length_mismatch(path, len(data), size))
+    return data
 
 
 class StorageRequestError(StorageError, OSError):
@@ -548,6 +602,141 @@ class FsspecStorage(Storage):
                     continue
                 raise self._error("publishing", path, exc) from None
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    def publish_stream_if_absent(self, path: str, chunks: Iterable[bytes | pa.Buffer],
+                                 size: int, part_bytes: int = DEFAULT_PART_BYTES) -> bool:
+        """On S3 a multipart upload whose completion carries If-None-Match: *, so memory
+        is one part (``part_bytes``, at least S3's 5 MiB); a stream of at most one part,
+        and every other store, is one conditional PUT of the joined chunks (GCS and Azure
+        here: memory is then the whole object, docs/protocol.md section 7)."""
+        if size <= 0:
+            raise StorageError(f"refusing to publish an empty object at {path!r}")
+        self._abs(path)
+        self.check_conditional_writes()
+        part = max(part_bytes, S3_MIN_PART_BYTES, -(-size // S3_MAX_PARTS))
+        if type(self.fs).__module__.split(".")[0] != "s3fs" or size <= part:
+            return self._put_if_absent(path, _joined(path, chunks, size))
+        return self._multipart_if_absent(path, chunks, size, part)
+
+    def _s3_call(self, path: str) -> Any:
+        """A caller of the S3 API on ``path``'s bucket and key, through s3fs's client (its
+        retries and credentials)."""
+        from fsspec.asyn import sync
+
+        bucket, key, _ = self.fs.split_path(self._abs(path))
+
+        def call(method: str, **kwargs: Any) -> Any:
+            return sync(self.fs.loop, self.fs._call_s3, method, Bucket=bucket, Key=key,
+                        **kwargs)
+        return call
+
+    def _multipart_if_absent(self, path: str, chunks: Iterable[bytes | pa.Buffer], size: int,
+                             part: int) -> bool:
+        """Parts of ``part`` bytes, then CompleteMultipartUpload with If-None-Match: *.
+
+        Until completion the parts are no object: nothing lists or reads them,
+        so a writer killed half-way leaves only an incomplete upload, which
+        ``remove_temp_files`` aborts once it is old.  The condition on the
+        completion makes the name's creation exclusive, as a conditional PUT:
+        the loser's completion is refused with 412 and its upload aborted.
+        """
+        call = self._s3_call(path)
+        try:
+            upload = call("create_multipart_upload")["UploadId"]
+        except Exception as exc:
+            raise self._error("starting an upload of", path, exc) from None
+        completed = False
+        try:
+            parts: list[dict[str, Any]] = []
+            buffer = bytearray()
+            total = 0
+
+            def send() -> None:
+                number = len(parts) + 1
+                try:
+                    answer = call("upload_part", UploadId=upload, PartNumber=number,
+                                  Body=bytes(buffer))
+                except Exception as exc:
+                    raise self._error(f"uploading part {number} of", path, exc) from None
+                parts.append({"PartNumber": number, "ETag": answer["ETag"]})
+                buffer.clear()
+
+            for chunk in chunks:
+                view = memoryview(chunk).cast("B")
+                total += len(view)
+                while view:
+                    room = part - len(buffer)
+                    buffer += view[:room]
+                    view = view[room:]
+                    if len(buffer) >= part:
+                        send()
+                del view
+            if total != size:
+                raise StorageError(_length_mismatch(path, total, size))
+            if buffer:
+                send()
+            completed = self._complete_if_absent(path, call, upload, parts)
+            return completed
+        finally:
+            if not completed:
+                try:
+                    call("abort_multipart_upload", UploadId=upload)
+                except Exception as exc:  # an incomplete upload: remove_temp_files aborts it
+                    logger.warning("could not abort the upload of %s/%s: %s", self.url, path,
+                                   redact(str(exc)))
+
+    def _complete_if_absent(self, path: str, call: Any, upload: str,
+                            parts: list[dict[str, Any]]) -> bool:
+        """The conditional completion: True if it made the object, False if the name was
+        taken (a retried completion that meets its own earlier one is answered "taken"
+        too, which callers handle as a lost race against an identical object, as
+        ``_put_if_absent`` explains)."""
+        for attempt in range(CONFLICT_ATTEMPTS):
+            try:
+                call("complete_multipart_upload", UploadId=upload,
+                     MultipartUpload={"Parts": parts}, IfNoneMatch="*")
+                return True
+            except Exception as exc:
+                status, code = _response_of(exc)
+                if status == 412 or code == "PreconditionFailed":
+                    return False
+                if code == "ConditionalRequestConflict" and attempt + 1 < CONFLICT_ATTEMPTS:
+                    time.sleep(random.uniform(0.5, 1.0) * min(0.5, 0.01 * 2 ** attempt))
+                    continue
+                raise self._error("completing the upload of", path, exc) from None
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def remove_temp_files(self, older_than_s: float) -> list[str]:
+        """Abort the incomplete multipart uploads under the root older than ``older_than_s``
+        (streamed publishes that died; S3 only).  Safe as the local temp files' removal:
+        an upload is used by one publish only and never read, and a publish stalled that
+        long fails on its next part or completion with an error, publishing nothing."""
+        if type(self.fs).__module__.split(".")[0] != "s3fs":
+            return []
+        from fsspec.asyn import sync
+
+        bucket, prefix, _ = self.fs.split_path(self.root)
+        prefix = f"{prefix}/" if prefix else ""
+        cutoff = time.time() - older_than_s
+        removed = []
+        page: dict[str, str] = {}
+        try:
+            while True:
+                answer = sync(self.fs.loop, self.fs._call_s3, "list_multipart_uploads",
+                              Bucket=bucket, Prefix=prefix, **page)
+                for upload in answer.get("Uploads", []):
+                    if upload["Initiated"].timestamp() >= cutoff:
+                        continue
+                    sync(self.fs.loop, self.fs._call_s3, "abort_multipart_upload",
+                         Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+                    removed.append(upload["Key"][len(prefix):])
+                if not answer.get("IsTruncated"):
+                    break
+                page = {"KeyMarker": answer["NextKeyMarker"],
+                        "UploadIdMarker": answer["NextUploadIdMarker"]}
+        except Exception as exc:
+            raise self._error("aborting old uploads under", ".", exc) from None
+        return sorted(removed)
 
     def check_conditional_writes(self) -> None:
         """Refuse a store that does not honour create-if-absent; once per root per process.
