@@ -2,7 +2,7 @@
 
     python benchmarks/soak_benchmark.py [--jobs N] [--micro-batches M] [--window W]
         [--root DIR] [--plot soak.png] [--txn-id-expiration-ms MS]
-        [--producer-id-expiration-ms MS]
+        [--producer-id-expiration-ms MS] [--s3]
 
 Drives the core the way the Spark writers do (issue 20), in one process:
 
@@ -42,8 +42,16 @@ TOPIC = "soak"
 TIMEOUT_MS = 60_000
 
 
-def _files(path: Path) -> int:
-    return sum(len(files) for _, _, files in os.walk(path))
+def _files(root: str, *parts: str, storage_options: dict | None = None) -> int:
+    """Objects under ``root/parts``: a local directory walked, or an object-store prefix
+    listed through fsspec."""
+    if "://" not in root:
+        return sum(len(files) for _, _, files in os.walk(Path(root, *parts)))
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs("/".join([root.rstrip("/"), *parts]),
+                                     **(storage_options or {}))
+    return len(fs.find(path)) if fs.exists(path) else 0
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -80,9 +88,9 @@ def micro_batch(log: Log, sink: StreamSink, batch_id: int, records: int, partiti
     return next_attempt
 
 
-def fresh_lso_ms(root: str, partitions: int) -> float:
+def fresh_lso_ms(root: str, partitions: int, storage_options: dict | None) -> float:
     start = time.perf_counter()
-    fresh = Log(root, fsync=False)
+    fresh = Log(root, fsync=False, storage_options=storage_options)
     for p in range(partitions):
         fresh.last_stable_offset(TOPIC, p)
     return (time.perf_counter() - start) * 1000
@@ -105,13 +113,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--txn-id-expiration-ms", type=int, default=7 * 24 * 3600 * 1000)
     parser.add_argument("--producer-id-expiration-ms", type=int, default=86_400_000)
     parser.add_argument("--root", help="log root (default: a temporary directory, removed)")
+    parser.add_argument("--s3", action="store_true",
+                        help="put the log on S3: the test suite's moto server, started in "
+                             "this process (shorten the expirations: moto lists by scanning "
+                             "its whole bucket)")
     parser.add_argument("--plot", help="write a PNG plot here (needs matplotlib)")
     args = parser.parse_args(argv)
     micro_batches = args.jobs if args.micro_batches is None else args.micro_batches
 
-    tmp = None if args.root else tempfile.mkdtemp(prefix="txlog-soak-")
-    root = args.root or str(Path(tmp) / "log")
-    log = Log(root, fsync=False)
+    tmp = None if args.root or args.s3 else tempfile.mkdtemp(prefix="txlog-soak-")
+    options = None
+    if args.s3:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from s3_server import MotoS3
+
+        server = MotoS3().start()
+        root, options = server.root(), server.storage_options
+    else:
+        root = args.root or str(Path(tmp) / "log")
+    log = Log(root, fsync=False, storage_options=options)
     log.create_topic(TOPIC, args.partitions,
                      {"producer.id.expiration.ms": args.producer_id_expiration_ms})
     sink = StreamSink("stream", TIMEOUT_MS, query_id="soak-query")
@@ -145,10 +165,11 @@ def main(argv: list[str] | None = None) -> int:
         if n % args.window == 0:
             row = (n, statistics.median(job_ms), _pct(job_ms, 0.95),
                    statistics.median(mb_ms) if mb_ms else float("nan"),
-                   fresh_lso_ms(root, args.partitions), largest_state(log, args.partitions),
-                   max(_files(Path(root, "topics", TOPIC, str(p)))
+                   fresh_lso_ms(root, args.partitions, options),
+                   largest_state(log, args.partitions),
+                   max(_files(root, "topics", TOPIC, str(p), storage_options=options)
                        for p in range(args.partitions)),
-                   _files(Path(root, "coordinator")))
+                   _files(root, "coordinator", storage_options=options))
             rows.append(row)
             print(f"{row[0]} | {row[1]:.1f} | {row[2]:.1f} | {row[3]:.1f} | {row[4]:.1f} | "
                   f"{row[5]} | {row[6]} | {row[7]}", flush=True)
