@@ -116,6 +116,14 @@ class PartitionLog:
         return self._appender.append_claim(header, payload, reference, log_append_time,
                                            continuing)
 
+    def append_claims(self, headers: list[BatchHeader], payloads: list[bytes],
+                      reference: DataReference, log_append_time: bool = False,
+                      continuing: bool = False) -> list[AppendResult]:
+        """Consecutive batches of one producer under one claim: one slot, one small object
+        however many batches (appender.py); each batch's offsets."""
+        return self._appender.append_claims(headers, payloads, reference, log_append_time,
+                                            continuing)
+
     def append_marker(self, producer_id: int, marker_epoch: int, commit: bool,
                       coordinator_epoch: int = 0, decision_id: str = "",
                       transactional_id: str = "") -> int | None:
