@@ -533,3 +533,23 @@ def test_a_lost_slot_moves_only_the_claim_of_several_batches(tmp_path: Path) -> 
     assert read_chain(tmp_path / "log", "t", 0)[2].header.has_parts
     assert store.published < 50 * len(VALUE) * 1.1  # the payload once (and Arrow's framing)
     assert log.read("t", 0).column("value").to_pylist() == [b"theirs"] * 2 + values
+
+
+def test_batches_staged_across_sends_make_one_claim_per_partition(tmp_path: Path) -> None:
+    """Sends that stage batches of every partition in turn (the Spark writer's way) still
+    give each partition one claim: the data object holds each partition's payloads back to
+    back, so one claim's byte range is exactly its batches."""
+    log, store = counting_log(tmp_path)
+    log.create_topic("t", 3)
+    producer = log.producer(batch_size=16 << 10, data_object_bytes=1 << 30)
+    chunks = [[VALUE + b"%d-%d" % (c, i) for i in range(60)] for c in range(3)]
+    for chunk in chunks:
+        producer.send_table("t", pa.table({"value": chunk,
+                                           "partition": [i % 3 for i in range(60)]}),
+                            wait=False)
+    producer.flush()
+    assert store.count("publish", "data/") == 1
+    assert [store.count("publish", f"topics/t/{p}/") for p in range(3)] == [1, 1, 1]
+    for p in range(3):
+        want = [v for chunk in chunks for i, v in enumerate(chunk) if i % 3 == p]
+        assert Log(tmp_path / "log").read("t", p).column("value").to_pylist() == want
