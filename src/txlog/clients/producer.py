@@ -622,13 +622,18 @@ class Producer:
 
         Kafka's coordinator aborts them on a timer; with no server, the
         processes that write to a partition take that duty, so a dead
-        producer cannot hold the LSO back for longer than its timeout.
+        producer cannot hold the LSO back for longer than its timeout.  The
+        sweep looks at the state this producer's append just proved (no
+        refresh) and skips its own transaction, which is live: while only it
+        is open here, the sweep costs no request (docs/protocol.md, 4.9).
         """
         now = time.monotonic()
         if now - self._expiry_checked.get(tp, 0.0) < EXPIRY_CHECK_INTERVAL_S:
             return
         self._expiry_checked[tp] = now
-        self.log.coordinator.abort_expired_in(*tp)
+        state = self.log.partition(*tp).proven_state()
+        self.log.coordinator.abort_expired_in(*tp, state=state,
+                                              own=(self._producer_id, self._epoch))
 
     def flush(self, timeout: float | None = None) -> None:
         """Publish every pending batch; raises the first error a batch met."""

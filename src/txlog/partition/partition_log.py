@@ -62,6 +62,12 @@ class PartitionLog:
         """The producer state at the current log end (refreshed from storage: see StateManager)."""
         return self._states.state()
 
+    def proven_state(self) -> ProducerState:
+        """The cached state if a refresh or an append's anchor check proved it current
+        within GUESS_WINDOW_S, else a refreshed one (what a producer's expiry sweep right
+        after its own append reads, without a request)."""
+        return self._states.believed_state()
+
     def end_offset(self) -> int:
         return self.state().end_offset
 
