@@ -38,7 +38,7 @@ MAX_CLAIM_HEADER_SIZE = MAX_HEADER_SIZE + 1 + 255 + _REFERENCE_OFFSET.size
 # each part's record count (int32) and payload length (uint32), in offset order.
 _PART = struct.Struct(">iI")
 # At most this many batches in one claim, so that the largest claim header still fits
-# the first HEADER_READ_SIZE bytes a state refresh reads (842 + 1 + 16 * 8 = 971).
+# the first HEADER_READ_SIZE bytes a state refresh reads (850 + 1 + 16 * 8 = 979).
 MAX_CLAIM_PARTS = 16
 MAX_PARTS_HEADER_SIZE = MAX_CLAIM_HEADER_SIZE + 1 + MAX_CLAIM_PARTS * _PART.size
 # Enough to hold any header (a claim's included) plus a control batch's payload in one read.
