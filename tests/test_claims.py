@@ -553,3 +553,33 @@ def test_batches_staged_across_sends_make_one_claim_per_partition(tmp_path: Path
     for p in range(3):
         want = [v for chunk in chunks for i, v in enumerate(chunk) if i % 3 == p]
         assert Log(tmp_path / "log").read("t", p).column("value").to_pylist() == want
+
+
+def test_the_expiry_sweep_after_an_append_costs_no_request_for_the_own_transaction(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """protocol.md 4.9: a producer's sweep after its own claims reads the state those
+    claims proved and skips its own live transaction, so while nobody else's transaction
+    is open there it asks neither the partition nor the coordinator anything."""
+    monkeypatch.setattr(producer_module, "EXPIRY_CHECK_INTERVAL_S", 0.0)  # sweep every time
+    log, store = counting_log(tmp_path)
+    log.create_topic("t", 2)
+    producer = log.producer(transactional_id="tx", batch_size=16 << 10)
+    producer.init_transactions()
+    producer.begin_transaction()
+    table = pa.table({"value": [VALUE] * 40, "partition": [i % 2 for i in range(40)]})
+    producer.send_table("t", table)  # the partitions now know the producer
+    asked = []
+    for name in ("metadata", "decision", "resolve"):
+        real = getattr(log.coordinator, name)
+        monkeypatch.setattr(log.coordinator, name,
+                            lambda *a, _real=real, _name=name, **k: asked.append(_name) or
+                            _real(*a, **k))
+    store.calls.clear()
+    producer.send_table("t", table)
+    assert asked == []  # no coordinator state read for the sweep (nor for verification)
+    # The refresh (the slot's 404, the anchor) and the anchor check after the claim; the
+    # sweep adds no refresh of its own.
+    assert store.count("read", "topics/t/0/0") == 3
+    assert store.count("publish", "topics/t/") == 2  # one claim per partition
+    producer.commit_transaction()
+    assert sum(log.read("t", p).num_rows for p in range(2)) == 80
