@@ -392,7 +392,8 @@ def _read_stream(buffer: pa.Buffer, header: BatchHeader, path: str) -> pa.Table:
     try:
         return ipc.open_stream(buffer).read_all()
     except (pa.ArrowInvalid, pa.ArrowException) as exc:
-        raise CorruptBatchError(f"unreadable Arrow payload: {exc}", path, header.base_offset) from exc
+        raise CorruptBatchError(f"unreadable Arrow payload: {exc}", path,
+                                header.base_offset) from exc
 
 
 def compression_attribute(compression: str | None) -> int:
