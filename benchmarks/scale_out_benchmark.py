@@ -117,6 +117,9 @@ class LatentS3(MotoS3):
         self._exclusive = threading.Lock()
         self._tally_lock = threading.Lock()
         self.tally: dict[str, Counter[str]] = {}
+        # --trace-requests: every request of the tags starting with this, in order.
+        self.trace_prefix: str | None = None
+        self.trace: list[tuple[str, str, str]] = []
 
     def _handle(self, moto_app: Callable, environ: dict,
                 start_response: Callable) -> Iterable[bytes]:
@@ -140,6 +143,10 @@ class LatentS3(MotoS3):
                 counts["uploaded"] += int(environ.get("CONTENT_LENGTH") or 0)
             if conditional:
                 counts["conditional"] += 1
+            if self.trace_prefix is not None and tag.startswith(self.trace_prefix):
+                query = environ.get("QUERY_STRING", "")
+                self.trace.append((kind, environ.get("PATH_INFO", ""),
+                                   f"?{query}" if query else ""))
 
         def answer(status: str, headers: list, *rest: Any) -> Any:
             if conditional and status.startswith("412"):
@@ -370,7 +377,15 @@ class Bench:
         assert server is not None
         ours, theirs, ratios, counts_seen, pq_counts = [], [], [], [], []
         for r in range(self.args.repeats):
+            if self.args.trace_requests and r == 0:
+                server.trace_prefix, server.trace = "task-", []
             results, counts = self.job(root, driver_options, 1, self.args.partitions, seed=r)
+            if server.trace_prefix is not None:
+                print(f"the task's {len(server.trace)} requests, in order:")
+                for kind, path, query in server.trace:
+                    print(f"  {kind:<7} {path}{query}")
+                print()
+                server.trace_prefix = None
             ours.append(self.payload_bytes / results[0]["elapsed"] / MIB)
             counts_seen.append(counts)
             spec = self.specs(1, root, lambda i: server.tagged_options("parquet-write"),
@@ -518,6 +533,9 @@ def main(argv: list[str] | None = None) -> int:
                              "(repeatable; dots read as underscores)")
     parser.add_argument("--no-verify", dest="verify", action="store_false",
                         help="skip reading every job back to check each record is committed once")
+    parser.add_argument("--trace-requests", action="store_true",
+                        help="print every request of the first one-task write, in order, with "
+                             "its kind and path (to see where a task's requests go)")
     args = parser.parse_args(argv)
     for name in ("mb", "partitions", "repeats"):
         if getattr(args, name) < 1:

@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+import crc32c
 import pyarrow as pa
 import pytest
 
@@ -25,7 +26,8 @@ from conftest import python_env
 from helpers_core import DelegatingStorage, read_chain, wait_for
 from txlog import Log
 from txlog.errors import CorruptBatchError
-from txlog.format.batch import (CLAIM_BIT, HEADER_READ_SIZE, MAX_CLAIM_HEADER_SIZE, BatchHeader,
+from txlog.format.batch import (CLAIM_BIT, HEADER_READ_SIZE, MAX_CLAIM_HEADER_SIZE,
+                                MAX_CLAIM_PARTS, MAX_PARTS_HEADER_SIZE, PARTS_BIT, BatchHeader,
                                 check_claim, decode_header, encode_header)
 from txlog.clients import producer as producer_module
 from txlog.partition import appender
@@ -101,7 +103,7 @@ def test_claim_header_round_trips_and_a_claim_is_its_header_alone() -> None:
             decode_header(forged, "x", 7)
 
 
-def test_one_flush_writes_one_data_object_and_one_small_claim_per_batch(
+def test_one_flush_writes_one_data_object_and_one_small_claim_per_partition(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log, store = counting_log(tmp_path)
     log.create_topic("t", 4)
@@ -116,7 +118,8 @@ def test_one_flush_writes_one_data_object_and_one_small_claim_per_batch(
     sent = producer.send_table("t", table)
     assert store.count("publish", "data/") == 1
     claims = store.count("publish", "topics/")
-    assert claims == len(sent) >= 40
+    # 13 batches of 16 KiB per partition (batch.size still sizes them), one claim each.
+    assert len(sent) >= 40 and claims == 4
     # No read of a slot before claiming it (a publish that wins is the proof), only the
     # anchor check after it, and at most one refresh per partition (2 reads) per flush.
     slot_reads = [p for k, p in store.calls if k == "read" and p.endswith(".batch")]
@@ -125,10 +128,13 @@ def test_one_flush_writes_one_data_object_and_one_small_claim_per_batch(
     producer.commit_transaction()
     values = [v for p in range(4) for v in log.read("t", p).column("value").to_pylist()]
     assert values == [VALUE] * 800
+    for p in range(4):  # every batch of a claim at its own offsets, in order
+        assert log.read("t", p).column("offset").to_pylist() == list(range(200))
     for p in range(4):
         chain = read_chain(tmp_path / "log", "t", p)  # independent walk, claims followed
         assert [b.header.is_claim for b in chain[:-1]] == [True] * (len(chain) - 1)
-        assert all(len(b.path.read_bytes()) < 200 for b in chain)
+        assert [b.header.has_parts for b in chain[:-1]] == [True, True]
+        assert all(len(b.path.read_bytes()) < 400 for b in chain)
 
 
 def test_a_writer_that_loses_a_slot_claims_again_without_writing_its_data_again(
@@ -165,7 +171,7 @@ def test_readers_coalesce_adjacent_payloads_and_follow_compaction(tmp_path: Path
     assert store.count("range", "data/") == 1  # 100 records, 13 claims, one ranged read
     # Compaction copies the payloads in; with the data object collected, a reader holding
     # the old claims' headers finds the batches in the segment.
-    log.compact("t")
+    log.compact("t", min_batches=1)  # each partition's 13 batches are one claim
     removed = log.gc(data_age_s=0).removed.get("unreferenced data objects", [])
     assert len(removed) == 1 and not os.listdir(tmp_path / "log" / "data")
     assert reader.read("t", 0).column("value").to_pylist() == [VALUE] * 100
@@ -393,3 +399,187 @@ def test_data_object_bytes_bounds_what_a_producer_stages(memlog: Log) -> None:
     assert producer._staged_bytes == 0
     assert len(memlog.storage.list("data")) >= 5  # 400 KB in objects of about 64 KiB
     assert [memlog.read("t", p).num_rows for p in range(2)] == [100, 100]
+
+
+# --- claims of several batches (format.md 2.7.1, protocol.md 1.1) ---------------------------
+
+
+def _parts_claim(parts: tuple[tuple[int, int], ...], **extra: object) -> BatchHeader:
+    count, length = sum(c for c, _ in parts), sum(n for _, n in parts)
+    fields: dict = {"base_offset": 7, "record_count": count,
+                    "attributes": CLAIM_BIT | PARTS_BIT, "payload_length": length,
+                    "payload_crc": 5, "data_path": "data/" + "ab" * 16 + ".data",
+                    "data_offset": 4, "append_time": 1234, "parts": parts} | extra
+    return BatchHeader(**fields)
+
+
+def test_a_claim_of_several_batches_round_trips_and_its_header_fits_one_read() -> None:
+    parts = tuple((i + 1, 1000 * (i + 1)) for i in range(MAX_CLAIM_PARTS))
+    header = _parts_claim(parts, decision_id="d" * 255, transactional_id="t" * 255)
+    raw = encode_header(header)
+    assert len(raw) <= MAX_PARTS_HEADER_SIZE <= HEADER_READ_SIZE
+    decoded = decode_header(raw, "x", 7)
+    assert (decoded.parts, decoded.append_time, decoded.has_parts) == (parts, 1234, True)
+    # A reader from before the parts table takes the same append time (the table comes
+    # after it, in the trailing bytes it ignores).
+    assert raw[len(raw) - 1 - 8 * len(parts) - 8:len(raw) - 1 - 8 * len(parts)] == \
+        (1234).to_bytes(8, "big")
+    for bad in (((3, 10), (0, 20)), ((3, 10),), ((3, 10), (4, 20), (1, 1))):
+        forged = bytearray(encode_header(_parts_claim(((3, 10), (4, 20)))))
+        table = bytes([len(bad)]) + b"".join(
+            c.to_bytes(4, "big") + n.to_bytes(4, "big") for c, n in bad)
+        forged = forged[:-17] + table
+        forged[8:10] = len(forged).to_bytes(2, "big")
+        forged[4:8] = crc32c.crc32c(bytes(forged[8:])).to_bytes(4, "big")
+        with pytest.raises(CorruptBatchError, match="parts table"):
+            decode_header(bytes(forged), "x", 7)
+
+
+def test_claims_of_several_batches_read_back_compact_and_keep_old_batches_readable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Old single-batch claims and inline batches, then multi-batch claims, in one log:
+    all read back equal before and after compaction copies them into a segment."""
+    log = Log(tmp_path / "log")
+    log.create_topic("t", 1)
+    producer = log.producer(batch_size=16 << 10, data_object_bytes=1 << 30)
+    monkeypatch.setattr(producer_module, "MAX_CLAIM_PARTS", 1)  # as written before
+    old = [VALUE + b"%d" % i for i in range(60)]
+    producer.send_table("t", pa.table({"value": old}), partition=0)
+    producer.send("t", b"small", partition=0).get()  # inline
+    monkeypatch.undo()
+    new = [VALUE + b"n%d" % i for i in range(90)]  # 12 batches: one claim
+    sent = producer.send_table("t", pa.table({"value": new}), partition=0)
+    assert len(sent) > 4 and [s.base_offset for s in sent][0] == 61
+    assert [s.base_offset for s in sent[1:]] == [s.last_offset + 1 for s in sent[:-1]]
+    chain = read_chain(tmp_path / "log", "t", 0)
+    kinds = [(b.header.is_claim, b.header.has_parts) for b in chain]
+    # Old claims, b"small" inline, then one claim of the new batches (and a small last
+    # one inline).
+    first_new = kinds.index((True, True))
+    assert kinds.count((True, True)) == 1 and kinds[first_new - 1] == (False, False)
+    assert kinds[:first_new - 1].count((True, False)) >= 7
+    expected = old + [b"small"] + new
+    fresh = Log(tmp_path / "log")
+    assert fresh.read("t", 0).column("value").to_pylist() == expected
+    assert fresh.read("t", 0, 70, 75).column("value").to_pylist() == expected[70:75]  # mid-claim
+    assert fresh.read("t", 0, 70).column("offset").to_pylist() == list(range(70, 151))
+    log.compact("t", min_batches=1)
+    assert not list((tmp_path / "log" / "topics" / "t" / "0").glob("*.batch"))
+    log.gc(data_age_s=0)
+    assert not os.listdir(tmp_path / "log" / "data")
+    assert Log(tmp_path / "log").read("t", 0).column("value").to_pylist() == expected
+    assert fresh.read("t", 0, 100).column("value").to_pylist() == expected[100:]
+    segment_chain = read_chain(tmp_path / "log", "t", 0)
+    in_segment = [b.header.base_offset for b in segment_chain if b.header.has_parts]
+    assert in_segment == [61] and all(b.path.name.endswith(".segment") for b in segment_chain)
+
+
+def test_a_retried_claim_of_several_batches_is_a_duplicate_whole(tmp_path: Path) -> None:
+    """The claim's first try lands but its publish reports an error (outcome unknown):
+    the retry finds it in the log as one duplicate and returns its offsets, nothing twice."""
+    log, store = counting_log(tmp_path)
+    log.create_topic("t", 1)
+    real_publish = store.publish_if_absent
+    failed = []
+
+    def publish(path: str, data: bytes) -> bool:
+        landed = real_publish(path, data)
+        if path.endswith(".batch") and not failed:
+            failed.append(path)
+            raise OSError("connection reset after the write")
+        return landed
+
+    store.publish_if_absent = publish  # type: ignore[method-assign]
+    producer = log.producer(batch_size=16 << 10, data_object_bytes=1 << 30)
+    values = [VALUE + b"%d" % i for i in range(50)]
+    sent = producer.send_table("t", pa.table({"value": values}), partition=0)
+    assert len(failed) == 1 and sent[0].base_offset == 0 and sent[-1].last_offset == 49
+    assert store.count("publish", "data/") == 1
+    assert log.read("t", 0).column("value").to_pylist() == values
+    chain = read_chain(tmp_path / "log", "t", 0)  # the claim once (a small last batch inline)
+    assert chain[0].header.has_parts and len(chain) <= 2
+    # The retry found its first try in the log (a duplicate): it published nothing again.
+    assert store.count("publish", "topics/t/0/") == len(chain)
+    # The same claim published again by a retry of the appender is refused as a duplicate
+    # (its sequence range is one entry of the producer's dedup window).
+    part = log.partition("t", 0)
+    header = part.header(0)
+    state = part.state()
+    assert state.producers[header.producer_id].find_duplicate(header) is not None
+
+
+def test_a_lost_slot_moves_only_the_claim_of_several_batches(tmp_path: Path) -> None:
+    log, store = counting_log(tmp_path)
+    log.create_topic("t", 1)
+    other = Log(tmp_path / "log").producer()
+    real_publish = store.publish_if_absent
+    raced = []
+
+    def publish(path: str, data: bytes) -> bool:
+        if path.endswith(".batch") and len(raced) < 2:  # others take the slot, twice
+            raced.append(other.send("t", b"theirs", partition=0).get().offset)
+        return real_publish(path, data)
+
+    store.publish_if_absent = publish  # type: ignore[method-assign]
+    values = [VALUE + b"%d" % i for i in range(50)]
+    md = log.producer(batch_size=16 << 10).send_table("t", pa.table({"value": values}),
+                                                      partition=0)
+    assert raced == [0, 1] and md[0].base_offset == 2 and md[-1].last_offset == 51
+    assert store.count("publish", "data/") == 1
+    claims = [p for k, p in store.calls if k == "publish" and p.startswith("topics/t/0/")]
+    # Two lost slots and the won one, each the same claim of every large batch (then the
+    # small last batch, inline).
+    assert [int(p[-26:-6]) for p in claims[:3]] == [0, 1, 2] and len(claims) <= 4
+    assert read_chain(tmp_path / "log", "t", 0)[2].header.has_parts
+    assert store.published < 50 * len(VALUE) * 1.1  # the payload once (and Arrow's framing)
+    assert log.read("t", 0).column("value").to_pylist() == [b"theirs"] * 2 + values
+
+
+def test_batches_staged_across_sends_make_one_claim_per_partition(tmp_path: Path) -> None:
+    """Sends that stage batches of every partition in turn (the Spark writer's way) still
+    give each partition one claim: the data object holds each partition's payloads back to
+    back, so one claim's byte range is exactly its batches."""
+    log, store = counting_log(tmp_path)
+    log.create_topic("t", 3)
+    producer = log.producer(batch_size=16 << 10, data_object_bytes=1 << 30)
+    chunks = [[VALUE + b"%d-%d" % (c, i) for i in range(60)] for c in range(3)]
+    for chunk in chunks:
+        producer.send_table("t", pa.table({"value": chunk,
+                                           "partition": [i % 3 for i in range(60)]}),
+                            wait=False)
+    producer.flush()
+    assert store.count("publish", "data/") == 1
+    assert [store.count("publish", f"topics/t/{p}/") for p in range(3)] == [1, 1, 1]
+    for p in range(3):
+        want = [v for chunk in chunks for i, v in enumerate(chunk) if i % 3 == p]
+        assert Log(tmp_path / "log").read("t", p).column("value").to_pylist() == want
+
+
+def test_the_expiry_sweep_after_an_append_costs_no_request_for_the_own_transaction(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """protocol.md 4.9: a producer's sweep after its own claims reads the state those
+    claims proved and skips its own live transaction, so while nobody else's transaction
+    is open there it asks neither the partition nor the coordinator anything."""
+    monkeypatch.setattr(producer_module, "EXPIRY_CHECK_INTERVAL_S", 0.0)  # sweep every time
+    log, store = counting_log(tmp_path)
+    log.create_topic("t", 2)
+    producer = log.producer(transactional_id="tx", batch_size=16 << 10)
+    producer.init_transactions()
+    producer.begin_transaction()
+    table = pa.table({"value": [VALUE] * 40, "partition": [i % 2 for i in range(40)]})
+    producer.send_table("t", table)  # the partitions now know the producer
+    asked = []
+    for name in ("metadata", "decision", "resolve"):
+        real = getattr(log.coordinator, name)
+        monkeypatch.setattr(log.coordinator, name,
+                            lambda *a, _real=real, _name=name, **k: asked.append(_name) or
+                            _real(*a, **k))
+    store.calls.clear()
+    producer.send_table("t", table)
+    assert asked == []  # no coordinator state read for the sweep (nor for verification)
+    # The refresh (the slot's 404, the anchor) and the anchor check after the claim; the
+    # sweep adds no refresh of its own.
+    assert store.count("read", "topics/t/0/0") == 3
+    assert store.count("publish", "topics/t/") == 2  # one claim per partition
+    producer.commit_transaction()
+    assert sum(log.read("t", p).num_rows for p in range(2)) == 80

@@ -24,9 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import clock
-from ..format.batch import (HEADER_TYPE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
-                            RECORD_SCHEMA, TRANSACTIONAL_BIT, BatchHeader, compression_attribute,
-                            encode_records)
+from ..format.batch import (HEADER_TYPE, MAX_CLAIM_PARTS, NO_PRODUCER_EPOCH, NO_PRODUCER_ID,
+                            NO_SEQUENCE, RECORD_SCHEMA, TRANSACTIONAL_BIT, BatchHeader,
+                            compression_attribute, encode_records)
 from ..partition.appender import DataReference, write_data_object
 from ..transactions.coordinator import plain_decision_id
 from ..transactions.groups import check_offsets, register_transactional_offsets
@@ -530,6 +530,10 @@ class Producer:
         if not staged:
             return
         large = [b for b in staged if len(b.payload) > INLINE_PAYLOAD_BYTES]
+        # Each partition's payloads back to back in staged order, so that its batches of
+        # this flush form one byte range: one claim and one ranged read cover them.
+        order: dict[tuple[str, int], int] = {}
+        large.sort(key=lambda b: order.setdefault(b.tp, len(order)))
         if large:
             try:
                 placed = write_data_object(self.log.storage, [b.payload for b in large])
@@ -618,13 +622,18 @@ class Producer:
 
         Kafka's coordinator aborts them on a timer; with no server, the
         processes that write to a partition take that duty, so a dead
-        producer cannot hold the LSO back for longer than its timeout.
+        producer cannot hold the LSO back for longer than its timeout.  The
+        sweep looks at the state this producer's append just proved (no
+        refresh) and skips its own transaction, which is live: while only it
+        is open here, the sweep costs no request (docs/protocol.md, 4.9).
         """
         now = time.monotonic()
         if now - self._expiry_checked.get(tp, 0.0) < EXPIRY_CHECK_INTERVAL_S:
             return
         self._expiry_checked[tp] = now
-        self.log.coordinator.abort_expired_in(*tp)
+        state = self.log.partition(*tp).proven_state()
+        self.log.coordinator.abort_expired_in(*tp, state=state,
+                                              own=(self._producer_id, self._epoch))
 
     def flush(self, timeout: float | None = None) -> None:
         """Publish every pending batch; raises the first error a batch met."""
@@ -812,16 +821,53 @@ class Producer:
 
 
 def _claim_run(run: list[_Staged]) -> None:
-    """Claim one partition's batches of a flush in order; the first failure stops the
-    rest (they would follow a batch that is not, or not surely, in the log)."""
-    for i, b in enumerate(run):
-        try:  # after the first, each batch tries its slot before refreshing (protocol.md 1)
-            if b.reference is not None:
+    """Claim one partition's batches of a flush in order, consecutive batches of one data
+    object under one claim (up to MAX_CLAIM_PARTS); the first failure stops the rest
+    (they would follow a batch that is not, or not surely, in the log)."""
+    for i, group in enumerate(_claim_groups(run)):
+        b = group[0]
+        try:  # after the first, each claim tries its slot before refreshing (protocol.md 1)
+            if len(group) > 1:
+                assert b.reference is not None
+                results = b.part.append_claims([g.header for g in group],
+                                               [g.payload for g in group], b.reference,
+                                               b.log_append, continuing=i > 0)
+                for g, result in zip(group, results, strict=True):
+                    g.result = result
+            elif b.reference is not None:
                 b.result = b.part.append_claim(b.header, b.payload, b.reference, b.log_append,
                                                continuing=i > 0)
             else:
                 b.result = b.part.append(b.header, b.payload, b.log_append, continuing=i > 0)
         except BaseException as exc:
-            for later in run[i:]:
+            for later in run[run.index(b):]:
                 later.error = exc
             return
+
+
+def _claim_groups(run: list[_Staged]) -> list[list[_Staged]]:
+    """The run cut into claims: batches whose payloads follow each other in one data
+    object, with one header's worth of producer, transaction and attributes, go together
+    (at most MAX_CLAIM_PARTS); inline batches stand alone."""
+    groups: list[list[_Staged]] = []
+    for b in run:
+        prev = groups[-1][-1] if groups else None
+        if prev is not None and b.reference is not None and prev.reference is not None and \
+                len(groups[-1]) < MAX_CLAIM_PARTS and \
+                b.reference.path == prev.reference.path and \
+                b.reference.offset == prev.reference.offset + len(prev.payload) and \
+                b.log_append == prev.log_append and _same_claim(prev.header, b.header):
+            groups[-1].append(b)
+        else:
+            groups.append([b])
+    return groups
+
+
+def _same_claim(a: BatchHeader, b: BatchHeader) -> bool:
+    """Whether ``b`` may follow ``a`` inside one claim (appender.combined_header's rule)."""
+    follows = b.base_sequence == NO_SEQUENCE == a.base_sequence or \
+        (a.base_sequence != NO_SEQUENCE and
+         b.base_sequence == (a.base_sequence + a.record_count) & 0x7FFFFFFF)
+    return follows and (a.producer_id, a.producer_epoch, a.attributes, a.decision_id,
+                        a.transactional_id) == (b.producer_id, b.producer_epoch, b.attributes,
+                                                b.decision_id, b.transactional_id)

@@ -34,6 +34,13 @@ MAX_HEADER_SIZE = FIXED_SIZE + 2 * (1 + 255) + _APPEND_TIME.size
 # byte and up to 255 bytes) and the payload's position in it (uint64).
 _REFERENCE_OFFSET = struct.Struct(">Q")
 MAX_CLAIM_HEADER_SIZE = MAX_HEADER_SIZE + 1 + 255 + _REFERENCE_OFFSET.size
+# A claim of several batches (PARTS_BIT) ends with its parts table: a count byte, then
+# each part's record count (int32) and payload length (uint32), in offset order.
+_PART = struct.Struct(">iI")
+# At most this many batches in one claim, so that the largest claim header still fits
+# the first HEADER_READ_SIZE bytes a state refresh reads (850 + 1 + 16 * 8 = 979).
+MAX_CLAIM_PARTS = 16
+MAX_PARTS_HEADER_SIZE = MAX_CLAIM_HEADER_SIZE + 1 + MAX_CLAIM_PARTS * _PART.size
 # Enough to hold any header (a claim's included) plus a control batch's payload in one read.
 HEADER_READ_SIZE = 1024
 
@@ -49,6 +56,10 @@ CONTROL_BIT = 0x20
 # The payload is not in this object but in a data object the header names
 # (format.md, section 2.7).  Bit 7: Kafka's bit 6 is its delete-horizon flag.
 CLAIM_BIT = 0x80
+# A claim covering several consecutive batches of one producer: its payload is their
+# Arrow IPC streams back to back, and a parts table (format.md, 2.7.1) says where each
+# ends.  Bit 8, the first of the bits Kafka leaves unused; only ever with CLAIM_BIT.
+PARTS_BIT = 0x100
 
 COMPRESSION_CODES = {None: 0, "none": 0, "lz4": 3, "zstd": 4}
 _CODE_TO_ARROW = {0: None, 3: "lz4", 4: "zstd"}
@@ -92,6 +103,9 @@ class BatchHeader:
     # The writer's clock when it published the batch (ms), -1 if not recorded (batches
     # written before the field existed): producer expiry's time base, never CreateTime.
     append_time: int = -1
+    # A claim of several batches (PARTS_BIT): each part's (record count, payload length),
+    # in offset order; empty for a batch of one part.
+    parts: tuple[tuple[int, int], ...] = ()
 
     @property
     def last_offset(self) -> int:
@@ -119,6 +133,12 @@ class BatchHeader:
     def is_claim(self) -> bool:
         """The payload lives in a data object (a batch object holding only this header)."""
         return bool(self.attributes & CLAIM_BIT)
+
+    @property
+    def has_parts(self) -> bool:
+        """The payload is several batches' Arrow streams back to back (a parts table says
+        where each ends)."""
+        return bool(self.attributes & PARTS_BIT)
 
     @property
     def compression(self) -> str | None:
@@ -153,8 +173,15 @@ def encode_header(h: BatchHeader) -> bytes:
     if h.attributes & CLAIM_BIT:
         strings += _short_string(h.data_path, "data object path") + \
             _REFERENCE_OFFSET.pack(h.data_offset)
-    if h.append_time >= 0:
+    if h.append_time >= 0 or h.attributes & PARTS_BIT:
         strings += _APPEND_TIME.pack(h.append_time)
+    if h.attributes & PARTS_BIT:
+        if not h.attributes & CLAIM_BIT or not 2 <= len(h.parts) <= MAX_CLAIM_PARTS or \
+                sum(c for c, _ in h.parts) != h.record_count or \
+                sum(n for _, n in h.parts) != h.payload_length:
+            raise ValueError(f"inconsistent parts table {h.parts} for a batch of "
+                             f"{h.record_count} records and {h.payload_length} bytes")
+        strings += bytes([len(h.parts)]) + b"".join(_PART.pack(c, n) for c, n in h.parts)
     header_length = FIXED_SIZE + len(strings)
     body = _FIXED.pack(MAGIC, 0, header_length, h.attributes, h.base_offset, h.record_count - 1,
                        h.base_timestamp, h.max_timestamp, h.producer_id, h.producer_epoch,
@@ -181,7 +208,8 @@ def decode_header(data: bytes | memoryview | pa.Buffer, path: str,
     if magic != MAGIC:
         raise CorruptBatchError(f"bad magic {bytes(magic)!r} (expected {MAGIC!r})", path,
                                 expected_offset)
-    limit = MAX_CLAIM_HEADER_SIZE if attributes & CLAIM_BIT else MAX_HEADER_SIZE
+    limit = MAX_PARTS_HEADER_SIZE if attributes & PARTS_BIT else \
+        MAX_CLAIM_HEADER_SIZE if attributes & CLAIM_BIT else MAX_HEADER_SIZE
     if not FIXED_SIZE + 2 <= header_length <= limit or len(view) < header_length:
         raise CorruptBatchError(f"bad or truncated header length {header_length}", path,
                                 expected_offset)
@@ -219,13 +247,38 @@ def decode_header(data: bytes | memoryview | pa.Buffer, path: str,
     # Trailing bytes: the append time if there are 8 of them (older writers wrote none).
     append_time = _APPEND_TIME.unpack_from(view, pos)[0] \
         if header_length - pos >= _APPEND_TIME.size else -1
+    parts: tuple[tuple[int, int], ...] = ()
+    if attributes & PARTS_BIT:
+        parts = _parts_table(view, pos + _APPEND_TIME.size, header_length, attributes, count,
+                             payload_length, path, expected_offset)
     return BatchHeader(base_offset=base_offset, record_count=count, attributes=attributes,
                        base_timestamp=base_ts, max_timestamp=max_ts, producer_id=pid,
                        producer_epoch=epoch, base_sequence=base_seq, decision_id=strings[0],
                        transactional_id=strings[1], payload_length=payload_length,
                        payload_crc=payload_crc, header_length=header_length,
                        data_path=data_path, data_offset=data_offset,
-                       append_time=append_time)
+                       append_time=append_time, parts=parts)
+
+
+def _parts_table(view: memoryview, pos: int, header_length: int, attributes: int, count: int,
+                 payload_length: int, path: str, expected_offset: int | None
+                 ) -> tuple[tuple[int, int], ...]:
+    """A multi-batch claim's parts table, checked against the header's totals."""
+    def bad(why: str) -> CorruptBatchError:
+        return CorruptBatchError(f"parts table {why}", path, expected_offset)
+
+    if not attributes & CLAIM_BIT:
+        raise bad("on a batch that is not a claim")
+    if pos >= header_length:
+        raise bad("missing")
+    k = view[pos]
+    if not 2 <= k <= MAX_CLAIM_PARTS or pos + 1 + k * _PART.size > header_length:
+        raise bad(f"of {k} parts does not fit the header")
+    parts = tuple(_PART.unpack_from(view, pos + 1 + i * _PART.size) for i in range(k))
+    if any(c < 1 for c, _ in parts) or sum(c for c, _ in parts) != count or \
+            sum(n for _, n in parts) != payload_length:
+        raise bad(f"{parts} does not add up to {count} records and {payload_length} bytes")
+    return parts
 
 
 def payload_of(data: bytes | pa.Buffer, header: BatchHeader, path: str) -> memoryview:
@@ -312,15 +365,35 @@ def encode_records(table: pa.Table, compression: str | None) -> bytes:
 
 
 def decode_records(payload: memoryview | pa.Buffer, header: BatchHeader, path: str) -> pa.Table:
-    try:
-        table = ipc.open_stream(pa.py_buffer(payload)).read_all()
-    except (pa.ArrowInvalid, pa.ArrowException) as exc:
-        raise CorruptBatchError(f"unreadable Arrow payload: {exc}", path, header.base_offset) from exc
+    """The records of a checked payload; a claim of several batches is read part by part
+    (each its own Arrow stream, of the length and row count its parts table gives)."""
+    buffer = pa.py_buffer(payload)
+    if header.has_parts:
+        tables, position = [], 0
+        for i, (count, length) in enumerate(header.parts):
+            part = _read_stream(buffer.slice(position, length), header, path)
+            if part.num_rows != count:
+                raise CorruptBatchError(f"part {i} of the payload holds {part.num_rows} records, "
+                                        f"its parts table says {count}", path,
+                                        header.base_offset)
+            tables.append(part)
+            position += length
+        table = pa.concat_tables(tables)
+    else:
+        table = _read_stream(buffer, header, path)
     if table.num_rows != header.record_count or not table.schema.equals(RECORD_SCHEMA):
         raise CorruptBatchError(
             f"payload holds {table.num_rows} records with schema {table.schema}, header says "
             f"{header.record_count}", path, header.base_offset)
     return table
+
+
+def _read_stream(buffer: pa.Buffer, header: BatchHeader, path: str) -> pa.Table:
+    try:
+        return ipc.open_stream(buffer).read_all()
+    except (pa.ArrowInvalid, pa.ArrowException) as exc:
+        raise CorruptBatchError(f"unreadable Arrow payload: {exc}", path,
+                                header.base_offset) from exc
 
 
 def compression_attribute(compression: str | None) -> int:

@@ -20,8 +20,9 @@ import crc32c
 
 from .. import clock
 from ..format.batch import (ABORT, CLAIM_BIT, COMMIT, CONTROL_BIT, LOG_APPEND_TIME,
-                            TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader, ControlRecord,
-                            encode_control, encode_data_object, encode_header)
+                            MAX_CLAIM_PARTS, NO_SEQUENCE, PARTS_BIT, TIMESTAMP_TYPE_BIT,
+                            TRANSACTIONAL_BIT, BatchHeader, ControlRecord, encode_control,
+                            encode_data_object, encode_header)
 from ..errors import StorageError, TxlogError
 from ..storage.backends import Storage
 from ..storage.paths import data_object_path
@@ -47,11 +48,14 @@ class DataReference:
         self.offset = offset
         self.started = started
 
-    def current(self, storage: Storage, payload: bytes) -> tuple[str, int]:
-        """The reference a claim may carry now: past the claim window, the payload goes
-        into a fresh data object of its own first (one more PUT, rare)."""
+    def current(self, storage: Storage, payload: bytes | list[bytes]) -> tuple[str, int]:
+        """The reference a claim may carry now: past the claim window, the payload (a
+        multi-batch claim's parts, back to back) goes into a fresh data object of its own
+        first (one more PUT, rare)."""
         if time.monotonic() - self.started > CLAIM_WINDOW_S:
-            self.path, self.offset, self.started = write_data_object(storage, [payload])[0]
+            parts = payload if isinstance(payload, list) else [payload]
+            self.path, self.offset, self.started = write_data_object(
+                storage, [b"".join(parts)])[0]
         return self.path, self.offset
 
 
@@ -77,6 +81,53 @@ class AppendResult:
     last_offset: int
     duplicate: bool = False
     log_append_time: int = -1  # the batch's timestamp on a LogAppendTime topic, else -1
+
+
+def combined_header(headers: list[BatchHeader], payloads: list[bytes]) -> BatchHeader:
+    """The one claim header of consecutive batches of one producer (format.md, 2.7.1):
+    counts and payloads summed, timestamps spanned, the first sequence, and a parts table.
+
+    Refuses batches that one claim cannot stand for: of different producers,
+    epochs, transactions or attributes, or whose sequences do not follow each
+    other (the dedup window would then describe records that were never sent).
+    """
+    first = headers[0]
+    if len(headers) > MAX_CLAIM_PARTS:
+        raise ValueError(f"a claim holds at most {MAX_CLAIM_PARTS} batches, not {len(headers)}")
+    sequence = first.base_sequence
+    for h in headers:
+        if (h.producer_id, h.producer_epoch, h.attributes, h.decision_id, h.transactional_id) \
+                != (first.producer_id, first.producer_epoch, first.attributes,
+                    first.decision_id, first.transactional_id):
+            raise ValueError("the batches of one claim must share producer, epoch, "
+                             "transaction and attributes")
+        if h.base_sequence != sequence:
+            raise ValueError(f"the batches of one claim must have consecutive sequences: "
+                             f"{h.base_sequence} follows {sequence}")
+        if sequence != NO_SEQUENCE:
+            sequence = (sequence + h.record_count) & 0x7FFFFFFF
+    crc = 0
+    for p in payloads:
+        crc = crc32c.crc32c(p, crc)
+    return replace(first, record_count=sum(h.record_count for h in headers),
+                   attributes=first.attributes | CLAIM_BIT | PARTS_BIT,
+                   base_timestamp=min(h.base_timestamp for h in headers),
+                   max_timestamp=max(h.max_timestamp for h in headers),
+                   payload_length=sum(len(p) for p in payloads), payload_crc=crc,
+                   parts=tuple((h.record_count, len(p))
+                               for h, p in zip(headers, payloads, strict=True)))
+
+
+def split_result(result: AppendResult, counts: list[int]) -> list[AppendResult]:
+    """Each part's offsets within a multi-batch claim's (or the duplicate's) range."""
+    out, base = [], result.base_offset
+    for n in counts:
+        out.append(AppendResult(base, base + n - 1, result.duplicate, result.log_append_time))
+        base += n
+    if base - 1 != result.last_offset:
+        raise AssertionError(f"parts of {sum(counts)} records, claim of "
+                             f"{result.last_offset - result.base_offset + 1}")
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +278,37 @@ class Appender:
         result = self._claim(prepare, continuing)
         assert result is not None
         return result
+
+    def append_claims(self, headers: list[BatchHeader], payloads: list[bytes],
+                      reference: DataReference, log_append_time: bool = False,
+                      continuing: bool = False) -> list[AppendResult]:
+        """Append consecutive batches of one producer, whose payloads lie back to back in
+        one data object from ``reference``, with one claim (docs/protocol.md, 1.1).
+
+        The claim is one batch of the log: one slot, one header whose record
+        count and sequence range span every part, one entry in the producer's
+        dedup window; so a retried claim is recognised as a duplicate whole, and
+        a lost slot costs one small claim again.  Returns each part's offsets.
+        """
+        if len(headers) != len(payloads) or not headers:
+            raise ValueError("append_claims needs one payload per header")
+        if len(headers) == 1:
+            return [self.append_claim(headers[0], payloads[0], reference, log_append_time,
+                                      continuing)]
+        combined = combined_header(headers, payloads)
+
+        storage = self._states.storage
+
+        def prepare(state: ProducerState) -> _Slot | AppendResult:
+            placed = self._place(state, combined, log_append_time)
+            if isinstance(placed, AppendResult):
+                return placed
+            path, offset = reference.current(storage, payloads)
+            return _slot(replace(placed, data_path=path, data_offset=offset))
+
+        result = self._claim(prepare, continuing)
+        assert result is not None
+        return split_result(result, [h.record_count for h in headers])
 
     def append_marker(self, producer_id: int, marker_epoch: int, commit: bool,
                       coordinator_epoch: int = 0, decision_id: str = "",

@@ -62,6 +62,12 @@ class PartitionLog:
         """The producer state at the current log end (refreshed from storage: see StateManager)."""
         return self._states.state()
 
+    def proven_state(self) -> ProducerState:
+        """The cached state if a refresh or an append's anchor check proved it current
+        within GUESS_WINDOW_S, else a refreshed one (what a producer's expiry sweep right
+        after its own append reads, without a request)."""
+        return self._states.believed_state()
+
     def end_offset(self) -> int:
         return self.state().end_offset
 
@@ -115,6 +121,14 @@ class PartitionLog:
         published at the log end (appender.py)."""
         return self._appender.append_claim(header, payload, reference, log_append_time,
                                            continuing)
+
+    def append_claims(self, headers: list[BatchHeader], payloads: list[bytes],
+                      reference: DataReference, log_append_time: bool = False,
+                      continuing: bool = False) -> list[AppendResult]:
+        """Consecutive batches of one producer under one claim: one slot, one small object
+        however many batches (appender.py); each batch's offsets."""
+        return self._appender.append_claims(headers, payloads, reference, log_append_time,
+                                            continuing)
 
     def append_marker(self, producer_id: int, marker_epoch: int, commit: bool,
                       coordinator_epoch: int = 0, decision_id: str = "",

@@ -33,7 +33,7 @@ from ..errors import (ConcurrentTransactionsError, DecisionConflictError,
 from .groups import apply_transactional_offsets, check_offsets
 from ..storage.names import validate_name
 from ..storage.paths import DECISION_DIR, LEASE_DIR, TXN_DIR
-from ..partition.producer_state import OpenTransaction
+from ..partition.producer_state import OpenTransaction, ProducerState
 from ..format.batch import BatchHeader
 
 if TYPE_CHECKING:
@@ -670,12 +670,20 @@ class TransactionCoordinator:
                 self.complete(txn_id)
         return aborted
 
-    def abort_expired_in(self, topic: str, partition: int) -> list[str]:
-        """Abort expired transactions holding back one partition; finish decided ones."""
-        state = self._partition(topic, partition).state()
+    def abort_expired_in(self, topic: str, partition: int, state: ProducerState | None = None,
+                         own: tuple[int, int] | None = None) -> list[str]:
+        """Abort expired transactions holding back one partition; finish decided ones.
+
+        A producer sweeping after its own append passes the state that append
+        just proved (no refresh) and ``own``, its producer id and epoch: its own
+        open transaction is live, so no coordinator read is spent on it
+        (docs/protocol.md, 4.9).
+        """
+        if state is None:
+            state = self._partition(topic, partition).state()
         aborted = []
         for txn in state.open_transactions():
-            if not txn.transactional_id:
+            if not txn.transactional_id or (txn.producer_id, txn.epoch) == own:
                 continue
             if self.resolve(txn) is not None:
                 self.complete(txn.transactional_id, only_decision=txn.decision_id)
