@@ -389,10 +389,11 @@ class Log:
         return list(partitions)
 
     def compact(self, topic: str, partitions: list[int] | None = None,
-                min_batches: int = DEFAULT_MIN_BATCHES, upto_lag: int = 0
-                ) -> dict[int, list[Compacted]]:
+                min_batches: int = DEFAULT_MIN_BATCHES, upto_lag: int = 0,
+                merge: bool = True) -> dict[int, list[Compacted]]:
         """Merge each partition's batch objects into segments of at most the topic's
-        ``segment.bytes``, leaving the newest ``upto_lag`` offsets as batch objects."""
+        ``segment.bytes``, leaving the newest ``upto_lag`` offsets as batch objects; then,
+        with ``merge``, merge runs of adjacent small segments (docs/protocol.md 7.3)."""
         max_bytes = self.describe_topic(topic, refresh=True).setting("segment.bytes")
         done: dict[int, list[Compacted]] = {}
         for p in self._partitions_of(topic, partitions):
@@ -401,6 +402,8 @@ class Log:
             made = done[p] = []
             while (segment := part.compact(max_bytes, min_batches, upto)) is not None:
                 made.append(segment)
+            if merge:
+                part.merge_segments(max_bytes)
         return done
 
     def apply_retention(self, topic: str, partitions: list[int] | None = None,
