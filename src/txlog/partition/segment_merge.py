@@ -87,7 +87,10 @@ def merge_segments(states: StateManager, max_bytes: int) -> Merged | None:
     cache = states.cache
     with states.lock:
         cache.list_segments()
-        pieces = cache.pieces()[:-1]  # never the newest
+        pieces = cache.pieces()
+        hidden = cache.hidden_segments()
+    retire_hidden(states, pieces, hidden)
+    pieces = pieces[:-1]  # never the newest
     try:
         heads = [cache.segment_head(p.start) for p in pieces]
     except FileNotFoundError:
@@ -153,6 +156,30 @@ def retire_covered(states: StateManager, base: int, end: int, keep: str) -> list
             except FileNotFoundError:
                 continue
         if e <= end:
+            states.storage.delete(path)
+            deleted.append(path)
+    return deleted
+
+
+def retire_hidden(states: StateManager, pieces: list[SegmentPiece],
+                  hidden: list[tuple[int, int, str]]) -> list[str]:
+    """Delete the hidden segments (of one listing) that one piece's segment covers wholly:
+    the inputs of a merge killed before it deleted them, or a late duplicate.
+
+    Hidden and visible are the same in every listing that holds both (the
+    chain's order), so two processes never delete each other's cover.
+    """
+    deleted: list[str] = []
+    if not hidden:
+        return deleted
+    covers = []
+    for p in pieces:  # each segment's own end (a piece's may be the next one's start)
+        try:
+            covers.append((p.base, states.cache.head_of(p.path, p.base).end_offset, p.path))
+        except FileNotFoundError:
+            continue
+    for base, end, path in hidden:
+        if any(b <= base and end <= e and other != path for b, e, other in covers):
             states.storage.delete(path)
             deleted.append(path)
     return deleted
