@@ -50,7 +50,7 @@ TOPIC = "events"
 PARTITIONS = 2
 WRITERS = 4
 READERS = 2
-SEGMENT_BYTES = 32 * 1024
+SEGMENT_BYTES = 1024 * 1024  # far more than a pass compacts: small segments, merged
 RETENTION_BYTES = 320 * 1024
 LAG = 40  # offsets per partition left as batch objects by the maintainer
 DEADLINE_S = 240.0
@@ -59,6 +59,17 @@ SELF = os.path.abspath(__file__)
 
 def _objects(root: str, partition: int) -> int:
     return sum(len(files) for _, _, files in os.walk(Path(root, "topics", TOPIC, str(partition))))
+
+
+def _merged_names(root: str) -> set[str]:
+    """The merged segments (``<base>-<end>.segment``) in storage now, of every partition:
+    the loop must see some, or it did not exercise merging."""
+    found = set()
+    for p in range(PARTITIONS):
+        directory = Path(root, "topics", TOPIC, str(p), "segments")
+        found.update(f"{p}/{n}" for n in (os.listdir(directory) if directory.exists() else [])
+                     if "-" in n and n.endswith(".segment"))
+    return found
 
 
 # --- roles ------------------------------------------------------------------------------------
@@ -186,9 +197,11 @@ def supervise(root: str, logs: Path, seed: int, txns: int, maintainers: int = 0)
     running = [start(i) for i in range(max(maintainers, 1))]
     kills = 0
     deleted_to = [0] * PARTITIONS
+    merged: set[str] = set()
     deadline = time.monotonic() + DEADLINE_S
     while any(w.poll() is None for w in writers) and time.monotonic() < deadline:
         time.sleep(rng.uniform(1.0, 3.0) if not maintainers else rng.uniform(1.0, 2.0))
+        merged |= _merged_names(root)
         i = rng.randrange(len(running))
         running[i].send_signal(signal.SIGKILL)  # mid-compaction, mid-deletion, mid-gc
         running[i].wait()
@@ -210,7 +223,10 @@ def supervise(root: str, logs: Path, seed: int, txns: int, maintainers: int = 0)
     problems += [f"reader {i} exited with {r.wait(timeout=DEADLINE_S)}"
                  for i, r in enumerate(readers) if r.wait(timeout=DEADLINE_S) != 0]
     problems += check(root, logs)
-    print(f"maintainer killed {kills} times")
+    merged |= _merged_names(root)
+    print(f"maintainer killed {kills} times; merged segments seen: {len(merged)}")
+    if not merged:
+        problems.append("no merged segment was ever seen: segment merging was not exercised")
     if maintainers:
         starts = [Log(root).partition(TOPIC, p).log_start() for p in range(PARTITIONS)]
         print(f"delete-records moved the log starts to {deleted_to}; they are {starts}")
