@@ -12,8 +12,9 @@ What runs (separate OS processes on one log root):
   ``auto_offset_reset='none'``, so that a position deleted under them, or
   any other error, is an error they report (and exit non-zero); they record
   every record in the order received.
-* a maintainer: in a loop, ``Log.compact`` (leaving the newest offsets as
-  batch objects), ``Log.apply_retention`` (the topic keeps a few segments),
+* a maintainer: in a loop, compaction in small steps (leaving the newest
+  offsets as batch objects), ``Log.merge_segments`` (which joins those small
+  segments), ``Log.apply_retention`` (the topic keeps a few segments),
   ``Log.gc`` and temp-file removal; it prints the number of objects in
   each partition directory after every pass.  The supervisor SIGKILLs it
   at random moments and starts it again, so that compactions and deletions
@@ -25,6 +26,7 @@ What runs (separate OS processes on one log root):
 
 Then the supervisor lets one maintenance pass finish, the readers drain,
 and the checker verifies: every writer and reader finished without error;
+merged segments were made (else merging was not exercised);
 each reader saw, per partition, exactly the committed records, each once,
 in offset order, and nothing of an aborted transaction; the final read
 (from the log start) is the tail of what the readers saw, offset for
@@ -53,6 +55,7 @@ READERS = 2
 SEGMENT_BYTES = 1024 * 1024  # far more than a pass compacts: small segments, merged
 RETENTION_BYTES = 320 * 1024
 LAG = 40  # offsets per partition left as batch objects by the maintainer
+STEP = 20  # offsets per compaction of the maintainer role (small segments, which merge)
 DEADLINE_S = 240.0
 SELF = os.path.abspath(__file__)
 
@@ -139,7 +142,15 @@ def run_maintainer(args: argparse.Namespace) -> int:
     passes = 1 if args.once else 10**9
     for _ in range(passes):
         ends = {p: log.partition(TOPIC, p).end_offset() for p in range(PARTITIONS)}
-        log.compact(TOPIC, upto_lag=LAG)
+        # Compaction in steps of STEP offsets, as a maintainer compacting every few
+        # seconds would: the segments are small, and merging joins them.
+        for p in range(PARTITIONS):
+            part = log.partition(TOPIC, p)
+            for upto in range(part.compacted_end() + STEP, ends[p] - LAG + STEP, STEP):
+                while part.compact(SEGMENT_BYTES, 2, min(upto, ends[p] - LAG)) is not None:
+                    pass
+        merged = sum(len(m) for m in log.merge_segments(TOPIC).values())
+        print(f"M {merged}", flush=True)
         log.apply_retention(TOPIC)
         log.gc(chain_age_s=1.0, decision_age_s=1.0, temp_age_s=2.0)
         counts = " ".join(str(_objects(args.root, p)) for p in range(PARTITIONS))
@@ -224,9 +235,7 @@ def supervise(root: str, logs: Path, seed: int, txns: int, maintainers: int = 0)
                  for i, r in enumerate(readers) if r.wait(timeout=DEADLINE_S) != 0]
     problems += check(root, logs)
     merged |= _merged_names(root)
-    print(f"maintainer killed {kills} times; merged segments seen: {len(merged)}")
-    if not merged:
-        problems.append("no merged segment was ever seen: segment merging was not exercised")
+    print(f"maintainer killed {kills} times; merged segments seen in storage: {len(merged)}")
     if maintainers:
         starts = [Log(root).partition(TOPIC, p).log_start() for p in range(PARTITIONS)]
         print(f"delete-records moved the log starts to {deleted_to}; they are {starts}")
@@ -333,10 +342,12 @@ def _maintainer_counts(logs: Path, problems: list[str]) -> tuple[list[list[int]]
     (whose errors are problems too: two maintainers must never trip over each other)."""
     counts: list[list[int]] = []
     ends = [0] * PARTITIONS
-    deleted = 0
+    deleted = merged = 0
     for path in sorted(logs.glob("maintainer*.log")):
         for line in path.read_text().splitlines():
-            if line.startswith("O "):
+            if line.startswith("M "):
+                merged += int(line.split()[1])
+            elif line.startswith("O "):
                 fields = [int(f) for f in line.split()[1:]]
                 counts.append(fields[:PARTITIONS])
                 ends = [max(e, f) for e, f in zip(ends, fields[PARTITIONS:])]
@@ -344,12 +355,16 @@ def _maintainer_counts(logs: Path, problems: list[str]) -> tuple[list[list[int]]
                 report = json.loads(line)
                 problems.extend(f"{path.name}: {e}" for e in report["errors"])
                 deleted += report["segments_deleted"]
+                merged += report["segments_merged"]
                 counts.append([report["objects"].get(f"{TOPIC}-{p}", 0)
                                for p in range(PARTITIONS)])
             elif line.strip() and "txlog: error: a maintenance pass reported" not in line:
                 problems.append(f"{path.name}: {line}")
     if deleted:
         print(f"segments deleted by retention: {deleted}")
+    print(f"merged segments made: {merged}")
+    if not merged:
+        problems.append("no merged segment was made: segment merging was not exercised")
     return counts, ends
 
 

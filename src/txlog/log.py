@@ -26,6 +26,7 @@ from .partition.isolation import READ_COMMITTED
 from .partition.partition_log import PartitionLog
 from .partition.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PRODUCER_ID_EXPIRATION
 from .partition.retention import Retained
+from .partition.segment_merge import Merged
 from .storage.backends import Storage, open_storage
 from .storage.chain import VersionChain
 from .storage.names import validate_name
@@ -405,6 +406,14 @@ class Log:
             if merge:
                 part.merge_segments(max_bytes)
         return done
+
+    def merge_segments(self, topic: str, partitions: list[int] | None = None
+                       ) -> dict[int, list[Merged]]:
+        """Merge runs of each partition's adjacent small segments into segments of at most
+        the topic's ``segment.bytes`` (docs/protocol.md 7.3); ``compact`` does it too."""
+        max_bytes = self.describe_topic(topic, refresh=True).setting("segment.bytes")
+        return {p: self.partition(topic, p).merge_segments(max_bytes)
+                for p in self._partitions_of(topic, partitions)}
 
     def apply_retention(self, topic: str, partitions: list[int] | None = None,
                         now_ms: int | None = None) -> dict[int, Retained]:
