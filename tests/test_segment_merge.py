@@ -19,6 +19,7 @@ import pytest
 from helpers_core import DelegatingStorage
 from test_compaction import _mixed, _table
 from txlog import Log
+from txlog.admin.verify import verify_partition
 from txlog.errors import OffsetOutOfRangeError
 from txlog.format.segment import encode_merged
 from txlog.partition.isolation import READ_UNCOMMITTED
@@ -76,6 +77,8 @@ def test_a_merged_log_reads_as_before(tmp_path: Path) -> None:
     assert after[-1] == plain[-1]  # the newest segment is never merged
     assert _view(log) == before
     assert _view(Log(tmp_path)) == before  # a fresh process: state from the newest segment
+    report = verify_partition(log, "t", 0)  # every section checked against a replay
+    assert report.problems == [] and report.segments == len(after)
     # appending and compacting go on from the merged log
     producer = log.producer()
     producer.send("t", value=b"later", partition=0)
