@@ -9,7 +9,12 @@ test_maintenance_loop.py (Log.compact merges there).
 
 from __future__ import annotations
 
+import os
+import random
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -312,3 +317,60 @@ def test_a_merger_killed_at_any_step_leaves_a_readable_log(tmp_path: Path) -> No
         assert len(_segments(root)) <= 3
         shutil.rmtree(root)
     assert crashed > 5
+
+
+_MERGER = """
+import sys, time
+from txlog import Log
+from txlog.storage.backends import LocalStorage
+delete = LocalStorage.delete
+def slow_delete(self, path):  # a request per delete, as on an object store
+    time.sleep(0.01)
+    delete(self, path)
+LocalStorage.delete = slow_delete
+part = Log(sys.argv[1]).partition("t", 0)
+part.state()
+print("ready", flush=True)
+sys.stdin.readline()
+part.merge_segments(int(sys.argv[2]))
+print("done", flush=True)
+"""
+
+
+def test_a_merger_sigkilled_at_random_moments_leaves_a_readable_log(tmp_path: Path) -> None:
+    # Real processes, SIGKILLed a random time after they were told to merge (spread over
+    # how long a merge takes); each time every read must be as before, and the next
+    # merge must finish the job.
+    base = tmp_path / "base"
+    log = _log(base)
+    _small_segments(log, step=2)
+    before = _view(log)
+    timing = tmp_path / "timing"
+    shutil.copytree(base, timing)
+    part = Log(timing).partition("t", 0)
+    part.state()  # as the child, which says "ready" here
+    started = time.monotonic()
+    part.merge_segments(MAX)
+    took = time.monotonic() - started + 0.01 * len(_segments(base))  # the child's deletes
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
+    rng = random.Random(5)
+    outcomes = []
+    for n in range(8):
+        root = tmp_path / f"kill{n}"
+        shutil.copytree(base, root)
+        child = subprocess.Popen([sys.executable, "-c", _MERGER, str(root), str(MAX)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                 text=True)
+        assert child.stdout.readline().strip() == "ready"
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        time.sleep(rng.uniform(0, took))
+        child.kill()
+        child.wait()
+        outcomes.append(len(_segments(root)))
+        assert _view(Log(root)) == before, f"killed run {n}"
+        Log(root).compact("t")
+        assert _view(Log(root)) == before and len(_segments(root)) <= 3
+    print("segments left by each killed merger:", outcomes)
+    assert any(o > 3 for o in outcomes), "no merger was killed before it finished"
