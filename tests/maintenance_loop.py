@@ -12,8 +12,9 @@ What runs (separate OS processes on one log root):
   ``auto_offset_reset='none'``, so that a position deleted under them, or
   any other error, is an error they report (and exit non-zero); they record
   every record in the order received.
-* a maintainer: in a loop, ``Log.compact`` (leaving the newest offsets as
-  batch objects), ``Log.apply_retention`` (the topic keeps a few segments),
+* a maintainer: in a loop, compaction in small steps (leaving the newest
+  offsets as batch objects), ``Log.merge_segments`` (which joins those small
+  segments), ``Log.apply_retention`` (the topic keeps a few segments),
   ``Log.gc`` and temp-file removal; it prints the number of objects in
   each partition directory after every pass.  The supervisor SIGKILLs it
   at random moments and starts it again, so that compactions and deletions
@@ -25,6 +26,7 @@ What runs (separate OS processes on one log root):
 
 Then the supervisor lets one maintenance pass finish, the readers drain,
 and the checker verifies: every writer and reader finished without error;
+merged segments were made (else merging was not exercised);
 each reader saw, per partition, exactly the committed records, each once,
 in offset order, and nothing of an aborted transaction; the final read
 (from the log start) is the tail of what the readers saw, offset for
@@ -50,26 +52,43 @@ TOPIC = "events"
 PARTITIONS = 2
 WRITERS = 4
 READERS = 2
-SEGMENT_BYTES = 32 * 1024
+SEGMENT_BYTES = 1024 * 1024  # far more than a pass compacts: small segments, merged
 RETENTION_BYTES = 320 * 1024
 LAG = 40  # offsets per partition left as batch objects by the maintainer
+STEP = 20  # offsets per compaction of the maintainer role (small segments, which merge)
 DEADLINE_S = 240.0
 SELF = os.path.abspath(__file__)
 
 
-def _count(root: str, *parts: str) -> int:
-    """Objects under ``root/parts`` (a local directory or an object-store URL, whose
-    endpoint and credentials come from the environment, as the processes' do)."""
+def _names(root: str, *parts: str) -> list[str]:
+    """Paths of the objects under ``root/parts``, relative to it (a local directory or an
+    object-store URL, whose endpoint and credentials come from the environment, as the
+    processes' do)."""
     if "://" not in root:
-        return sum(len(files) for _, _, files in os.walk(Path(root, *parts)))
+        top = Path(root, *parts)
+        return [str(Path(d, f).relative_to(top)) for d, _, files in os.walk(top) for f in files]
     import fsspec
 
     fs, path = fsspec.core.url_to_fs("/".join([root.rstrip("/"), *parts]))
-    return len(fs.find(path)) if fs.exists(path) else 0
+    return [name[len(path):].lstrip("/") for name in fs.find(path)] if fs.exists(path) else []
+
+
+def _count(root: str, *parts: str) -> int:
+    return len(_names(root, *parts))
 
 
 def _objects(root: str, partition: int) -> int:
     return _count(root, "topics", TOPIC, str(partition))
+
+
+def _merged_names(root: str) -> set[str]:
+    """The merged segments (``<base>-<end>.segment``) in storage now, of every partition:
+    the loop must see some, or it did not exercise merging."""
+    found = set()
+    for p in range(PARTITIONS):
+        found.update(f"{p}/{n}" for n in _names(root, "topics", TOPIC, str(p), "segments")
+                     if "-" in n and n.endswith(".segment"))
+    return found
 
 
 # --- roles ------------------------------------------------------------------------------------
@@ -139,7 +158,15 @@ def run_maintainer(args: argparse.Namespace) -> int:
     passes = 1 if args.once else 10**9
     for _ in range(passes):
         ends = {p: log.partition(TOPIC, p).end_offset() for p in range(PARTITIONS)}
-        log.compact(TOPIC, upto_lag=LAG)
+        # Compaction in steps of STEP offsets, as a maintainer compacting every few
+        # seconds would: the segments are small, and merging joins them.
+        for p in range(PARTITIONS):
+            part = log.partition(TOPIC, p)
+            for upto in range(part.compacted_end() + STEP, ends[p] - LAG + STEP, STEP):
+                while part.compact(SEGMENT_BYTES, 2, min(upto, ends[p] - LAG)) is not None:
+                    pass
+        merged = sum(len(m) for m in log.merge_segments(TOPIC).values())
+        print(f"M {merged}", flush=True)
         log.apply_retention(TOPIC)
         log.gc(chain_age_s=1.0, decision_age_s=1.0, temp_age_s=2.0)
         counts = " ".join(str(_objects(args.root, p)) for p in range(PARTITIONS))
@@ -198,9 +225,11 @@ def supervise(root: str, logs: Path, seed: int, txns: int, maintainers: int = 0,
     running = [start(i) for i in range(max(maintainers, 1))]
     kills = 0
     deleted_to = [0] * PARTITIONS
+    merged: set[str] = set()
     deadline = time.monotonic() + DEADLINE_S
     while any(w.poll() is None for w in writers) and time.monotonic() < deadline:
         time.sleep(rng.uniform(*(kill_interval or ((1.0, 3.0) if not maintainers else (1.0, 2.0)))))
+        merged |= _merged_names(root)
         i = rng.randrange(len(running))
         running[i].send_signal(signal.SIGKILL)  # mid-compaction, mid-deletion, mid-gc
         running[i].wait()
@@ -222,7 +251,8 @@ def supervise(root: str, logs: Path, seed: int, txns: int, maintainers: int = 0,
     problems += [f"reader {i} exited with {r.wait(timeout=DEADLINE_S)}"
                  for i, r in enumerate(readers) if r.wait(timeout=DEADLINE_S) != 0]
     problems += check(root, logs)
-    print(f"maintainer killed {kills} times")
+    merged |= _merged_names(root)
+    print(f"maintainer killed {kills} times; merged segments seen in storage: {len(merged)}")
     if maintainers:
         starts = [Log(root).partition(TOPIC, p).log_start() for p in range(PARTITIONS)]
         print(f"delete-records moved the log starts to {deleted_to}; they are {starts}")
@@ -329,10 +359,12 @@ def _maintainer_counts(logs: Path, problems: list[str]) -> tuple[list[list[int]]
     (whose errors are problems too: two maintainers must never trip over each other)."""
     counts: list[list[int]] = []
     ends = [0] * PARTITIONS
-    deleted = 0
+    deleted = merged = 0
     for path in sorted(logs.glob("maintainer*.log")):
         for line in path.read_text().splitlines():
-            if line.startswith("O "):
+            if line.startswith("M "):
+                merged += int(line.split()[1])
+            elif line.startswith("O "):
                 fields = [int(f) for f in line.split()[1:]]
                 counts.append(fields[:PARTITIONS])
                 ends = [max(e, f) for e, f in zip(ends, fields[PARTITIONS:])]
@@ -340,12 +372,16 @@ def _maintainer_counts(logs: Path, problems: list[str]) -> tuple[list[list[int]]
                 report = json.loads(line)
                 problems.extend(f"{path.name}: {e}" for e in report["errors"])
                 deleted += report["segments_deleted"]
+                merged += report["segments_merged"]
                 counts.append([report["objects"].get(f"{TOPIC}-{p}", 0)
                                for p in range(PARTITIONS)])
             elif line.strip() and "txlog: error: a maintenance pass reported" not in line:
                 problems.append(f"{path.name}: {line}")
     if deleted:
         print(f"segments deleted by retention: {deleted}")
+    print(f"merged segments made: {merged}")
+    if not merged:
+        problems.append("no merged segment was made: segment merging was not exercised")
     return counts, ends
 
 

@@ -27,6 +27,7 @@ from .partition.isolation import READ_COMMITTED
 from .partition.partition_log import PartitionLog
 from .partition.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PRODUCER_ID_EXPIRATION
 from .partition.retention import Retained
+from .partition.segment_merge import Merged
 from .storage.backends import Storage, open_storage
 from .storage.chain import VersionChain
 from .storage.names import validate_name
@@ -391,9 +392,11 @@ class Log:
 
     def compact(self, topic: str, partitions: list[int] | None = None,
                 min_batches: int = DEFAULT_MIN_BATCHES, upto_lag: int = 0,
-                buffer_bytes: int = DEFAULT_BUFFER_BYTES) -> dict[int, list[Compacted]]:
+                buffer_bytes: int = DEFAULT_BUFFER_BYTES, merge: bool = True
+                ) -> dict[int, list[Compacted]]:
         """Merge each partition's batch objects into segments of at most the topic's
-        ``segment.bytes``, leaving the newest ``upto_lag`` offsets as batch objects.
+        ``segment.bytes``, leaving the newest ``upto_lag`` offsets as batch objects; then,
+        with ``merge``, merge runs of adjacent small segments (docs/protocol.md 7.3).
 
         Each segment is streamed into storage: memory is about ``buffer_bytes`` (an
         object store's upload part, at least 5 MiB on S3) and one batch, not
@@ -406,7 +409,17 @@ class Log:
             made = done[p] = []
             while (segment := part.compact(max_bytes, min_batches, upto, buffer_bytes)) is not None:
                 made.append(segment)
+            if merge:
+                part.merge_segments(max_bytes)
         return done
+
+    def merge_segments(self, topic: str, partitions: list[int] | None = None
+                       ) -> dict[int, list[Merged]]:
+        """Merge runs of each partition's adjacent small segments into segments of at most
+        the topic's ``segment.bytes`` (docs/protocol.md 7.3); ``compact`` does it too."""
+        max_bytes = self.describe_topic(topic, refresh=True).setting("segment.bytes")
+        return {p: self.partition(topic, p).merge_segments(max_bytes)
+                for p in self._partitions_of(topic, partitions)}
 
     def apply_retention(self, topic: str, partitions: list[int] | None = None,
                         now_ms: int | None = None) -> dict[int, Retained]:

@@ -29,7 +29,7 @@ from ..format.segment import (ABORTED_ENTRY, HEADER_SIZE, OFFSET_ENTRY, SEGMENT_
 from ..partition.state_manager import ANCHOR_BYTES
 from ..storage.backends import Storage
 from ..storage.paths import (BATCH_SUFFIX, SEGMENT_SUFFIX, batch_path, named_offsets, partition_dir,
-                             segment_bases, segment_path, segments_dir)
+                             listed_segment_names, segments_dir)
 
 if TYPE_CHECKING:
     from ..log import Log
@@ -153,6 +153,8 @@ def _url(storage: Storage, path: str) -> str:
 def _name_offset(path: str, suffix: str) -> int | None:
     name = path.rsplit("/", 1)[-1]
     stem = name[:-len(suffix)] if name.endswith(suffix) else ""
+    if suffix == SEGMENT_SUFFIX and "-" in stem:  # a merged segment: <base>-<end>
+        stem = stem.split("-", 1)[0]
     return int(stem) if stem.isdigit() else None
 
 
@@ -313,22 +315,32 @@ def dump_object(storage: Storage, path: str, expected_offset: int | None = None,
 @dataclass(frozen=True)
 class _Listing:
     segments: list[int]
+    paths: dict[int, str]  # base -> the segment's path (merged ones name their range)
     compacted_end: int | None  # None: the newest segment's header is unreadable
     batches: list[int]  # every batch object, the log's and strays
 
 
 def _list(storage: Storage, directory: str) -> _Listing:
-    segments = segment_bases(storage.list(segments_dir(directory)))
+    # The chain by names alone (docs/protocol.md 7.3): a segment starting inside a merged
+    # segment's range is hidden by it (a merge's inputs not deleted yet).
+    paths: dict[int, str] = {}
+    covered = -1
+    for base, end_, name in listed_segment_names(storage.list(segments_dir(directory))):
+        if base < covered:
+            continue
+        paths[base] = f"{segments_dir(directory)}/{name}"
+        covered = end_ if end_ is not None else base + 1
+    segments = sorted(paths)
     batches = named_offsets(storage.list(directory), BATCH_SUFFIX)
     end: int | None = 0
     if segments:
-        path = segment_path(directory, segments[-1])
+        path = paths[segments[-1]]
         try:
             end = decode_head(storage.read_prefix(path, HEADER_SIZE), path,
                               _url(storage, path), segments[-1]).end_offset
         except CorruptBatchError:
             end = None
-    return _Listing(segments, end, batches)
+    return _Listing(segments, paths, end, batches)
 
 
 def dump_partition(log: Log, topic: str, partition: int, start: int = 0,
@@ -388,7 +400,7 @@ def _walk(storage: Storage, directory: str, listing: _Listing, start: int,
         if i + 1 == len(segments) and listing.compacted_end is not None and \
                 listing.compacted_end <= start:
             break
-        path = segment_path(directory, base)
+        path = listing.paths[base]
         yield decode_segment(storage.read_buffer(path), path, _url(storage, path), base,
                              with_records, start)
     end = listing.compacted_end

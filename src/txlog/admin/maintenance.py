@@ -66,6 +66,7 @@ class PassReport:
     segments_made: int = 0
     batches_merged: int = 0
     bytes_compacted: int = 0
+    segments_merged: int = 0  # merged segments made (each replaced a run of small ones)
     segments_deleted: int = 0
     bytes_deleted: int = 0
     gc_removed: int = 0
@@ -166,10 +167,11 @@ class Maintainer:
 
         def work(topic: str, p: int) -> None:
             for made in self.log.compact(topic, [p], s.min_batches, s.lag,
-                                         s.compaction_buffer_bytes)[p]:
+                                         s.compaction_buffer_bytes, merge=False)[p]:
                 report.segments_made += 1
                 report.batches_merged += made.batches
                 report.bytes_compacted += made.bytes
+            report.segments_merged += len(self.log.merge_segments(topic, [p])[p])
         self._each("compact", partitions, report, work)
 
     def _retention(self, partitions: list[tuple[str, int]], report: PassReport) -> None:

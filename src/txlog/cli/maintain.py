@@ -100,6 +100,8 @@ def _line(report: PassReport) -> str:
     parts = [f"pass {report.number}: {'+'.join(report.steps) or 'nothing due'}"]
     if "compact" in report.steps:
         parts.append(f"{report.segments_made} segments made of {report.batches_merged} batches")
+        if report.segments_merged:
+            parts.append(f"{report.segments_merged} merged")
     if "retention" in report.steps:
         parts.append(f"{report.segments_deleted} segments deleted")
     if "gc" in report.steps:

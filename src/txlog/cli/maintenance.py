@@ -20,7 +20,8 @@ def add_compact(commands: Any, leaf_parser: LeafParser) -> None:
         commands, "compact", help="merge each partition's oldest batch objects into segments",
         description="Copy each partition's oldest run of batch objects, byte for byte, into "
                     "segments of at most the topic's segment.bytes, then delete the batch "
-                    "objects they replace. Safe while producers and consumers run. Prints "
+                    "objects they replace; then merge runs of adjacent small segments into "
+                    "one. Safe while producers and consumers run. Prints "
                     "per partition the segments made, the batches merged into them, their "
                     "bytes, and the partition's objects (segments and batch objects) before "
                     "and after.")

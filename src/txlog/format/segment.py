@@ -295,3 +295,55 @@ def read_time_index(storage: Storage, head: SegmentHead, index: SegmentIndex,
         raise CorruptSegmentError("segment time index is not monotonic or names batches the "
                                   "offset index does not have", url, head.base_offset)
     return TimeIndex(max_ts, bases)
+
+
+@dataclass(frozen=True, slots=True)
+class MergeInput:
+    """One segment of a merge, as read back: its header, its sections and its batches."""
+
+    head: SegmentHead
+    aborted: np.ndarray  # ABORTED_ENTRY rows
+    index: SegmentIndex
+    times: TimeIndex
+    data: bytes | pa.Buffer  # [data_start, total_length): its batches, back to back
+
+
+def encode_merged(inputs: list[MergeInput], snapshot: bytes, snapshot_crc: int) -> bytes:
+    """One segment holding the batches of adjacent segments ``inputs`` (oldest first).
+
+    Nothing is re-derived from the batches: the sections are the inputs'
+    joined (offset index rebased to the new data start, time index kept a
+    running maximum across the joins, aborted sections in order), and the
+    snapshot is the newest input's bytes, since it is the producer state at
+    the merged segment's end.  ``created_ms`` is the newest input's, so a
+    merge does not make old marker-only segments look young to retention.
+    """
+    first, last = inputs[0].head, inputs[-1].head
+    for a, b in zip(inputs, inputs[1:]):
+        if a.head.end_offset != b.head.base_offset:
+            raise ValueError(f"segments at {a.head.base_offset} and {b.head.base_offset} "
+                             "are not adjacent")
+    aborted = np.concatenate([i.aborted for i in inputs]).astype(ABORTED_ENTRY)
+    sizes = np.concatenate([i.index.sizes for i in inputs])
+    offsets = np.zeros(len(sizes), dtype=OFFSET_ENTRY)
+    offsets["base"] = np.concatenate([i.index.bases for i in inputs])
+    offsets["size"] = sizes
+    times = np.zeros(sum(len(i.times.bases) for i in inputs), dtype=TIME_ENTRY)
+    if len(times):
+        times["max_timestamp"] = np.maximum.accumulate(
+            np.concatenate([i.times.max_timestamps for i in inputs]))
+        times["base"] = np.concatenate([i.times.bases for i in inputs])
+    aborted_bytes = aborted.tobytes()
+    data_length = int(sizes.sum())
+    start = HEADER_SIZE + len(snapshot) + len(aborted_bytes) + \
+        len(offsets) * OFFSET_ENTRY.itemsize + len(times) * TIME_ENTRY.itemsize
+    offsets["position"] = start + np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    offset_index, time_index = offsets.tobytes(), times.tobytes()
+    fields = _HEADER.pack(
+        SEGMENT_MAGIC, 0, first.base_offset, last.end_offset, len(offsets), len(times),
+        bytes.fromhex(last.topic_id), last.created_ms, len(snapshot), snapshot_crc,
+        len(aborted), crc32c.crc32c(aborted_bytes), crc32c.crc32c(offset_index),
+        crc32c.crc32c(time_index), data_length)
+    header = fields[:4] + crc32c.crc32c(fields[8:]).to_bytes(4, "big") + fields[8:]
+    return b"".join([header, snapshot, aborted_bytes, offset_index, time_index,
+                     *(i.data for i in inputs)])

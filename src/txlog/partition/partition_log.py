@@ -22,6 +22,7 @@ from .isolation import READ_COMMITTED
 from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerState
 from .reader import OutcomeResolver, Piece, Reader
 from .retention import Retained, apply_retention, delete_records
+from .segment_merge import Merged, merge_all
 from .state_manager import StateManager
 from .storage_cache import BatchRef
 
@@ -158,6 +159,11 @@ class PartitionLog:
         """Merge the oldest run of batch objects into one segment (compaction.py), holding
         about ``buffer_bytes`` and one batch in memory, whatever ``max_bytes`` is."""
         return compact(self._states, max_bytes, min_batches, upto, buffer_bytes)
+
+    def merge_segments(self, max_bytes: int = DEFAULT_SEGMENT_BYTES) -> list[Merged]:
+        """Merge runs of adjacent small segments into segments of at most ``max_bytes``
+        (segment_merge.py), so that frequent compactions do not pile up segments."""
+        return merge_all(self._states, max_bytes)
 
     def remove_leftovers(self) -> list[str]:
         """Delete batch objects and snapshots the segments cover (a compaction killed

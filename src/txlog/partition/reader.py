@@ -66,7 +66,9 @@ class Reader:
         # object (the cache was dropped and reloaded) starts a new index.
         self._aborted = AbortedIndex()
         self._aborted_of: ProducerState | None = None
-        self._open_at_end: dict[int, int] = {}  # segment base -> _open_before (never changes)
+        # segment path -> _open_before (never changes; by path: a merged segment may
+        # share its base with the plain one it replaced)
+        self._open_at_end: dict[str, int] = {}
 
     def last_stable_offset(self, state: ProducerState) -> int:
         """First offset of the earliest undecided transaction, else the log end."""
@@ -153,11 +155,12 @@ class Reader:
     def _open_before(self, base: int) -> int:
         """The first offset of the earliest transaction still open at the end of the
         segment at ``base`` (its snapshot), or its end offset if none is."""
-        found = self._open_at_end.get(base)
+        path = self._states.cache.piece_path(base)
+        found = self._open_at_end.get(path)
         if found is None:
             head, state = self._states.segment_state(base)
             opened = [t.first_offset for t in state.open_transactions()]
-            found = self._open_at_end[base] = min(opened, default=head.end_offset)
+            found = self._open_at_end[head.path] = min(opened, default=head.end_offset)
         return found
 
     def read(self, start: int, end: int | None, isolation_level: str

@@ -49,20 +49,29 @@ def apply_retention(states: StateManager, retention_ms: int = -1, retention_byte
     """
     now_ms = clock.now_ms() if now_ms is None else now_ms
     cache = states.cache
-    heads = cache.segment_heads()
-    recorded = cache.recorded_starts()  # the same listing as the heads
-    start = max(heads[0].base_offset if heads else 0, recorded[-1] if recorded else 0)
+    with states.lock:
+        cache.list_segments()
+        pieces = cache.pieces()
+        hidden = cache.hidden_segments()
+        recorded = cache.recorded_starts()  # the same listing as the pieces
+    heads = []
+    for piece in pieces:
+        try:
+            heads.append((piece, cache.segment_head(piece.start)))
+        except FileNotFoundError:
+            continue  # deleted by another retention or merge since the listing
+    start = max(pieces[0].start if pieces else 0, recorded[-1] if recorded else 0)
     doomed = []
     if len(heads) >= 2 and (retention_ms >= 0 or retention_bytes >= 0 or recorded):
         tail_bytes = cache.tail_sizes(states.state().end_offset)[1]
-        total = sum(h.total_length for h in heads) + tail_bytes
-        for head in heads[:-1]:
-            by_start = head.end_offset <= start
+        total = sum(h.total_length for _, h in heads) + tail_bytes
+        for piece, head in heads[:-1]:
+            by_start = piece.end <= start
             by_size = retention_bytes >= 0 and total - head.total_length >= retention_bytes
             by_time = False
             if retention_ms >= 0 and not (by_start or by_size):
                 try:
-                    newest = cache.time_index(head.base_offset).newest
+                    newest = cache.time_index(piece.start).newest
                 except FileNotFoundError:  # another retention (oldest first) deleted it
                     total -= head.total_length
                     continue
@@ -70,21 +79,35 @@ def apply_retention(states: StateManager, retention_ms: int = -1, retention_byte
                 by_time = newest < now_ms - retention_ms
             if not (by_start or by_size or by_time):
                 break
-            doomed.append(head)
+            doomed.append((piece, head))
             total -= head.total_length
+    largest = recorded[-1] if recorded else 0
     if doomed:
-        retire_batches(states, doomed[-1].end_offset)
-    for head in doomed:
-        states.storage.delete(head.path)
+        cut = doomed[-1][0].end
+        if cut > largest:
+            # The new log start is recorded before anything goes, so that a merge or a
+            # compaction that publishes late below it cannot move the log start back
+            # (docs/protocol.md 7.3).
+            record = LogStartRecord(cut, states.topic_id, clock.now_ms())
+            states.storage.publish_if_absent(log_start_path(states.dir, cut),
+                                             encode_log_start(record))
+            largest = cut
+        retire_batches(states, cut)
+        for _, head in doomed:
+            states.storage.delete(head.path)
+        for _, end, path in hidden:  # covered by another segment, and below the log start
+            if end <= cut:
+                states.storage.delete(path)
     # Records below the largest one no longer say anything (the largest is the log
     # start and is never deleted, so the log start cannot move back).
-    for offset in recorded[:-1]:
-        states.storage.delete(log_start_path(states.dir, offset))
+    for offset in recorded:
+        if offset < largest:
+            states.storage.delete(log_start_path(states.dir, offset))
     log_start = cache.log_start()  # listed again: another retention may have run meanwhile
     if doomed:
         logger.info("%s-%d: retention deleted %d segments; log start offset now %d",
                     states.topic, states.partition, len(doomed), log_start)
-    return Retained(len(doomed), sum(h.total_length for h in doomed), log_start)
+    return Retained(len(doomed), sum(h.total_length for _, h in doomed), log_start)
 
 
 def delete_records(states: StateManager, offset: int) -> int:

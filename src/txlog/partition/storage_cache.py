@@ -29,8 +29,8 @@ from ..format.segment import (CorruptSegmentError, SegmentHead, SegmentIndex, Ti
                               read_aborted, read_head, read_header, read_index, read_time_index)
 from ..format.topic_ids import current_topic_id
 from ..storage.backends import Storage
-from ..storage.paths import (BATCH_SUFFIX, LOG_START_SUFFIX, batch_path, named_offsets,
-                             partition_dir, segment_bases, segment_path, segments_dir)
+from ..storage.paths import (BATCH_SUFFIX, LOG_START_SUFFIX, batch_path, listed_segment_names,
+                             named_offsets, partition_dir, segment_path, segments_dir)
 
 RELOADS = 5  # listings or loads in one call before giving up (storage keeps changing under us)
 
@@ -47,6 +47,23 @@ class BatchRef:
     @property
     def in_segment(self) -> bool:
         return self.size >= 0
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentPiece:
+    """A segment as the listing uses it: the offsets from ``start`` that it serves.
+
+    ``start`` is the segment's base, or later when an earlier segment of the
+    listing already covers its first offsets (two merges that overlapped, or
+    a compactor that published late: docs/protocol.md 7.3).  ``end`` is known
+    for merged segments (from the name) and for those whose header was read;
+    None means "up to the next piece".
+    """
+
+    start: int
+    base: int
+    end: int | None
+    path: str
 
 
 class StorageCache:
@@ -71,18 +88,24 @@ class StorageCache:
         self._bases: list[int] = []
         self._bases_complete = False
         self._headers: dict[int, BatchHeader] = {}
-        # Segments as last listed: their bases, and where the newest ends.
+        # Segments as last listed: where each piece of the chain starts (the segment's
+        # base, or later: SegmentPiece), the pieces by start, the segments the chain hides
+        # (wholly covered by another: ``(base, end, path)``), and where the newest ends.
         self._segment_bases: list[int] = []
+        self._pieces: dict[int, SegmentPiece] = {}
+        self._hidden: list[tuple[int, int, str]] = []
         self._compacted_end = 0
         # The largest log start recorded by delete-records (0: none), and when the
         # segments directory, which holds those records, was last listed.
         self._recorded_start = 0
         self._recorded_starts: list[int] = []
         self._listed_at = float("-inf")
-        self._heads: dict[int, SegmentHead] = {}
-        self._indexes: dict[int, SegmentIndex] = {}
-        self._time_indexes: dict[int, TimeIndex] = {}
-        self._aborted: dict[int, list[tuple[int, int, int]]] = {}
+        # Keyed by the segment's path: a merged segment and the plain one it replaced
+        # may share a base offset.
+        self._heads: dict[str, SegmentHead] = {}
+        self._indexes: dict[str, SegmentIndex] = {}
+        self._time_indexes: dict[str, TimeIndex] = {}
+        self._aborted: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
 
     # --- paths and headers ----------------------------------------------------
 
@@ -90,7 +113,19 @@ class StorageCache:
         return batch_path(self.dir, offset)
 
     def segment_path(self, base: int) -> str:
+        """The plain segment name at ``base`` (the one compaction claims)."""
         return segment_path(self.dir, base)
+
+    def piece(self, start: int) -> SegmentPiece:
+        """The segment serving the piece of the last listing that starts at ``start``
+        (the plain segment there if the listing has no such piece)."""
+        found = self._pieces.get(start)
+        if found is None:
+            found = SegmentPiece(start, start, None, self.segment_path(start))
+        return found
+
+    def piece_path(self, start: int) -> str:
+        return self.piece(start).path
 
     def url(self, path: str) -> str:
         """``path`` as a full URL, for error messages that name the object."""
@@ -163,11 +198,12 @@ class StorageCache:
 
     # --- segments -------------------------------------------------------------
 
-    def listed_segments(self) -> list[int]:
-        """Bases of the segments in storage now (one listing, no header read).
+    def listed_segments(self) -> list[tuple[int, int | None, str]]:
+        """The segments in storage now, ``(base, end or None, name)`` sorted (one listing,
+        no header read: ``end`` is known from a merged segment's name only).
 
-        The same listing names the log starts recorded by delete-records: the
-        cache keeps the largest (log start records only ever raise it).
+        The same listing names the log starts recorded by delete-records and
+        retention: the cache keeps the largest (log start records only ever raise it).
         """
         names = self.storage.list(segments_dir(self.dir))
         with self.lock:
@@ -175,23 +211,83 @@ class StorageCache:
             if self._recorded_starts:
                 self._recorded_start = max(self._recorded_start, self._recorded_starts[-1])
             self._listed_at = time.monotonic()
-        return segment_bases(names)
+        return listed_segment_names(names)
+
+    def _chain(self, listed: list[tuple[int, int | None, str]]
+               ) -> tuple[list[SegmentPiece], list[tuple[int, int, str]]]:
+        """The pieces a listing reads from, and the segments it hides (docs/protocol.md 7.3).
+
+        Every segment in storage holds the log's own bytes for its range, so
+        any segment covering an offset may serve it; the chain takes, for each
+        offset, the segment with the smallest base (at one base the merged
+        segment with the larger end, then the plain one).  A segment whose
+        range another covers wholly is hidden; one that reaches further
+        serves only its part past the covered offsets.  A plain segment's end
+        is read from its header only where it matters: when it starts inside
+        a range already covered, when it starts below the recorded log start,
+        and for the newest (the compacted end).
+        """
+        pieces: list[SegmentPiece] = []
+        hidden: list[tuple[int, int, str]] = []
+        cur_end: int | None = None
+        seg_dir = segments_dir(self.dir)
+        for base, end, name in listed:
+            path = f"{seg_dir}/{name}"
+            if cur_end is not None and base < cur_end:
+                if end is None:
+                    end = self.head_of(path, base).end_offset
+                if end <= cur_end:
+                    hidden.append((base, end, path))
+                    continue
+                pieces.append(SegmentPiece(cur_end, base, end, path))
+                cur_end = end
+                continue
+            if end is None and base < self._recorded_start:
+                end = self.head_of(path, base).end_offset
+            pieces.append(SegmentPiece(base, base, end, path))
+            cur_end = end if end is not None else base + 1
+        return pieces, hidden
 
     def list_segments(self) -> list[int]:
-        """List the segments again (they come and go under compaction and retention)."""
+        """List the segments again (they come and go under compaction, merging and
+        retention); returns where the pieces of the chain start."""
         with self.lock:
             for _ in range(RELOADS):
-                bases = self.listed_segments()
+                listed = self.listed_segments()
                 try:
-                    end = self.segment_head(bases[-1]).end_offset if bases else 0
+                    pieces, hidden = self._chain(listed)
+                    end = 0
+                    if pieces:
+                        last = pieces[-1]
+                        end = last.end if last.end is not None else \
+                            self.head_of(last.path, last.base).end_offset
                 except FileNotFoundError:
-                    continue  # deleted by retention after a newer one was made: list again
-                self._segment_bases = bases
+                    continue  # deleted by retention or merging meanwhile: list again
+                self._pieces = {p.start: p for p in pieces}
+                self._segment_bases = [p.start for p in pieces]
+                self._hidden = hidden
                 self._compacted_end = end
                 self._bases = [b for b in self._bases if b >= end]
-                return bases
+                return list(self._segment_bases)
             raise StorageError(f"{self.topic}-{self.partition}: the segments kept changing "
                                f"under this process ({RELOADS} listings)")
+
+    def pieces(self) -> list[SegmentPiece]:
+        """The pieces of the chain as last listed, oldest first (ends filled in from the
+        next piece, or the compacted end for the newest)."""
+        starts = self._segment_bases
+        out = []
+        for i, start in enumerate(starts):
+            p = self._pieces[start]
+            end = p.end if p.end is not None else \
+                (starts[i + 1] if i + 1 < len(starts) else self._compacted_end)
+            out.append(SegmentPiece(p.start, p.base, end, p.path))
+        return out
+
+    def hidden_segments(self) -> list[tuple[int, int, str]]:
+        """``(base, end, path)`` of the segments the last listing hides: wholly covered by
+        another segment (a merge's inputs not deleted yet, or a late duplicate)."""
+        return list(self._hidden)
 
     def compacted_end(self, refresh: bool = False) -> int:
         """Where the segments end and batch objects begin (as last listed)."""
@@ -222,15 +318,20 @@ class StorageCache:
         """Seconds since the segments directory (and the log start records) were listed."""
         return time.monotonic() - self._listed_at
 
-    def segment_head(self, base: int) -> SegmentHead:
-        """A segment's header (its range and sections); the snapshot is not read."""
-        head = self._heads.get(base)
+    def head_of(self, path: str, base: int) -> SegmentHead:
+        """The header of the segment at ``path`` (based at ``base``), cached."""
+        head = self._heads.get(path)
         if head is None:
-            path = self.segment_path(base)
             head = read_header(self.storage, path, self.url(path), base)
             self._check_topic_id(head)
-            self._heads[base] = head
+            self._heads[path] = head
         return head
+
+    def segment_head(self, base: int) -> SegmentHead:
+        """The header (range and sections; not the snapshot) of the segment serving the
+        piece at ``base``."""
+        p = self.piece(base)
+        return self.head_of(p.path, p.base)
 
     def _check_topic_id(self, head: SegmentHead) -> None:
         if head.topic_id != self.topic_id:
@@ -243,37 +344,44 @@ class StorageCache:
     def segment_snapshot(self, base: int) -> tuple[SegmentHead, object]:
         """A segment's header and its snapshot's fields, undecoded (the state manager
         decodes them: the rules of a producer state are not this cache's business)."""
-        path = self.segment_path(base)
-        head, fields = read_head(self.storage, path, self.url(path), base)
+        p = self.piece(base)
+        head, fields = read_head(self.storage, p.path, self.url(p.path), p.base)
         self._check_topic_id(head)
-        self._heads[base] = head
+        self._heads[p.path] = head
         return head, fields
 
     def segment_index(self, base: int) -> SegmentIndex:
-        index = self._indexes.get(base)
+        head = self.segment_head(base)
+        index = self._indexes.get(head.path)
         if index is None:
-            head = self.segment_head(base)
-            index = self._indexes[base] = read_index(self.storage, head, self.url(head.path))
+            index = self._indexes[head.path] = read_index(self.storage, head,
+                                                          self.url(head.path))
         return index
 
     def time_index(self, base: int) -> TimeIndex:
         """A segment's time index (lookups by time and retention only need it)."""
-        index = self._time_indexes.get(base)
+        head = self.segment_head(base)
+        index = self._time_indexes.get(head.path)
         if index is None:
-            head = self.segment_head(base)
-            index = self._time_indexes[base] = read_time_index(
+            index = self._time_indexes[head.path] = read_time_index(
                 self.storage, head, self.segment_index(base), self.url(head.path))
         return index
 
     def segment_aborted(self, base: int) -> list[tuple[int, int, int]]:
         """``(producer id, first offset, marker offset)`` of the transactions aborted in a
-        segment (its aborted section: the reader's aborted index below the compacted end)."""
-        found = self._aborted.get(base)
+        segment (its aborted section: the reader's aborted index below the compacted end).
+
+        Of a piece that starts past its segment's base, only the markers from the
+        piece's start: the earlier ones are the earlier pieces' (each once, in order).
+        """
+        head = self.segment_head(base)
+        found = self._aborted.get((head.path, base))
         if found is None:
-            head = self.segment_head(base)
             rows = read_aborted(self.storage, head, self.url(head.path))
-            found = self._aborted[base] = list(zip(rows["producer_id"].tolist(),
-                                                   rows["first"].tolist(), rows["last"].tolist()))
+            if base > head.base_offset:
+                rows = rows[rows["last"] >= base]
+            found = self._aborted[(head.path, base)] = list(zip(
+                rows["producer_id"].tolist(), rows["first"].tolist(), rows["last"].tolist()))
         return found
 
     def listed_bases(self) -> list[int]:
@@ -282,8 +390,8 @@ class StorageCache:
 
     def _segment_refs(self, base: int, start: int, end: int) -> list[BatchRef]:
         index = self.segment_index(base)
-        path = self.segment_path(base)
-        lo = max(index.find(start), 0)
+        path = self.piece_path(base)
+        lo = max(index.find(max(start, base)), 0)
         hi = int(index.bases.searchsorted(end, side="left"))
         return [BatchRef(int(b), path, int(p), int(n)) for b, p, n in
                 zip(index.bases[lo:hi], index.positions[lo:hi], index.sizes[lo:hi])]
@@ -350,7 +458,8 @@ class StorageCache:
         for i in range(bisect.bisect_right(bases, start) - 1, len(bases)):
             if bases[i] >= end:
                 break
-            out.extend(self._segment_refs(bases[i], start, end))
+            stop = min(end, bases[i + 1]) if i + 1 < len(bases) else end
+            out.extend(self._segment_refs(bases[i], start, stop))
         return out
 
     def ref_of(self, base: int) -> BatchRef:
@@ -374,7 +483,8 @@ class StorageCache:
                     f"(log start offset {bases[0]})")
             if base < self._compacted_end:
                 i = bisect.bisect_right(bases, base) - 1
-                found = self._segment_refs(bases[i], base, base + 1)
+                stop = min(base + 1, bases[i + 1]) if i + 1 < len(bases) else base + 1
+                found = self._segment_refs(bases[i], base, stop)
                 if found and found[0].base == base:
                     return found[0]
         raise CorruptBatchError("batch file is missing from the log",
@@ -414,8 +524,8 @@ class StorageCache:
         return None
 
     def segment_heads(self) -> list[SegmentHead]:
-        """The segments' headers, oldest first, as listed now (one that retention deleted
-        since the listing is left out)."""
+        """The headers of the segments the chain reads from, oldest first, as listed now
+        (one that retention deleted since the listing is left out)."""
         heads = []
         for base in self.list_segments():
             try:

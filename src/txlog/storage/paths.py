@@ -96,6 +96,35 @@ def segment_bases(names: list[str]) -> list[int]:
     return named_offsets(names, SEGMENT_SUFFIX)
 
 
+def merged_segment_name(base_offset: int, end_offset: int) -> str:
+    """``<base:020d>-<end:020d>.segment``: a merged segment names its whole range, so a
+    listing alone tells which other segments it covers (docs/format.md 4.9)."""
+    return f"{base_offset:0{OFFSET_DIGITS}d}-{end_offset:0{OFFSET_DIGITS}d}{SEGMENT_SUFFIX}"
+
+
+def merged_segment_path(directory: str, base_offset: int, end_offset: int) -> str:
+    return f"{segments_dir(directory)}/{merged_segment_name(base_offset, end_offset)}"
+
+
+def listed_segment_names(names: list[str]) -> list[tuple[int, int | None, str]]:
+    """``(base, end, name)`` of every segment among ``names``, sorted by base, then by end
+    descending with a merged segment before the plain one at its base; ``end`` is None for
+    a plain ``<base>.segment`` (its end is in its header only)."""
+    out = []
+    for n in names:
+        if not n.endswith(SEGMENT_SUFFIX):
+            continue
+        stem = n[:-len(SEGMENT_SUFFIX)]
+        if stem.isdigit():
+            out.append((int(stem), None, n))
+            continue
+        lo, sep, hi = stem.partition("-")
+        if sep and lo.isdigit() and hi.isdigit() and int(lo) < int(hi):
+            out.append((int(lo), int(hi), n))
+    out.sort(key=lambda s: (s[0], -(s[1] if s[1] is not None else -1)))
+    return out
+
+
 def log_start_path(directory: str, offset: int) -> str:
     """The record that moves the log start of partition directory ``directory`` to ``offset``
     (DeleteRecords).  It sits beside the segments so that the one listing that finds them
