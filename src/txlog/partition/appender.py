@@ -26,7 +26,7 @@ from ..errors import StorageError, TxlogError
 from ..storage.backends import Storage
 from ..storage.paths import data_object_path
 from .producer_state import ProducerState
-from .state_manager import ANCHOR_BYTES, StateManager
+from .state_manager import ANCHOR_BYTES, SnapshotGone, StateManager
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +135,9 @@ class Appender:
                     if guessed:
                         continue
                     raise
+                except SnapshotGone:  # the state's unread producer entries went away
+                    states.reload()
+                    continue
                 if not isinstance(step, _Slot):
                     if guessed:
                         continue
