@@ -469,3 +469,31 @@ def test_v4_reads_version_3_snapshot_files(tmp_path: Path) -> None:
     state = Log(counting).partition("t", 0).state()
     assert counting.paths("read_prefix")[0].endswith(f"{last.header.base_offset:020d}.batch")
     assert state.to_dict() == full.to_dict()
+
+
+@pytest.mark.parametrize("loss", ["pruned", "damaged"])
+def test_v4_an_append_whose_unread_entries_went_away_loads_the_state_again(
+        tmp_path: Path, loss: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The snapshot a process loaded its fields from is pruned (or its entries section is
+    damaged) before an append needs an entry: the process loads again, and the producer's
+    last batch is still recognised as a duplicate."""
+    import logging
+    from dataclasses import replace
+
+    root = tmp_path / "log"
+    _fill(root, SNAPSHOT_INTERVAL + 5)
+    snap = _snapshots(root)[-1]
+    last = read_chain(root, "t", 0)[-1].header
+    part = Log(root).partition("t", 0)
+    assert part.state().producers.unread  # fields only, so far
+    if loss == "pruned":
+        snap.unlink()
+    else:
+        data = bytearray(snap.read_bytes())
+        data[-3] ^= 0xFF  # inside the entries section
+        snap.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="txlog.partition.state_manager"):
+        again = part.append(replace(last, base_offset=0), b"x")
+    assert again.duplicate and again.base_offset == last.base_offset
+    assert (loss == "damaged") == any("entries section is damaged" in r.getMessage()
+                                      for r in caplog.records)
