@@ -497,3 +497,23 @@ def test_v4_an_append_whose_unread_entries_went_away_loads_the_state_again(
     assert again.duplicate and again.base_offset == last.base_offset
     assert (loss == "damaged") == any("entries section is damaged" in r.getMessage()
                                       for r in caplog.records)
+
+
+def test_v4_a_refresh_whose_snapshot_was_pruned_meanwhile_returns_a_usable_state(
+        tmp_path: Path) -> None:
+    """A process holding a state loaded from a snapshot that another process pruned writes
+    its own snapshot on a refresh: reading the entries fails, and the refresh loads again
+    rather than return the state it just dropped (seen in the Jepsen harness as an
+    assertion after a publish)."""
+    root = tmp_path / "log"
+    _fill(root, SNAPSHOT_INTERVAL + 5)
+    loaded_from = _snapshots(root)[-1]
+    held = Log(root).partition("t", 0)
+    assert held.state().producers.unread
+    other = Log(root).producer(linger_ms=0)
+    for i in range(2 * SNAPSHOT_INTERVAL + 2):
+        other.send("t", b"o%d" % i, partition=0).get()
+    assert not loaded_from.exists()  # pruned by the other process's snapshots
+    state = held.state()
+    assert state is held.state()  # the cached state, not a dropped one
+    assert state.to_dict() == _state_from_all_headers(root).to_dict()

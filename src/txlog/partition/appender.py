@@ -130,6 +130,9 @@ class Appender:
                 state = states.state() if fresh else states.believed_state()
                 guessed, fresh = not fresh, True
                 try:
+                    # The producer entries are read before anything is published, so that
+                    # applying the batch afterwards (an expiry among them) needs no read.
+                    state.producers.load()
                     step = prepare(state)
                 except TxlogError:
                     if guessed:

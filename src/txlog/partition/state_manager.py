@@ -149,8 +149,8 @@ class StateManager:
                 except FileNotFoundError:  # an expiry needed entries whose source is gone
                     self._drop_cache()
                     continue
-                if self._since_snapshot >= SNAPSHOT_INTERVAL:
-                    self._write_snapshot(state)
+                if self._since_snapshot >= SNAPSHOT_INTERVAL and not self._write_snapshot(state):
+                    continue  # its unread entries were gone: loaded again
                 return state
             raise StorageError(f"{self.topic}-{self.partition}: the log kept changing under "
                                f"this process ({RELOADS} reloads in one refresh)")
@@ -445,12 +445,15 @@ class StateManager:
                              "recorded checksum")
         return state, _Anchor(base, self.cache.batch_path(base), anchor)
 
-    def _write_snapshot(self, state: ProducerState) -> None:
-        """Publish a snapshot; it is only a cache, so failing to write one is harmless."""
+    def _write_snapshot(self, state: ProducerState) -> bool:
+        """Publish a snapshot; it is only a cache, so failing to write one is harmless.
+
+        False if the state's unread producer entries were gone (the cache is
+        then dropped: the state must not be used)."""
         self._since_snapshot = 0
         anchor = self._anchor
         if anchor is None or anchor.next_segment is not None:
-            return  # nothing since the newest segment, whose own snapshot serves
+            return True  # nothing since the newest segment, whose own snapshot serves
         # Segments cover everything before the compacted end as this process listed it
         # (at most the true one): the list can start there.
         try:
@@ -459,11 +462,13 @@ class StateManager:
             # Right before publishing: a topic re-created since the refresh is
             # not ours to write into (the loader's id check covers the rest).
             if current_topic_id(self.storage, self.topic) != self.topic_id:
-                return
+                return True
             self.storage.publish_if_absent(self.snapshot_path(state.end_offset), data)
             for old in self._snapshot_offsets()[:-SNAPSHOTS_KEPT]:
                 self.storage.delete(self.snapshot_path(old))
         except SnapshotGone:
             self._drop_cache()  # the entries this state had not read are gone: reload
+            return False
         except OSError:
             pass  # e.g. a read-only reader: it just rebuilds from the older snapshot next time
+        return True
