@@ -517,3 +517,28 @@ def test_v4_a_refresh_whose_snapshot_was_pruned_meanwhile_returns_a_usable_state
     state = held.state()
     assert state is held.state()  # the cached state, not a dropped one
     assert state.to_dict() == _state_from_all_headers(root).to_dict()
+
+
+def test_v4_damaged_entries_of_a_segment_are_an_error_naming_it(tmp_path: Path) -> None:
+    """A segment's state is part of the log (its batches are gone): damage in its entries
+    section is refused clearly when an append first needs an entry, not guessed around."""
+    from dataclasses import replace
+
+    from txlog.errors import CorruptBatchError
+    from txlog.format.segment import read_head
+
+    root = tmp_path / "log"
+    log = _fill(root, 10)
+    log.compact("t")
+    last = read_chain(root, "t", 0)[-1].header
+    [segment] = sorted((root / "topics" / "t" / "0" / "segments").glob("*.segment"))
+    _, fields = read_head(LocalStorage(str(root)), str(segment.relative_to(root)), "", 0)
+    data = bytearray(segment.read_bytes())
+    data[fields["_entries_at"] + 20] ^= 0xFF
+    segment.chmod(0o644)
+    segment.write_bytes(bytes(data))
+    part = Log(root).partition("t", 0)
+    assert part.last_stable_offset() == last.next_offset  # readers need no entry
+    with pytest.raises(CorruptBatchError, match="producer entries checksum") as info:
+        part.append(replace(last, base_offset=0), b"x")
+    assert segment.name in str(info.value)

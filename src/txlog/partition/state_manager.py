@@ -49,16 +49,18 @@ SNAPSHOT_FORMATS_READ = (2, 3, 4)  # a version 2 snapshot's aborted list is comp
 # needs one.
 SNAPSHOT_HEAD_READ = 4 * 1024
 
-
-class SnapshotGone(FileNotFoundError):
-    """The snapshot or segment a state's unread entries are in is gone (pruned, compacted
-    or merged away) or damaged: the state must be loaded again from storage."""
 # How recently the cached state must have been proven current (a refresh, or an anchor
 # check after an append) for an append to try its slot without refreshing first
 # (docs/protocol.md, section 1): the batches of one flush follow each other within
 # it, while a writer that held a partition idle refreshes, and so cannot publish
 # into a topic deleted and re-created meanwhile.
 GUESS_WINDOW_S = 0.5
+
+
+class SnapshotGone(FileNotFoundError):
+    """The snapshot or segment a state's unread entries are in is gone (pruned, compacted
+    or merged away), or a snapshot file's entries are damaged: the state must be loaded
+    again from storage.  (A segment's damaged entries are a CorruptSegmentError.)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,18 +264,21 @@ class StateManager:
         the batches it replaced are gone)."""
         head, fields = self.cache.segment_snapshot(base)
         url = self.cache.url(head.path)
-
         at = fields.pop("_entries_at", None) if isinstance(fields, dict) else None
+        described = fields.get("entries") if isinstance(fields, dict) else None
+        crc = described.get("crc") if isinstance(described, dict) else None
 
         def entries(length: int) -> bytes | memoryview:
             # The section follows the fields in the snapshot section (format.md 4.2).
-            if at is None:
-                raise ValueError("a version 4 snapshot that is not framed")
             try:
-                return memoryview(self.storage.read_range(head.path, at, length))
+                data = memoryview(self.storage.read_range(head.path, at, length))
             except FileNotFoundError:
                 raise SnapshotGone(f"segment {url} is gone (its producer entries with it)") \
                     from None
+            if len(data) != length or crc32c.crc32c(data) != crc:
+                raise CorruptSegmentError("segment producer entries checksum mismatch (or "
+                                          "truncated)", url, base)
+            return data
         try:
             return head, self.state_from_fields(fields, head.end_offset,
                                                 entries if at is not None else None)
