@@ -19,7 +19,8 @@ For each window of ``--window`` jobs (default 1,000) it prints: job p50 and
 p95 and micro-batch p50 (ms), the time a fresh ``Log`` (no caches: what a
 new process pays) needs to compute every partition's LSO, the largest
 producer state a snapshot would carry (bytes), objects per partition
-directory (largest), and objects under ``coordinator/``.  With matplotlib
+directory (largest), objects under ``coordinator/``, and the largest
+snapshot fields alone (what a fresh reader reads, bytes).  With matplotlib
 installed it draws them to ``--plot``; without, it says so and skips it.
 """
 
@@ -35,6 +36,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+import msgpack  # noqa: E402
 
 from txlog import Log, SharedTransaction, StreamSink  # noqa: E402
 
@@ -96,8 +99,16 @@ def fresh_lso_ms(root: str, partitions: int, storage_options: dict | None) -> fl
     return (time.perf_counter() - start) * 1000
 
 
-def largest_state(log: Log, partitions: int) -> int:
-    return max(len(log.partition(TOPIC, p).state().to_bytes()) for p in range(partitions))
+def largest_state(log: Log, partitions: int) -> tuple[int, int]:
+    """The largest snapshot a partition's state makes (fields and producer entries, as a
+    snapshot file holds them), and the largest fields alone (what a reader of the log
+    reads: format.md 3.1)."""
+    sizes = []
+    for p in range(partitions):
+        fields, entries = log.partition(TOPIC, p).state().snapshot_parts()
+        packed = len(msgpack.packb(fields))
+        sizes.append((packed + len(entries), packed))
+    return max(s[0] for s in sizes), max(s[1] for s in sizes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
           f"transactional.id.expiration.ms {args.txn_id_expiration_ms}, "
           f"producer.id.expiration.ms {args.producer_id_expiration_ms}")
     header = ("jobs", "job p50 ms", "job p95 ms", "mb p50 ms", "fresh LSO ms",
-              "largest state B", "objects/partition", "coordinator objects")
+              "largest state B", "objects/partition", "coordinator objects",
+              "largest fields B")
     print(" | ".join(header))
     rows = []
     job_ms: list[float] = []
@@ -163,16 +175,16 @@ def main(argv: list[str] | None = None) -> int:
             log.gc(chain_age_s=0, temp_age_s=0, txn_id_expiration_ms=args.txn_id_expiration_ms,
                    decision_age_s=args.txn_id_expiration_ms / 1000)
         if n % args.window == 0:
+            state_bytes, fields_bytes = largest_state(log, args.partitions)
             row = (n, statistics.median(job_ms), _pct(job_ms, 0.95),
                    statistics.median(mb_ms) if mb_ms else float("nan"),
-                   fresh_lso_ms(root, args.partitions, options),
-                   largest_state(log, args.partitions),
+                   fresh_lso_ms(root, args.partitions, options), state_bytes,
                    max(_files(root, "topics", TOPIC, str(p), storage_options=options)
                        for p in range(args.partitions)),
-                   _files(root, "coordinator", storage_options=options))
+                   _files(root, "coordinator", storage_options=options), fields_bytes)
             rows.append(row)
             print(f"{row[0]} | {row[1]:.1f} | {row[2]:.1f} | {row[3]:.1f} | {row[4]:.1f} | "
-                  f"{row[5]} | {row[6]} | {row[7]}", flush=True)
+                  f"{row[5]} | {row[6]} | {row[7]} | {row[8]}", flush=True)
             job_ms, mb_ms = [], []
     print(f"total {time.perf_counter() - started:.0f} s")
     if len(rows) >= 3:
@@ -192,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             x = [r[0] for r in rows]
             for ax, (cols, title) in zip(axes.flat, [((1, 2, 3), "ms per job / micro-batch"),
                                                      ((4,), "fresh-process LSO, ms"),
-                                                     ((5,), "largest producer state, bytes"),
+                                                     ((5, 8), "largest producer state, bytes"),
                                                      ((6, 7), "objects")]):
                 for c in cols:
                     ax.plot(x, [r[c] for r in rows], marker="o", label=header[c])

@@ -22,6 +22,7 @@ import pytest
 
 from txlog import (DecisionConflictError, InconsistentTopicIdError, Log, ProducerFencedError,
                    TxlogError)
+from txlog.format.snapshot_frame import unframe
 from txlog.storage.paths import BATCH_SUFFIX
 from txlog.storage.backends import LocalStorage
 
@@ -283,7 +284,7 @@ def test_processes_holding_a_topic_across_delete_and_recreate(tmp_path: Path) ->
     # No snapshot of the old incarnation (or past the new log's end) in the new topic.
     topic_id = Log(root).describe_topic("t").topic_id
     for snap in (root / "topics" / "t" / "0" / "snapshots").glob("*.snapshot"):
-        body = msgpack.unpackb(snap.read_bytes()[4:])
+        body = unframe(snap.read_bytes())[0]
         assert body["topic_id"] == topic_id and body["end"] <= chain[-1].header.next_offset
     for out in outcomes["reader"]:
         if "ok" in out:
@@ -309,6 +310,7 @@ def test_bad_snapshot_is_skipped_with_a_warning_and_the_state_rebuilt(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str) -> None:
     import crc32c
 
+    from txlog.format.snapshot_frame import frame, unframe
     from txlog.partition.state_manager import SNAPSHOT_INTERVAL
 
     root = tmp_path / "log"
@@ -328,10 +330,9 @@ def test_bad_snapshot_is_skipped_with_a_warning_and_the_state_rebuilt(
         body = msgpack.packb({"v": 2, "end": "x", "producers": 7})
         data = crc32c.crc32c(body).to_bytes(4, "big") + body
     else:
-        body = msgpack.unpackb(data[4:])
-        body["topic_id"] = "0" * 32
-        body = msgpack.packb(body)
-        data = crc32c.crc32c(body).to_bytes(4, "big") + body
+        fields, at = unframe(data)
+        fields["topic_id"] = "0" * 32
+        data = frame(fields, data[at:])
     snap.write_bytes(data)
 
     with caplog.at_level(logging.WARNING, logger="txlog.partition.state_manager"):

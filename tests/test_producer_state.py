@@ -15,7 +15,8 @@ import pytest
 from txlog import InvalidProducerEpochError, Log, OutOfOrderSequenceError, ProducerFencedError
 from txlog.format.batch import (ABORT, COMMIT, CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader,
                                 ControlRecord)
-from txlog.partition.state_manager import SNAPSHOT_INTERVAL
+from txlog.format.segment import HEAD_READ_SIZE, HEADER_SIZE
+from txlog.partition.state_manager import SNAPSHOT_HEAD_READ, SNAPSHOT_INTERVAL
 from txlog.partition.producer_state import INT32_MAX, NUM_BATCHES_TO_RETAIN, ProducerState
 from txlog.storage.backends import LocalStorage
 from txlog.storage.paths import SNAPSHOT_DIR, SNAPSHOT_SUFFIX
@@ -299,3 +300,245 @@ def test_aborted_index_agrees_with_a_linear_scan() -> None:
             expected = any(a.producer_id == pid and a.first_offset <= offset <= a.last_offset
                            for a in ranges)
             assert index.covers(pid, offset) == expected, (pid, offset)
+
+
+# --- snapshot version 4: the producer entries read only when an append needs one ---------
+
+
+def _unread(state: ProducerState) -> tuple[ProducerState, list[int]]:
+    """``state`` through a version 4 snapshot, with a loader that counts its reads."""
+    fields, data = state.snapshot_parts()
+    reads: list[int] = []
+
+    def load() -> bytes:
+        reads.append(len(data))
+        return data
+
+    return ProducerState.from_dict(fields, entries=load), reads
+
+
+def test_v4_state_decodes_its_entries_only_when_an_append_needs_one() -> None:
+    state = build_rich_state()
+    full = state.to_dict()
+    restored, reads = _unread(state)
+    assert [t.producer_id for t in restored.open_transactions()] == [3]  # from the fields
+    assert restored.end_offset == state.end_offset and restored.aborted == state.aborted
+    assert reads == []
+    dup = hdr(restored, seq=18, pid=1)
+    assert restored.check_append(dup) == state.check_append(dup)  # one entry decoded
+    assert len(reads) == 1
+    assert restored.to_dict() == full  # every entry, as the full fold had it
+    assert len(reads) == 1
+
+
+def test_v4_batches_applied_before_the_entries_are_read_fold_onto_them() -> None:
+    """A reader folds headers without the section; the entries it then reads are exact."""
+    state = build_rich_state()
+    restored, reads = _unread(state)
+    steps = []
+    for make in (lambda: hdr(state, seq=21, pid=1),
+                 lambda: hdr(state, seq=0, pid=2, epoch=2, transactional=True, decision="d2c")):
+        steps.append(make())
+        state.apply(steps[-1])
+        restored.apply(steps[-1])
+    abort = BatchHeader(base_offset=state.end_offset, record_count=1,
+                        attributes=CONTROL_BIT | TRANSACTIONAL_BIT, producer_id=2,
+                        producer_epoch=3)
+    control = ControlRecord(ABORT, 0, steps[1].base_offset)
+    state.apply(abort, control)
+    restored.apply(abort, control)
+    later = hdr(state, seq=0, pid=9)
+    state.apply(later)
+    restored.apply(later)
+    assert reads == []  # nothing so far needed an entry
+    assert restored.open_transactions() == state.open_transactions()
+    assert restored.aborted == state.aborted
+    assert restored.to_dict() == state.to_dict() and len(reads) == 1
+
+
+def test_v4_an_old_epoch_known_only_from_the_unread_section_is_fenced() -> None:
+    state = build_rich_state()  # producer 2 is at epoch 2 (its last marker), in the section
+    restored, reads = _unread(state)
+    zombie = hdr(restored, seq=2, pid=2, epoch=1, transactional=True, decision="d2b")
+    with pytest.raises(ProducerFencedError, match="older than epoch 2"):
+        restored.check_append(zombie)
+    assert len(reads) == 1
+    plain = hdr(restored, seq=0, pid=1, epoch=0)
+    with pytest.raises(OutOfOrderSequenceError):  # producer 1 is at sequence 20
+        restored.check_append(plain)
+
+
+def test_v4_section_decoding_refuses_damage() -> None:
+    fields, data = build_rich_state().snapshot_parts()
+    assert data[:4] == b"TXE\x01" and fields["entries"]["count"] == 2  # producers 1 and 2
+    for bad in (data[:-1], data[:20] + bytes([data[20] ^ 1]) + data[21:]):
+        damaged = ProducerState.from_dict(fields, entries=lambda bad=bad: bad)
+        with pytest.raises(ValueError, match="checksum"):
+            damaged.producers.get(1)
+    with pytest.raises(ValueError, match="without its entries section"):
+        ProducerState.from_dict(fields)
+
+
+class _RangeCounting(CountingStorage):
+    """Counts the bytes of every prefix and ranged read."""
+
+    def __init__(self, inner: LocalStorage) -> None:
+        super().__init__(inner)
+        self.ranges: list[tuple[str, int, int]] = []
+        self.prefix_bytes: dict[str, int] = {}
+
+    def read_prefix(self, path: str, length: int) -> bytes:
+        data = super().read_prefix(path, length)
+        self.prefix_bytes[path] = self.prefix_bytes.get(path, 0) + len(data)
+        return data
+
+    def read_range(self, path: str, start: int, length: int):  # noqa: ANN201
+        self.ranges.append((path, start, length))
+        return super().read_range(path, start, length)
+
+
+def test_v4_a_fresh_lso_reads_no_producer_entries_and_an_append_reads_them_once(
+        tmp_path: Path) -> None:
+    from txlog.partition.partition_log import PartitionLog
+
+    root = tmp_path / "log"
+    log = Log(root, fsync=False)
+    log.create_topic("t", 1)
+    topic_id = log.partition("t", 0).topic_id
+    part = PartitionLog(log.storage, "t", 0, topic_id)  # no coordinator: headers by hand
+
+    def batch(pid: int, epoch: int = 3, seq: int = 0, transactional: bool = False) -> None:
+        part.append(BatchHeader(base_offset=0, record_count=1, base_timestamp=10, max_timestamp=20,
+                                producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                                attributes=TRANSACTIONAL_BIT if transactional else 0,
+                                decision_id="d" if transactional else ""), b"x")
+
+    for pid in range(1000, 1400):  # 400 entries: a section of ~25 KB
+        batch(pid)
+    batch(7, transactional=True)
+    opened = part.end_offset() - 1
+    log.compact("t")
+    for pid in range(2000, 2000 + SNAPSHOT_INTERVAL + 2):  # and a snapshot file after it
+        batch(pid)
+    part.state()
+    snaps = _snapshots(root)
+    assert snaps and snaps[-1].stat().st_size > 20_000
+
+    counting = _RangeCounting(LocalStorage(str(root)))
+    fresh = Log(counting)
+    assert fresh.last_stable_offset("t", 0) == opened
+    assert counting.ranges == []  # no producer entry section was read
+    # Bounded prefixes (the fields and what follows them in one read), never the ~25 KB
+    # of entries after them, and nothing decoded from those bytes.
+    read = {Path(p).suffix: n for p, n in counting.prefix_bytes.items()}
+    assert read[SNAPSHOT_SUFFIX] <= SNAPSHOT_HEAD_READ < snaps[-1].stat().st_size, read
+    assert read[".segment"] <= HEAD_READ_SIZE + HEADER_SIZE, read  # head, then its header
+
+    zombie = PartitionLog(counting, "t", 0, topic_id)
+    with pytest.raises(InvalidProducerEpochError):
+        zombie.append(BatchHeader(base_offset=0, record_count=1, producer_id=1005, producer_epoch=2), b"x")
+    assert [p for p, _, _ in counting.ranges] == [str(snaps[-1].relative_to(root))]
+    again = zombie.append(BatchHeader(base_offset=0, record_count=1, base_timestamp=10, max_timestamp=20,
+                                      producer_id=1010, producer_epoch=3, base_sequence=0),
+                          b"x")
+    assert again.duplicate and len(counting.ranges) == 1  # decoded from the same read
+
+
+def test_v4_reads_version_3_snapshot_files(tmp_path: Path) -> None:
+    """A snapshot file written before version 4 (whole msgpack, one checksum) still loads."""
+    import crc32c
+    import msgpack
+
+    root = tmp_path / "log"
+    _fill(root, SNAPSHOT_INTERVAL + 5)
+    snap = _snapshots(root)[-1]
+    end = int(snap.name[:-len(SNAPSHOT_SUFFIX)])
+    full = _state_from_all_headers(root)
+    prefix = ProducerState()
+    for b in read_chain(root, "t", 0):
+        if b.header.base_offset < end:
+            prefix.apply(b.header)
+            last = b
+    fields = {"v": 3, "topic_id": Log(root).partition("t", 0).topic_id,
+              "last": [last.header.base_offset, snap.parent.parent.joinpath(
+                  last.path.name).read_bytes()[:8]], **prefix.to_dict()}
+    fields["aborted_from"] = 0
+    body = msgpack.packb(fields)
+    snap.write_bytes(crc32c.crc32c(body).to_bytes(4, "big") + body)
+    counting = CountingStorage(LocalStorage(str(root)))
+    state = Log(counting).partition("t", 0).state()
+    assert counting.paths("read_prefix")[0].endswith(f"{last.header.base_offset:020d}.batch")
+    assert state.to_dict() == full.to_dict()
+
+
+@pytest.mark.parametrize("loss", ["pruned", "damaged"])
+def test_v4_an_append_whose_unread_entries_went_away_loads_the_state_again(
+        tmp_path: Path, loss: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The snapshot a process loaded its fields from is pruned (or its entries section is
+    damaged) before an append needs an entry: the process loads again, and the producer's
+    last batch is still recognised as a duplicate."""
+    import logging
+    from dataclasses import replace
+
+    root = tmp_path / "log"
+    _fill(root, SNAPSHOT_INTERVAL + 5)
+    snap = _snapshots(root)[-1]
+    last = read_chain(root, "t", 0)[-1].header
+    part = Log(root).partition("t", 0)
+    assert part.state().producers.unread  # fields only, so far
+    if loss == "pruned":
+        snap.unlink()
+    else:
+        data = bytearray(snap.read_bytes())
+        data[-3] ^= 0xFF  # inside the entries section
+        snap.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="txlog.partition.state_manager"):
+        again = part.append(replace(last, base_offset=0), b"x")
+    assert again.duplicate and again.base_offset == last.base_offset
+    assert (loss == "damaged") == any("entries section is damaged" in r.getMessage()
+                                      for r in caplog.records)
+
+
+def test_v4_a_refresh_whose_snapshot_was_pruned_meanwhile_returns_a_usable_state(
+        tmp_path: Path) -> None:
+    """A process holding a state loaded from a snapshot that another process pruned writes
+    its own snapshot on a refresh: reading the entries fails, and the refresh loads again
+    rather than return the state it just dropped (seen in the Jepsen harness as an
+    assertion after a publish)."""
+    root = tmp_path / "log"
+    _fill(root, SNAPSHOT_INTERVAL + 5)
+    loaded_from = _snapshots(root)[-1]
+    held = Log(root).partition("t", 0)
+    assert held.state().producers.unread
+    other = Log(root).producer(linger_ms=0)
+    for i in range(2 * SNAPSHOT_INTERVAL + 2):
+        other.send("t", b"o%d" % i, partition=0).get()
+    assert not loaded_from.exists()  # pruned by the other process's snapshots
+    state = held.state()
+    assert state is held.state()  # the cached state, not a dropped one
+    assert state.to_dict() == _state_from_all_headers(root).to_dict()
+
+
+def test_v4_damaged_entries_of_a_segment_are_an_error_naming_it(tmp_path: Path) -> None:
+    """A segment's state is part of the log (its batches are gone): damage in its entries
+    section is refused clearly when an append first needs an entry, not guessed around."""
+    from dataclasses import replace
+
+    from txlog.errors import CorruptBatchError
+    from txlog.format.segment import read_head
+
+    root = tmp_path / "log"
+    log = _fill(root, 10)
+    log.compact("t")
+    last = read_chain(root, "t", 0)[-1].header
+    [segment] = sorted((root / "topics" / "t" / "0" / "segments").glob("*.segment"))
+    _, fields = read_head(LocalStorage(str(root)), str(segment.relative_to(root)), "", 0)
+    data = bytearray(segment.read_bytes())
+    data[fields["_entries_at"] + 20] ^= 0xFF
+    segment.chmod(0o644)
+    segment.write_bytes(bytes(data))
+    part = Log(root).partition("t", 0)
+    assert part.last_stable_offset() == last.next_offset  # readers need no entry
+    with pytest.raises(CorruptBatchError, match="producer entries checksum") as info:
+        part.append(replace(last, base_offset=0), b"x")
+    assert segment.name in str(info.value)

@@ -24,6 +24,7 @@ import pyarrow as pa
 from ..format.batch import (COMMIT, BatchHeader, ControlRecord, check_claim, decode_control,
                             decode_header, decode_records, payload_of, referenced_payload)
 from ..errors import CorruptBatchError, StorageError
+from ..format.snapshot_frame import is_framed, unframe
 from ..format.segment import (ABORTED_ENTRY, HEADER_SIZE, OFFSET_ENTRY, SEGMENT_MAGIC, TIME_ENTRY,
                               SegmentHead, decode_head)
 from ..partition.state_manager import ANCHOR_BYTES
@@ -105,6 +106,7 @@ class SegmentDump:
     offset_index: np.ndarray | None = None  # OFFSET_ENTRY
     time_index: np.ndarray | None = None  # TIME_ENTRY
     batches: list[BatchDump] = field(default_factory=list)
+    entries: bytes = b""  # a framed (version 4) snapshot's producer entries section
 
     @property
     def problem(self) -> str | None:
@@ -234,9 +236,14 @@ def decode_segment(data: pa.Buffer | bytes, path: str, url: str, base: int | Non
         if not ok:
             problems.append(f"segment {what} checksum mismatch (or truncated)")
     snapshot = None
+    entries = b""
     if snap_ok:
         try:
-            snapshot = msgpack.unpackb(snap)
+            if is_framed(snap):
+                snapshot, at = unframe(snap)
+                entries = bytes(snap[at:])
+            else:
+                snapshot = msgpack.unpackb(snap)
         except Exception as exc:  # garbage under a valid checksum: report, never raise
             problems.append(f"segment snapshot does not decode: {exc}")
         if snapshot is not None and not isinstance(snapshot, dict):
@@ -252,7 +259,7 @@ def decode_segment(data: pa.Buffer | bytes, path: str, url: str, base: int | Non
                               count=head.data_batch_count)
     batches = _walk_batches(view, head, path, url, offsets, with_records, start, problems)
     return SegmentDump(path, len(view), head, problems, checksums, snapshot, aborted_arr,
-                       offsets, times, batches)
+                       offsets, times, batches, entries)
 
 
 def _walk_batches(view: memoryview, head: SegmentHead, path: str, url: str,

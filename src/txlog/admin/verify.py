@@ -187,7 +187,8 @@ class _Replay:
             problems.append(f"{s.path}: snapshot does not name the segment's last batch "
                             f"(offset {last.header.base_offset}) as the one it ends with")
         try:
-            snapshot = ProducerState.from_dict(fields)
+            snapshot = ProducerState.from_dict(fields, entries=lambda: s.entries)
+            snapshot.producers.load()
         except ValueError as exc:
             problems.append(f"{s.path}: snapshot is not a producer state: {exc}")
             return True

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from .batch import BatchHeader
+from .snapshot_frame import FRAME_SIZE, framed_length, is_framed, unframe
 from ..errors import CorruptBatchError
 from ..storage.backends import Storage
 
@@ -139,11 +140,12 @@ class AbortedRange(Protocol):
 
 def encode_segment(topic_id: str, base_offset: int,
                    batches: list[tuple[BatchHeader, bytes | pa.Buffer]], state_end: int,
-                   state_aborted: Iterable[AbortedRange], snapshot_fields: dict,
+                   state_aborted: Iterable[AbortedRange], snapshot_fields: dict | bytes,
                    created_ms: int) -> bytes:
     """A segment holding ``batches`` (headers and their whole bytes, consecutive from
     ``base_offset``) and the producer state at their end: where it ends, the transactions
-    it knows aborted, and its snapshot (``snapshot_fields``)."""
+    it knows aborted, and its snapshot (``snapshot_fields``: a framed version 4 snapshot,
+    or older fields as a map)."""
     head = encode_segment_head(topic_id, base_offset,
                                [(h, len(memoryview(d))) for h, d in batches], state_end,
                                state_aborted, snapshot_fields, created_ms)
@@ -152,7 +154,7 @@ def encode_segment(topic_id: str, base_offset: int,
 
 def encode_segment_head(topic_id: str, base_offset: int,
                         batches: list[tuple[BatchHeader, int]], state_end: int,
-                        state_aborted: Iterable[AbortedRange], snapshot_fields: dict,
+                        state_aborted: Iterable[AbortedRange], snapshot_fields: dict | bytes,
                         created_ms: int) -> bytes:
     """Every byte of a segment before its data: header, snapshot, aborted section and
     indexes, from the batches' headers and inline sizes alone.
@@ -182,7 +184,8 @@ def encode_segment_head(topic_id: str, base_offset: int,
     aborted_arr["producer_id"] = [a.producer_id for a in aborted]
     aborted_arr["first"] = [a.first_offset for a in aborted]
     aborted_arr["last"] = [a.last_offset for a in aborted]
-    snapshot = msgpack.packb(snapshot_fields)
+    snapshot = snapshot_fields if isinstance(snapshot_fields, bytes) else \
+        msgpack.packb(snapshot_fields)
     aborted_bytes = aborted_arr.tobytes()
     data_length = int(sizes.sum())
     start = HEADER_SIZE + len(snapshot) + len(aborted_bytes) + \
@@ -238,10 +241,27 @@ def read_head(storage: Storage, path: str, url: str, base_offset: int
               ) -> tuple[SegmentHead, dict]:
     """The header and the producer-state snapshot fields of a segment (one read, usually).
 
+    A framed (version 4) snapshot's fields are read and checked without its
+    producer entries section (format.md 3.1): the fields get ``_entries_at``,
+    where the section starts in the object (added here, never stored).
     FileNotFoundError if the segment is gone (retention).
     """
     data = storage.read_prefix(path, HEAD_READ_SIZE)
     head = decode_head(data, path, url, base_offset)
+    if head.snapshot_length >= FRAME_SIZE and is_framed(
+            memoryview(data)[HEADER_SIZE:HEADER_SIZE + FRAME_SIZE]):
+        length = framed_length(memoryview(data)[HEADER_SIZE:])
+        if length > head.snapshot_length:
+            raise CorruptSegmentError("segment snapshot fields overrun the section", url,
+                                      base_offset)
+        if len(data) < HEADER_SIZE + length:
+            data = storage.read_prefix(path, HEADER_SIZE + length)
+        try:
+            fields, entries_at = unframe(memoryview(data)[HEADER_SIZE:HEADER_SIZE + length])
+        except ValueError as exc:
+            raise CorruptSegmentError(f"segment snapshot: {exc}", url, base_offset) from None
+        fields["_entries_at"] = HEADER_SIZE + entries_at
+        return head, fields
     if len(data) < HEADER_SIZE + head.snapshot_length:
         data = storage.read_prefix(path, HEADER_SIZE + head.snapshot_length)
     snapshot = _section(data, HEADER_SIZE, head.snapshot_length, head.snapshot_crc, "snapshot",

@@ -27,7 +27,7 @@ from ..errors import StorageError, TxlogError
 from ..storage.backends import Storage
 from ..storage.paths import data_object_path
 from .producer_state import ProducerState
-from .state_manager import ANCHOR_BYTES, StateManager
+from .state_manager import ANCHOR_BYTES, SnapshotGone, StateManager
 
 logger = logging.getLogger(__name__)
 
@@ -181,11 +181,17 @@ class Appender:
                 state = states.state() if fresh else states.believed_state()
                 guessed, fresh = not fresh, True
                 try:
+                    # The producer entries are read before anything is published, so that
+                    # applying the batch afterwards (an expiry among them) needs no read.
+                    state.producers.load()
                     step = prepare(state)
                 except TxlogError:
                     if guessed:
                         continue
                     raise
+                except SnapshotGone:  # the state's unread producer entries went away
+                    states.reload()
+                    continue
                 if not isinstance(step, _Slot):
                     if guessed:
                         continue

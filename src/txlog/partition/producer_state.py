@@ -19,11 +19,14 @@ A producer's CreateTime never counts: a backfill may set it years back.
 from __future__ import annotations
 
 import bisect
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import crc32c
 import msgpack
+import numpy as np
 
 from ..format.batch import ABORT, NO_SEQUENCE, BatchHeader, ControlRecord
 from ..errors import (InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError,
@@ -60,6 +63,9 @@ class ProducerEntry:
     transactional_id: str = ""
     last_timestamp: int = -1
     last_append: int = -1  # the log clock (largest append time) at its last batch or marker
+    # Batches applied before the snapshot section that may hold this producer's older
+    # entry was read: (header, control, clock), folded onto it when read (ProducerEntries).
+    pending: list[tuple[BatchHeader, ControlRecord | None, int]] | None = None
 
     @property
     def last_seq(self) -> int:
@@ -121,8 +127,380 @@ class AbortedIndex:
         return i >= 0 and offset <= self._lasts[producer_id][i]
 
 
+def _fold(entry: ProducerEntry, header: BatchHeader, control: ControlRecord | None,
+          clock: int) -> int:
+    """Advance one producer's entry past its batch (the log clock then at ``clock``); the
+    first offset of the transaction an ABORT marker ends, else -1."""
+    if header.producer_epoch > entry.epoch:
+        entry.epoch = header.producer_epoch
+        entry.batches = []
+    entry.last_timestamp = header.max_timestamp
+    entry.last_append = clock
+    aborted_first = -1
+    if header.is_control:
+        assert control is not None
+        if control.type == ABORT and entry.in_transaction:
+            aborted_first = entry.txn_first_offset
+        entry.txn_first_offset = -1
+        entry.decision_id = ""
+    else:
+        entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence,
+                                           header.base_offset, header.record_count))
+        del entry.batches[:-NUM_BATCHES_TO_RETAIN]
+        if header.is_transactional and not entry.in_transaction:
+            entry.txn_first_offset = header.base_offset
+            entry.decision_id = header.decision_id
+            entry.transactional_id = header.transactional_id
+    return aborted_first
+
+
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+# --- the producer entries section (format.md, section 3.1) ----------------------------
+
+ENTRIES_MAGIC = b"TXE\x01"
+_ENTRIES_HEAD = struct.Struct(">4sIII")  # magic, entries, batches, transactional-id bytes
+ENTRY_ROW = np.dtype([("producer_id", ">i8"), ("last_timestamp", ">i8"),
+                      ("last_append", ">i8"), ("epoch", ">i4"), ("batch_start", ">u4"),
+                      ("txid_start", ">u4"), ("txid_length", ">u4"), ("batch_count", "u1")])
+# 41 bytes
+BATCH_ROW = np.dtype([("first_seq", ">i4"), ("last_seq", ">i4"), ("record_count", ">i4"),
+                      ("base_offset", ">i8")])  # 20 bytes
+# Reads the entries section of the snapshot a state was loaded from (its bytes, checked
+# by the state): called only when an entry the state has not decoded is needed.
+EntriesLoader = Callable[[], "bytes | memoryview"]
+
+
+class _Columns:
+    """The entries of a producer-state section as arrays, sorted by producer id: a lookup
+    is one binary search and decodes one entry, never the others."""
+
+    def __init__(self, rows: np.ndarray, batches: np.ndarray, txids: bytes) -> None:
+        self.rows = rows
+        self.batches = batches
+        self.txids = txids
+        self.pids = rows["producer_id"].astype(np.int64)
+        self.alive = np.ones(len(rows), dtype=bool)  # cleared by expiry and by removal
+
+    def find(self, pid: int) -> int:
+        i = int(np.searchsorted(self.pids, pid))
+        return i if i < len(self.pids) and self.pids[i] == pid and self.alive[i] else -1
+
+    def entry(self, i: int) -> ProducerEntry:
+        row = self.rows[i]
+        start, count = int(row["batch_start"]), int(row["batch_count"])
+        batches = [BatchMetadata(int(b["first_seq"]), int(b["last_seq"]), int(b["base_offset"]),
+                                 int(b["record_count"]))
+                   for b in self.batches[start:start + count]]
+        t0 = int(row["txid_start"])
+        txid = self.txids[t0:t0 + int(row["txid_length"])].decode()
+        return ProducerEntry(int(row["producer_id"]), int(row["epoch"]), batches, -1, "", txid,
+                             int(row["last_timestamp"]), int(row["last_append"]))
+
+    def min_append(self) -> int:
+        alive = self.rows["last_append"][self.alive]
+        return int(alive.min()) if len(alive) else _NEVER
+
+    @classmethod
+    def parse(cls, data: bytes | memoryview, count: int, end: int) -> _Columns:
+        """Check a section (ValueError on anything inconsistent, vectorised) and wrap it."""
+        data = memoryview(data)
+        if len(data) < _ENTRIES_HEAD.size:
+            raise ValueError("producer entries section truncated")
+        magic, n, nb, nt = _ENTRIES_HEAD.unpack_from(data, 0)
+        if magic != ENTRIES_MAGIC or n != count:
+            raise ValueError(f"not a producer entries section of {count} entries")
+        at = _ENTRIES_HEAD.size
+        ends = (at + n * ENTRY_ROW.itemsize, at + n * ENTRY_ROW.itemsize + nb * BATCH_ROW.itemsize)
+        if len(data) != ends[1] + nt:
+            raise ValueError("producer entries section has the wrong length")
+        rows = np.frombuffer(data[at:ends[0]], dtype=ENTRY_ROW)
+        batches = np.frombuffer(data[ends[0]:ends[1]], dtype=BATCH_ROW)
+        txids = bytes(data[ends[1]:])
+        counts = rows["batch_count"].astype(np.int64)
+        lengths = rows["txid_length"].astype(np.int64)
+        pids = rows["producer_id"].astype(np.int64)
+        if n and (pids[0] < 0 or np.any(np.diff(pids) <= 0)):
+            raise ValueError("producer ids not strictly increasing and non-negative")
+        if np.any(counts > NUM_BATCHES_TO_RETAIN) or \
+                np.any(rows["batch_start"].astype(np.int64) != np.cumsum(counts) - counts) or \
+                int(counts.sum()) != nb or \
+                np.any(rows["txid_start"].astype(np.int64) != np.cumsum(lengths) - lengths) or \
+                int(lengths.sum()) != nt:
+            raise ValueError("producer entries do not tile their batches and ids")
+        base = batches["base_offset"].astype(np.int64)
+        if np.any(base < 0) or np.any(base >= end) or np.any(batches["record_count"] < 1):
+            raise ValueError("a producer batch outside the prefix")
+        txids.decode()  # UnicodeDecodeError is a ValueError
+        return cls(rows, batches, txids)
+
+    @staticmethod
+    def encode(parts: list[tuple[np.ndarray, np.ndarray, bytes]]) -> bytes:
+        """One section of the given (rows, batches, ids) parts, merged by producer id; each
+        part's ``batch_start``/``txid_start`` are relative to its own arrays."""
+        rows = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, ENTRY_ROW)
+        bstarts, tstarts, bchunks, tchunks = [], [], [], []
+        boff = toff = 0
+        for prow, pbat, ptx in parts:
+            bstarts.append(prow["batch_start"].astype(np.int64) + boff)
+            tstarts.append(prow["txid_start"].astype(np.int64) + toff)
+            bchunks.append(pbat)
+            tchunks.append(np.frombuffer(ptx, dtype=np.uint8))
+            boff += len(pbat)
+            toff += len(ptx)
+        order = np.argsort(rows["producer_id"].astype(np.int64), kind="stable")
+        rows = rows[order]
+        if not len(rows):
+            return _ENTRIES_HEAD.pack(ENTRIES_MAGIC, 0, 0, 0)
+        bstart = np.concatenate(bstarts)[order]
+        tstart = np.concatenate(tstarts)[order]
+        all_batches = np.concatenate(bchunks) if bchunks else np.zeros(0, BATCH_ROW)
+        all_txids = np.concatenate(tchunks) if tchunks else np.zeros(0, np.uint8)
+        bcount = rows["batch_count"].astype(np.int64)
+        tlen = rows["txid_length"].astype(np.int64)
+        batches = all_batches[_gather(bstart, bcount)]
+        txids = all_txids[_gather(tstart, tlen)].tobytes()
+        rows = rows.copy()
+        rows["batch_start"] = np.cumsum(bcount) - bcount
+        rows["txid_start"] = np.cumsum(tlen) - tlen
+        return b"".join([_ENTRIES_HEAD.pack(ENTRIES_MAGIC, len(rows), len(batches), len(txids)),
+                         rows.astype(ENTRY_ROW).tobytes(), batches.astype(BATCH_ROW).tobytes(),
+                         txids])
+
+    def kept(self, drop: np.ndarray) -> tuple[np.ndarray, np.ndarray, bytes]:
+        """This section's live rows whose producer id is not in ``drop``, as an encode part."""
+        keep = self.alive & ~np.isin(self.pids, drop)
+        return self.rows[keep], self.batches, self.txids
+
+
+def _gather(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Indexes ``starts[i] .. starts[i] + counts[i]`` for every i, concatenated (no loop)."""
+    total = int(counts.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    firsts = np.repeat(starts - (np.cumsum(counts) - counts), counts)
+    return firsts + np.arange(total, dtype=np.int64)
+
+
+def _entries_part(entries: list[ProducerEntry]) -> tuple[np.ndarray, np.ndarray, bytes]:
+    """Decoded entries as an encode part (a loop over the entries a process touched)."""
+    rows = np.zeros(len(entries), dtype=ENTRY_ROW)
+    batches = [b for e in entries for b in e.batches]
+    txids = [e.transactional_id.encode() for e in entries]
+    rows["producer_id"] = [e.producer_id for e in entries]
+    rows["last_timestamp"] = [e.last_timestamp for e in entries]
+    rows["last_append"] = [e.last_append for e in entries]
+    rows["epoch"] = [e.epoch for e in entries]
+    counts = np.array([len(e.batches) for e in entries], dtype=np.int64)
+    lengths = np.array([len(t) for t in txids], dtype=np.int64)
+    rows["batch_count"] = counts
+    rows["batch_start"] = np.cumsum(counts) - counts
+    rows["txid_length"] = lengths
+    rows["txid_start"] = np.cumsum(lengths) - lengths
+    brows = np.zeros(len(batches), dtype=BATCH_ROW)
+    brows["first_seq"] = [b.first_seq for b in batches]
+    brows["last_seq"] = [b.last_seq for b in batches]
+    brows["record_count"] = [b.record_count for b in batches]
+    brows["base_offset"] = [b.base_offset for b in batches]
+    return rows, brows, b"".join(txids)
+
+
+class ProducerEntries:
+    """The producer entries of a state: a mapping by producer id, decoded on demand.
+
+    A state loaded from a version 4 snapshot holds its open transactions'
+    entries decoded and the others as an undecoded section (``_Columns``),
+    read through ``loader`` only when an entry that may be in it is needed:
+    by an append's checks (``get``), an expiry that may drop some, or a new
+    snapshot.  A batch applied before then, by a producer the state has not
+    decoded, starts a *pending* entry that records the batches applied
+    (``ProducerEntry.pending``): a section entry is never in a transaction,
+    so the pending entry alone knows everything about the producer's
+    transaction, and when the section is read the recorded batches are
+    folded onto the section's entry, giving exactly the entry a full fold
+    would have (docs/protocol.md, section 1.2).
+    """
+
+    def __init__(self) -> None:
+        self._hot: dict[int, ProducerEntry] = {}
+        self._columns: _Columns | None = None
+        self._loader: EntriesLoader | None = None
+        self._count = 0  # entries in the unread section
+        self._min_append = _NEVER  # the oldest last append in the unread section
+        self._end = 0
+        self._removed: set[int] = set()  # ids removed before the section was read
+
+    def attach(self, loader: EntriesLoader, count: int, min_append: int, end: int) -> None:
+        """Back this mapping with an unread section of ``count`` entries."""
+        self._loader, self._count, self._min_append, self._end = loader, count, min_append, end
+
+    def attach_columns(self, columns: _Columns) -> None:
+        self._columns, self._loader, self._count = columns, None, 0
+
+    @property
+    def unread(self) -> bool:
+        """Whether some entries are still only in the unread section."""
+        return self._loader is not None
+
+    def load(self) -> None:
+        """Read and check the section (OSError if its object is gone, ValueError if damaged)."""
+        if self._loader is None:
+            return
+        columns = _Columns.parse(self._loader(), self._count, self._end)
+        if self._removed:
+            columns.alive &= ~np.isin(columns.pids, np.fromiter(self._removed, np.int64))
+            self._removed.clear()
+        self._columns, self._loader, self._count = columns, None, 0
+        for pid, entry in list(self._hot.items()):
+            if entry.pending is not None:
+                self._resolve(entry)
+
+    def _resolve(self, entry: ProducerEntry) -> ProducerEntry:
+        """Fold a pending entry's batches onto the section's entry of its producer."""
+        pending, entry.pending = entry.pending, None
+        if self._loader is not None:
+            entry.pending = pending
+            self.load()
+            return self._hot[entry.producer_id]
+        base = self._take(entry.producer_id)
+        if base is None or pending is None:
+            return entry
+        for header, control, clock in pending:
+            _fold(base, header, control, clock)
+        self._hot[entry.producer_id] = base
+        return base
+
+    def _take(self, pid: int) -> ProducerEntry | None:
+        """The section's entry of ``pid`` decoded (and from now on kept decoded), if any."""
+        columns = self._columns
+        if columns is None:
+            return None
+        i = columns.find(pid)
+        if i < 0:
+            return None
+        columns.alive[i] = False
+        return columns.entry(i)
+
+    def get(self, pid: int, default: ProducerEntry | None = None) -> ProducerEntry | None:
+        entry = self._hot.get(pid)
+        if entry is not None:
+            return self._resolve(entry) if entry.pending is not None else entry
+        if self._loader is not None and pid not in self._removed:
+            self.load()
+        entry = self._take(pid)
+        if entry is None:
+            return default
+        self._hot[pid] = entry
+        return entry
+
+    def peek(self, pid: int) -> tuple[ProducerEntry | None, bool]:
+        """The entry of ``pid`` without reading the section, and whether it may be there."""
+        entry = self._hot.get(pid)
+        if entry is not None:
+            return entry, False
+        if self._loader is not None:
+            return None, pid not in self._removed
+        return self.get(pid), False
+
+    def __getitem__(self, pid: int) -> ProducerEntry:
+        entry = self.get(pid)
+        if entry is None:
+            raise KeyError(pid)
+        return entry
+
+    def __setitem__(self, pid: int, entry: ProducerEntry) -> None:
+        self._hot[pid] = entry
+
+    def __delitem__(self, pid: int) -> None:
+        self.discard(pid)
+
+    def discard(self, pid: int) -> None:
+        self._hot.pop(pid, None)
+        if self._loader is not None:
+            self._removed.add(pid)
+        elif self._columns is not None:
+            i = self._columns.find(pid)
+            if i >= 0:
+                self._columns.alive[i] = False
+
+    def __contains__(self, pid: object) -> bool:
+        return isinstance(pid, int) and self.get(pid) is not None
+
+    def decoded_ids(self) -> dict[int, ProducerEntry]:
+        return self._hot
+
+    def decoded(self) -> list[ProducerEntry]:
+        """The entries decoded so far (every entry with an open transaction among them)."""
+        return list(self._hot.values())
+
+    def _all(self) -> dict[int, ProducerEntry]:
+        self.load()
+        columns = self._columns
+        if columns is not None:
+            for i in np.flatnonzero(columns.alive):
+                self._hot[int(columns.pids[i])] = columns.entry(int(i))
+            columns.alive[:] = False
+        return self._hot
+
+    def items(self):  # noqa: ANN201 - a dict view
+        """Every entry, decoded (tools and tests; nothing on a data path)."""
+        return self._all().items()
+
+    def values(self):  # noqa: ANN201
+        return self._all().values()
+
+    def keys(self):  # noqa: ANN201
+        return self._all().keys()
+
+    def __iter__(self):  # noqa: ANN204
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ProducerEntries):
+            other = other._all()
+        return isinstance(other, dict) and self._all() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def expire(self, cutoff: int) -> int:
+        """Drop entries idle since ``cutoff`` or before; the oldest last append left."""
+        if self._loader is not None and self._min_append <= cutoff:
+            self.load()
+        due = self._min_append if self._loader is not None else _NEVER
+        for pid in [pid for pid, e in self._hot.items()
+                    if not e.in_transaction and e.last_append <= cutoff]:
+            self.discard(pid)
+        for e in self._hot.values():
+            if not e.in_transaction:
+                due = min(due, e.last_append)
+        columns = self._columns
+        if columns is not None:
+            columns.alive &= columns.rows["last_append"].astype(np.int64) > cutoff
+            due = min(due, columns.min_append())
+        return due
+
+    def encode(self) -> tuple[list[ProducerEntry], bytes, int, int]:
+        """(open-transaction entries, the section of all others, its entry count, their
+        oldest last append).  Afterwards the state holds the new section, decoded as
+        arrays, and only the open transactions' entries as objects: what a process
+        touched since is folded into arrays once per snapshot, not kept decoded."""
+        self.load()
+        opened = [e for e in self._hot.values() if e.in_transaction]
+        closed = [e for e in self._hot.values() if not e.in_transaction]
+        parts = [_entries_part(closed)]
+        if self._columns is not None:
+            parts.append(self._columns.kept(np.fromiter(self._hot, np.int64, len(self._hot))))
+        data = _Columns.encode(parts)
+        count = _ENTRIES_HEAD.unpack_from(data, 0)[1]
+        columns = _Columns.parse(data, count, 1 << 62)
+        self._columns = columns
+        self._hot = {e.producer_id: e for e in opened}
+        return opened, data, count, columns.min_append()
 
 
 class ProducerState:
@@ -131,7 +509,7 @@ class ProducerState:
     def __init__(self, end_offset: int = 0,
                  expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
         self.end_offset = end_offset
-        self.producers: dict[int, ProducerEntry] = {}
+        self.producers = ProducerEntries()
         self.aborted: list[AbortedTransaction] = []
         # ``aborted`` lists every aborted transaction whose ABORT marker is at or after
         # this offset; those before it are in the segments' aborted sections (a state
@@ -234,33 +612,20 @@ class ProducerState:
                 f"batch at {header.base_offset} applied to state ending at {self.end_offset}")
         pid = header.producer_id
         if header.is_idempotent:
-            entry = self.producers.get(pid)
-            if entry is None:
-                entry = self.producers[pid] = ProducerEntry(pid, header.producer_epoch)
-            if header.producer_epoch > entry.epoch:
-                entry.epoch = header.producer_epoch
-                entry.batches = []
-            entry.last_timestamp = header.max_timestamp
             # Batches written before headers carried the append time count by their
             # largest timestamp (format.md 2.1); the clock never runs backwards.
             self.clock = max(self.clock, header.append_time if header.append_time >= 0
                              else header.max_timestamp)
-            entry.last_append = self.clock
-            if header.is_control:
-                assert control is not None
-                if control.type == ABORT and entry.in_transaction:
-                    self.aborted.append(
-                        AbortedTransaction(pid, entry.txn_first_offset, header.base_offset))
-                entry.txn_first_offset = -1
-                entry.decision_id = ""
-            else:
-                entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence,
-                                                   header.base_offset, header.record_count))
-                del entry.batches[:-NUM_BATCHES_TO_RETAIN]
-                if header.is_transactional and not entry.in_transaction:
-                    entry.txn_first_offset = header.base_offset
-                    entry.decision_id = header.decision_id
-                    entry.transactional_id = header.transactional_id
+            entry, maybe_unread = self.producers.peek(pid)
+            if entry is None:
+                entry = self.producers[pid] = ProducerEntry(pid, header.producer_epoch)
+                if maybe_unread:
+                    entry.pending = []
+            if entry.pending is not None:
+                entry.pending.append((header, control, self.clock))
+            aborted_first = _fold(entry, header, control, self.clock)
+            if aborted_first >= 0:
+                self.aborted.append(AbortedTransaction(pid, aborted_first, header.base_offset))
             if not entry.in_transaction:
                 self._next_expiry = min(self._next_expiry,
                                         entry.last_append + self.expiration_ms)
@@ -276,15 +641,8 @@ class ProducerState:
         An entry with an open transaction stays, as in Kafka: the transaction
         still needs its marker, and the LSO its first offset.
         """
-        cutoff = self.clock - self.expiration_ms
-        due = _NEVER
-        for pid in [pid for pid, e in self.producers.items()
-                    if not e.in_transaction and e.last_append <= cutoff]:
-            del self.producers[pid]
-        for e in self.producers.values():
-            if not e.in_transaction:
-                due = min(due, e.last_append + self.expiration_ms)
-        self._next_expiry = due
+        oldest = self.producers.expire(self.clock - self.expiration_ms)
+        self._next_expiry = oldest + self.expiration_ms if oldest < _NEVER else _NEVER
 
     # --- derived views --------------------------------------------------------
 
@@ -292,18 +650,14 @@ class ProducerState:
         return sorted(
             (OpenTransaction(e.producer_id, e.epoch, e.txn_first_offset, e.decision_id,
                              e.transactional_id)
-             for e in self.producers.values() if e.in_transaction),
+             for e in self.producers.decoded() if e.in_transaction),
             key=lambda t: t.first_offset)
 
     # --- snapshots ------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
         """The state as msgpack-ready fields (the body of a snapshot, format.md section 3)."""
-        producers = [
-            [e.producer_id, e.epoch, e.txn_first_offset, e.decision_id, e.transactional_id,
-             e.last_timestamp, [[b.first_seq, b.last_seq, b.base_offset, b.record_count]
-                                for b in e.batches]]
-            for _, e in sorted(self.producers.items())]
+        producers = [_entry_fields(e) for _, e in sorted(self.producers.items())]
         aborted = [[a.producer_id, a.first_offset, a.last_offset] for a in self.aborted]
         # The expiry clock and each entry's last append time travel beside the
         # entries, so snapshots of older code (without them) still parse.
@@ -311,9 +665,65 @@ class ProducerState:
         return {"end": self.end_offset, "producers": producers, "aborted": aborted,
                 "aborted_from": self.aborted_from, "clock": self.clock, "appended": appended}
 
+    def snapshot_parts(self) -> tuple[dict[str, Any], bytes]:
+        """The state as a version 4 snapshot: msgpack-ready fields holding what a reader
+        of the log needs (the open transactions, the aborted list, the clock), and the
+        producer entries section that only an append's checks read (format.md 3.1)."""
+        opened, data, count, min_append = self.producers.encode()
+        fields = {
+            "end": self.end_offset, "clock": self.clock,
+            "aborted": [[a.producer_id, a.first_offset, a.last_offset] for a in self.aborted],
+            "aborted_from": self.aborted_from,
+            "open": [_entry_fields(e) + [e.last_append] for e in opened],
+            "entries": {"count": count, "length": len(data), "crc": crc32c.crc32c(data),
+                        "min_append": min_append if min_append < _NEVER else -1}}
+        return fields, data
+
     @classmethod
-    def from_dict(cls, obj: Any,
-                  expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> ProducerState:
+    def _from_parts(cls, obj: dict, end: int, expiration_ms: int,
+                    entries: EntriesLoader | None) -> ProducerState:
+        """A version 4 state: its open entries decoded, the others left unread."""
+        state = cls(end, expiration_ms)
+        described, opened = obj.get("entries"), obj.get("open")
+        if not isinstance(described, dict) or not isinstance(opened, list):
+            raise ValueError("entries must be a map and open an array")
+        count, length, crc, min_append = (_int(described.get(k), f"entries {k}") for k in
+                                          ("count", "length", "crc", "min_append"))
+        for item in opened:
+            if not isinstance(item, list) or len(item) != 8:
+                raise ValueError("an open producer entry must have 8 fields")
+            entry = _entry_from(item[:7], end)
+            entry.last_append = _int(item[7], "append time")
+            if not entry.in_transaction or entry.producer_id in state.producers.decoded_ids():
+                raise ValueError(f"inconsistent open entry of producer {entry.producer_id}")
+            state.producers[entry.producer_id] = entry
+        if count < 0 or length < 0:
+            raise ValueError("negative entries count or length")
+        if count:
+            if entries is None:
+                raise ValueError("a version 4 state without its entries section")
+            load = entries
+
+            def checked() -> bytes | memoryview:
+                data = load()
+                if len(data) != length or crc32c.crc32c(data) != crc:
+                    raise ValueError("producer entries section checksum mismatch (or truncated)")
+                return data
+
+            state.producers.attach(checked, count, min_append if min_append >= 0 else _NEVER,
+                                   end)
+        state._aborted_from_fields(obj)
+        state.clock = _int(obj.get("clock"), "clock")
+        due = min((e.last_append for e in state.producers.decoded() if not e.in_transaction),
+                  default=_NEVER)
+        if count:
+            due = min(due, min_append if min_append >= 0 else _NEVER)
+        state._next_expiry = due + expiration_ms if due < _NEVER else _NEVER
+        return state
+
+    @classmethod
+    def from_dict(cls, obj: Any, expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+                  entries: EntriesLoader | None = None) -> ProducerState:
         """Rebuild a state, refusing (ValueError) anything that is not one.
 
         Snapshots are only a cache and may be damaged in ways a checksum
@@ -325,33 +735,28 @@ class ProducerState:
         end = _int(obj.get("end"), "end")
         if end < 0:
             raise ValueError("negative end offset")
+        if "entries" in obj:
+            return cls._from_parts(obj, end, expiration_ms, entries)
         state = cls(end, expiration_ms)
         producers, aborted = obj.get("producers"), obj.get("aborted")
         if not isinstance(producers, list) or not isinstance(aborted, list):
             raise ValueError("producers and aborted must be arrays")
         for item in producers:
-            if not isinstance(item, list) or len(item) != 7:
-                raise ValueError("a producer entry must have 7 fields")
-            pid, epoch, txn_first, decision, txn_id, last_ts, batches = item
-            pid, epoch, txn_first, last_ts = (_int(v, "producer field")
-                                              for v in (pid, epoch, txn_first, last_ts))
-            if not isinstance(decision, str) or not isinstance(txn_id, str) or \
-                    not isinstance(batches, list) or len(batches) > NUM_BATCHES_TO_RETAIN:
-                raise ValueError(f"malformed entry of producer {pid}")
-            if pid in state.producers or pid < 0 or txn_first >= end:
-                raise ValueError(f"inconsistent entry of producer {pid}")
-            metas = []
-            for b in batches:
-                if not isinstance(b, list) or len(b) != 4:
-                    raise ValueError(f"malformed batch of producer {pid}")
-                meta = BatchMetadata(*(_int(v, "batch field") for v in b))
-                if not 0 <= meta.base_offset < end or meta.record_count < 1:
-                    raise ValueError(f"batch of producer {pid} outside the prefix")
-                metas.append(meta)
-            state.producers[pid] = ProducerEntry(pid, epoch, metas, txn_first, decision, txn_id,
-                                                 last_ts)
-        state.aborted_from = _int(obj.get("aborted_from", 0), "aborted_from")
-        if not 0 <= state.aborted_from <= end:
+            entry = _entry_from(item, end)
+            if entry.producer_id in state.producers.decoded_ids():
+                raise ValueError(f"inconsistent entry of producer {entry.producer_id}")
+            state.producers[entry.producer_id] = entry
+        state._aborted_from_fields(obj)
+        state._load_expiry(obj)
+        return state
+
+    def _aborted_from_fields(self, obj: dict) -> None:
+        aborted = obj.get("aborted")
+        if not isinstance(aborted, list):
+            raise ValueError("aborted must be an array")
+        end = self.end_offset
+        self.aborted_from = _int(obj.get("aborted_from", 0), "aborted_from")
+        if not 0 <= self.aborted_from <= end:
             raise ValueError("aborted_from outside the prefix")
         for item in aborted:
             if not isinstance(item, list) or len(item) != 3:
@@ -359,9 +764,7 @@ class ProducerState:
             txn = AbortedTransaction(*(_int(v, "aborted field") for v in item))
             if not 0 <= txn.first_offset <= txn.last_offset < end:
                 raise ValueError("aborted transaction outside the prefix")
-            state.aborted.append(txn)
-        state._load_expiry(obj)
-        return state
+            self.aborted.append(txn)
 
     def _load_expiry(self, obj: dict) -> None:
         """The expiry clock and append times; a snapshot without them (older code) counts
@@ -396,6 +799,35 @@ class ProducerState:
         if not isinstance(obj, dict) or obj.get("v") != SNAPSHOT_VERSION:
             raise ValueError("unknown producer-state snapshot version")
         return cls.from_dict(obj, expiration_ms)
+
+
+def _entry_fields(e: ProducerEntry) -> list:
+    return [e.producer_id, e.epoch, e.txn_first_offset, e.decision_id, e.transactional_id,
+            e.last_timestamp, [[b.first_seq, b.last_seq, b.base_offset, b.record_count]
+                               for b in e.batches]]
+
+
+def _entry_from(item: Any, end: int) -> ProducerEntry:
+    """One entry of a snapshot's msgpack fields, checked (ValueError)."""
+    if not isinstance(item, list) or len(item) != 7:
+        raise ValueError("a producer entry must have 7 fields")
+    pid, epoch, txn_first, decision, txn_id, last_ts, batches = item
+    pid, epoch, txn_first, last_ts = (_int(v, "producer field")
+                                      for v in (pid, epoch, txn_first, last_ts))
+    if not isinstance(decision, str) or not isinstance(txn_id, str) or \
+            not isinstance(batches, list) or len(batches) > NUM_BATCHES_TO_RETAIN:
+        raise ValueError(f"malformed entry of producer {pid}")
+    if pid < 0 or txn_first >= end:
+        raise ValueError(f"inconsistent entry of producer {pid}")
+    metas = []
+    for b in batches:
+        if not isinstance(b, list) or len(b) != 4:
+            raise ValueError(f"malformed batch of producer {pid}")
+        meta = BatchMetadata(*(_int(v, "batch field") for v in b))
+        if not 0 <= meta.base_offset < end or meta.record_count < 1:
+            raise ValueError(f"batch of producer {pid} outside the prefix")
+        metas.append(meta)
+    return ProducerEntry(pid, epoch, metas, txn_first, decision, txn_id, last_ts)
 
 
 def _int(value: Any, what: str) -> int:

@@ -26,6 +26,7 @@ import msgpack
 from ..errors import CorruptBatchError, InconsistentTopicIdError, StorageError, UnknownTopicError
 from ..format.batch import BatchHeader, ControlRecord
 from ..format.segment import CorruptSegmentError, SegmentHead
+from ..format.snapshot_frame import frame, framed_length, is_framed, unframe
 from ..format.topic_ids import current_topic_id
 from ..storage.backends import Storage
 from ..storage.paths import SNAPSHOT_SUFFIX, named_offsets, snapshot_path, snapshots_dir
@@ -39,14 +40,27 @@ SNAPSHOTS_KEPT = 2
 ANCHOR_BYTES = 8  # magic + header checksum of a batch
 # 2: the topic id and the last batch's anchor; 3: ``aborted`` holds only the aborted
 # transactions whose marker is at or after ``aborted_from`` (format.md, section 3)
-SNAPSHOT_FORMAT = 3
-SNAPSHOT_FORMATS_READ = (2, 3)  # a version 2 snapshot's aborted list is complete
+# 4: the producer entries not in a transaction move to a section of their own, read only
+# when an append needs one (format.md, sections 3 and 3.1)
+SNAPSHOT_FORMAT = 4
+SNAPSHOT_FORMATS_READ = (2, 3, 4)  # a version 2 snapshot's aborted list is complete
+# A version 4 snapshot file is a frame (format/snapshot_frame.py): this much is read
+# first (the fields of a few dozen open transactions), the entries only when an append
+# needs one.
+SNAPSHOT_HEAD_READ = 4 * 1024
+
 # How recently the cached state must have been proven current (a refresh, or an anchor
 # check after an append) for an append to try its slot without refreshing first
 # (docs/protocol.md, section 1): the batches of one flush follow each other within
 # it, while a writer that held a partition idle refreshes, and so cannot publish
 # into a topic deleted and re-created meanwhile.
 GUESS_WINDOW_S = 0.5
+
+
+class SnapshotGone(FileNotFoundError):
+    """The snapshot or segment a state's unread entries are in is gone (pruned, compacted
+    or merged away), or a snapshot file's entries are damaged: the state must be loaded
+    again from storage.  (A segment's damaged entries are a CorruptSegmentError.)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +100,13 @@ class StateManager:
         self.lock = threading.RLock()
         self.cache = StorageCache(storage, topic, partition, topic_id, self.lock, self._stale)
         self.dir = self.cache.dir
+        self._bad_snapshots: set[int] = set()  # snapshot files found damaged after loading
         self._drop_cache()
+
+    def reload(self) -> None:
+        """Forget the cached state (its unread entries are gone): the next call loads it."""
+        with self.lock:
+            self._drop_cache()
 
     def _drop_cache(self) -> None:
         """Forget everything learnt from storage (at start, and when it was pulled away)."""
@@ -125,10 +145,14 @@ class StateManager:
                     offset = item[0].next_offset
                 if not self.still_current():
                     continue
-                for header, control, head in found:
-                    self.applied(header, control, head)
-                if self._since_snapshot >= SNAPSHOT_INTERVAL:
-                    self._write_snapshot(state)
+                try:
+                    for header, control, head in found:
+                        self.applied(header, control, head)
+                except FileNotFoundError:  # an expiry needed entries whose source is gone
+                    self._drop_cache()
+                    continue
+                if self._since_snapshot >= SNAPSHOT_INTERVAL and not self._write_snapshot(state):
+                    continue  # its unread entries were gone: loaded again
                 return state
             raise StorageError(f"{self.topic}-{self.partition}: the log kept changing under "
                                f"this process ({RELOADS} reloads in one refresh)")
@@ -239,8 +263,25 @@ class StateManager:
         """A segment's header and the producer state at its end (a damaged one is an error:
         the batches it replaced are gone)."""
         head, fields = self.cache.segment_snapshot(base)
+        url = self.cache.url(head.path)
+        at = fields.pop("_entries_at", None) if isinstance(fields, dict) else None
+        described = fields.get("entries") if isinstance(fields, dict) else None
+        crc = described.get("crc") if isinstance(described, dict) else None
+
+        def entries(length: int) -> bytes | memoryview:
+            # The section follows the fields in the snapshot section (format.md 4.2).
+            try:
+                data = memoryview(self.storage.read_range(head.path, at, length))
+            except FileNotFoundError:
+                raise SnapshotGone(f"segment {url} is gone (its producer entries with it)") \
+                    from None
+            if len(data) != length or crc32c.crc32c(data) != crc:
+                raise CorruptSegmentError("segment producer entries checksum mismatch (or "
+                                          "truncated)", url, base)
+            return data
         try:
-            return head, self.state_from_fields(fields, head.end_offset)
+            return head, self.state_from_fields(fields, head.end_offset,
+                                                entries if at is not None else None)
         except ValueError as exc:
             raise CorruptSegmentError(f"segment snapshot unusable: {exc}",
                                       self.cache.url(head.path), base) from None
@@ -275,6 +316,8 @@ class StateManager:
             for offset in reversed(self._snapshot_offsets()):
                 if offset <= self.cache.compacted_end():
                     break
+                if offset in self._bad_snapshots:
+                    continue
                 loaded = self._load_snapshot_file(offset)
                 if loaded is not None:
                     self._anchor = loaded[1]
@@ -294,11 +337,17 @@ class StateManager:
     def _load_snapshot_file(self, offset: int) -> tuple[ProducerState, _Anchor] | None:
         path = self.snapshot_path(offset)
         try:
-            data = self.storage.read(path)
+            data = self.storage.read_prefix(path, SNAPSHOT_HEAD_READ)
+            whole = len(data) < SNAPSHOT_HEAD_READ
+            if not whole and is_framed(data):
+                if framed_length(data) > len(data):  # fields of many open transactions
+                    data = self.storage.read_prefix(path, framed_length(data))
+            elif not whole:
+                data, whole = self.storage.read(path), True  # an older file: all of it
         except FileNotFoundError:
             return None  # pruned by another process meanwhile
         try:
-            state, anchor = self._parse_snapshot(offset, data)
+            state, anchor = self._parse_snapshot(offset, data, path, whole)
         except Exception as exc:  # whatever garbage holds, it only costs a rebuild
             logger.warning("skipping producer-state snapshot %s: %s", self.cache.url(path), exc)
             return None
@@ -306,17 +355,31 @@ class StateManager:
                      self.topic, self.partition, offset)
         return state, anchor
 
-    def state_from_fields(self, obj: object, end: int) -> ProducerState:
-        """The state a snapshot's fields hold, refusing (ValueError) anything else."""
+    def state_from_fields(self, obj: object, end: int,
+                          entries: Callable[[int], bytes | memoryview] | None = None
+                          ) -> ProducerState:
+        """The state a snapshot's fields hold, refusing (ValueError) anything else.
+
+        A version 4 snapshot's entries stay unread: ``entries(length)`` reads
+        them when an append first needs one (then OSError if they are gone).
+        """
         if not isinstance(obj, dict) or obj.get("v") not in SNAPSHOT_FORMATS_READ:
             raise ValueError(f"not a version {' or '.join(map(str, SNAPSHOT_FORMATS_READ))} "
                              "snapshot")
-        if obj.get("v") == 3 and "aborted_from" not in obj:
-            raise ValueError("a version 3 snapshot without aborted_from")
+        if obj.get("v") in (3, 4) and "aborted_from" not in obj:
+            raise ValueError(f"a version {obj.get('v')} snapshot without aborted_from")
+        if (obj.get("v") == 4) != ("entries" in obj):
+            raise ValueError("only a version 4 snapshot has an entries section")
         if obj.get("topic_id") != self.topic_id:
             raise ValueError(f"it belongs to topic id {obj.get('topic_id')!r}, not "
                              f"{self.topic_id!r} (the topic was re-created)")
-        state = ProducerState.from_dict(obj, self.producer_expiration_ms)
+        described = obj.get("entries")
+        length = described.get("length") if isinstance(described, dict) else None
+        loader = None
+        if entries is not None and type(length) is int:
+            def loader() -> bytes | memoryview:
+                return entries(length)
+        state = ProducerState.from_dict(obj, self.producer_expiration_ms, loader)
         if state.end_offset != end:
             raise ValueError(f"it ends at {state.end_offset}, not at {end}")
         return state
@@ -326,23 +389,56 @@ class StateManager:
         return ProducerState(expiration_ms=self.producer_expiration_ms)
 
     def snapshot_fields(self, state: ProducerState, last_base: int, anchor: bytes,
-                        aborted_from: int) -> dict:
-        """A snapshot's fields.  Its aborted list starts at ``aborted_from`` (or where the
-        state's own starts, if later): the transactions aborted before it are in the
-        aborted sections of segments that end at or before it, which is where a reader
-        looks for them (reader.py), so no snapshot carries the whole history."""
-        fields = state.to_dict()
+                        aborted_from: int) -> bytes:
+        """A snapshot, framed (format.md 3.1): its fields, then its producer entries
+        section; a snapshot file holds these bytes, and so does a segment's snapshot
+        section (encode_segment takes them as they are).  Its aborted list starts
+        at ``aborted_from`` (or where the state's own starts, if later): the transactions
+        aborted before it are in the aborted sections of segments that end at or before
+        it, which is where a reader looks for them (reader.py), so no snapshot carries
+        the whole history.  The fields hold the open transactions' entries only; the
+        others are in the section, which readers of the log never read (format.md 3.1)."""
+        fields, entries = state.snapshot_parts()
         start = max(state.aborted_from, aborted_from)
         fields["aborted"] = [a for a in fields["aborted"] if a[2] >= start]
         fields["aborted_from"] = start
-        return {"v": SNAPSHOT_FORMAT, "topic_id": self.topic_id, "last": [last_base, anchor],
-                **fields}
+        return frame({"v": SNAPSHOT_FORMAT, "topic_id": self.topic_id,
+                      "last": [last_base, anchor], **fields}, entries)
 
-    def _parse_snapshot(self, offset: int, data: bytes) -> tuple[ProducerState, _Anchor]:
-        if len(data) < 5 or crc32c.crc32c(data[4:]) != int.from_bytes(data[:4], "big"):
+    def _parse_snapshot(self, offset: int, data: bytes, path: str = "",
+                        whole: bool = True) -> tuple[ProducerState, _Anchor]:
+        """A snapshot file's state: a version 4 frame's fields (``data`` holds at least
+        them; its entries are read when needed), or an older file's whole body (then
+        ``whole``: ``data`` is the whole file)."""
+        entries = None
+        if is_framed(data):
+            obj, start = unframe(data)
+            url = self.cache.url(path)
+
+            described = obj.get("entries") if isinstance(obj, dict) else None
+            crc = described.get("crc") if isinstance(described, dict) else None
+
+            def entries(size: int) -> bytes | memoryview:
+                try:
+                    data = memoryview(self.storage.read_range(path, start, size))
+                except FileNotFoundError:
+                    raise SnapshotGone(f"snapshot {url} was pruned (its producer entries "
+                                       "with it)") from None
+                if len(data) != size or crc32c.crc32c(data) != crc:
+                    # Only a cache: never used again by this process, which loads anew.
+                    self._bad_snapshots.add(offset)
+                    logger.warning("skipping producer-state snapshot %s: its producer entries "
+                                   "section is damaged (checksum mismatch or truncated)", url)
+                    raise SnapshotGone(f"snapshot {url} has a damaged entries section")
+                return data
+        elif whole and len(data) >= 5 and \
+                crc32c.crc32c(data[4:]) == int.from_bytes(data[:4], "big"):
+            obj = msgpack.unpackb(data[4:])
+        else:
             raise ValueError("checksum mismatch (or truncated)")
-        obj = msgpack.unpackb(data[4:])
-        state = self.state_from_fields(obj, offset)
+        if not isinstance(obj, dict) or (obj.get("v") == 4) != (entries is not None):
+            raise ValueError("a version 4 snapshot must be framed, and only it")
+        state = self.state_from_fields(obj, offset, entries)
         last = obj.get("last")
         if not (isinstance(last, list) and len(last) == 2 and type(last[0]) is int
                 and isinstance(last[1], bytes) and len(last[1]) == ANCHOR_BYTES):
@@ -354,24 +450,30 @@ class StateManager:
                              "recorded checksum")
         return state, _Anchor(base, self.cache.batch_path(base), anchor)
 
-    def _write_snapshot(self, state: ProducerState) -> None:
-        """Publish a snapshot; it is only a cache, so failing to write one is harmless."""
+    def _write_snapshot(self, state: ProducerState) -> bool:
+        """Publish a snapshot; it is only a cache, so failing to write one is harmless.
+
+        False if the state's unread producer entries were gone (the cache is
+        then dropped: the state must not be used)."""
         self._since_snapshot = 0
         anchor = self._anchor
         if anchor is None or anchor.next_segment is not None:
-            return  # nothing since the newest segment, whose own snapshot serves
+            return True  # nothing since the newest segment, whose own snapshot serves
         # Segments cover everything before the compacted end as this process listed it
         # (at most the true one): the list can start there.
-        body = msgpack.packb(self.snapshot_fields(state, anchor.base, anchor.data,
-                                                  self.cache.compacted_end()))
-        data = crc32c.crc32c(body).to_bytes(4, "big") + body
         try:
+            data = self.snapshot_fields(state, anchor.base, anchor.data,
+                                        self.cache.compacted_end())
             # Right before publishing: a topic re-created since the refresh is
             # not ours to write into (the loader's id check covers the rest).
             if current_topic_id(self.storage, self.topic) != self.topic_id:
-                return
+                return True
             self.storage.publish_if_absent(self.snapshot_path(state.end_offset), data)
             for old in self._snapshot_offsets()[:-SNAPSHOTS_KEPT]:
                 self.storage.delete(self.snapshot_path(old))
+        except SnapshotGone:
+            self._drop_cache()  # the entries this state had not read are gone: reload
+            return False
         except OSError:
             pass  # e.g. a read-only reader: it just rebuilds from the older snapshot next time
+        return True
