@@ -26,7 +26,7 @@ from test_compaction import _mixed, _table
 from txlog import Log
 from txlog.admin.verify import verify_partition
 from txlog.errors import OffsetOutOfRangeError
-from txlog.format.segment import encode_merged
+from txlog.format.segment import encode_merged_head
 from txlog.partition.isolation import READ_UNCOMMITTED
 from txlog.partition.segment_merge import _read_input
 from txlog.storage.backends import LocalStorage
@@ -91,6 +91,37 @@ def test_a_merged_log_reads_as_before(tmp_path: Path) -> None:
     log.compact("t")
     assert _table(Log(tmp_path).partition("t", 0), 0, READ_UNCOMMITTED
                   ).column("value").to_pylist()[-1] == b"later"
+
+
+def test_a_merge_streams_its_segment_in_pieces_of_the_buffer(tmp_path: Path) -> None:
+    # The merged segment goes through the streamed publish in ranged reads of about
+    # buffer_bytes (one batch at least), never the run joined in memory; its bytes are
+    # the inputs' head and data sections joined.
+    log = _log(tmp_path)
+    _small_segments(log)
+    before = _view(log)
+    states = log.partition("t", 0)._states
+    cache = states.cache
+    cache.list_segments()
+    heads = [cache.segment_head(p.start) for p in cache.pieces()[:-1]]
+    largest_batch = max(int(cache.segment_index(h.base_offset).sizes.max()) for h in heads)
+    chunks: list[int] = []
+    inner = states.storage.publish_stream_if_absent
+
+    def spy(path, pieces, size, part_bytes):
+        def counted():
+            for piece in pieces:
+                chunks.append(len(memoryview(piece)))
+                yield piece
+        return inner(path, counted(), size, part_bytes)
+
+    states.storage.publish_stream_if_absent = spy
+    buffer = 2 * largest_batch
+    made = log.partition("t", 0).merge_segments(MAX, buffer_bytes=buffer)
+    assert made and len(chunks) > len(heads)  # more pieces than inputs: none sent whole
+    assert max(chunks[1:]) <= buffer  # after the head, no piece above the buffer
+    assert sum(chunks) == made[0].bytes
+    assert _view(log) == before and _view(Log(tmp_path)) == before
 
 
 def test_segments_stay_few_under_many_small_compactions(tmp_path: Path) -> None:
@@ -202,8 +233,10 @@ def test_overlapping_merges_read_from_both(tmp_path: Path) -> None:
         inputs = [_read_input(states, h) for h in heads]
         snap = bytes(states.storage.read_range(heads[-1].path, 88, heads[-1].snapshot_length))
         path = merged_segment_path(states.dir, heads[0].base_offset, heads[-1].end_offset)
-        assert states.storage.publish_if_absent(path, encode_merged(inputs, snap,
-                                                                    heads[-1].snapshot_crc))
+        body = encode_merged_head(inputs, snap, heads[-1].snapshot_crc) + b"".join(
+            bytes(states.storage.read_range(h.path, h.data_start, h.data_length))
+            for h in heads)
+        assert states.storage.publish_if_absent(path, body)
         return path
 
     publish(0, 2)

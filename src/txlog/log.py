@@ -410,15 +410,15 @@ class Log:
             while (segment := part.compact(max_bytes, min_batches, upto, buffer_bytes)) is not None:
                 made.append(segment)
             if merge:
-                part.merge_segments(max_bytes)
+                part.merge_segments(max_bytes, buffer_bytes)
         return done
 
-    def merge_segments(self, topic: str, partitions: list[int] | None = None
-                       ) -> dict[int, list[Merged]]:
+    def merge_segments(self, topic: str, partitions: list[int] | None = None,
+                       buffer_bytes: int = DEFAULT_BUFFER_BYTES) -> dict[int, list[Merged]]:
         """Merge runs of each partition's adjacent small segments into segments of at most
         the topic's ``segment.bytes`` (docs/protocol.md 7.3); ``compact`` does it too."""
         max_bytes = self.describe_topic(topic, refresh=True).setting("segment.bytes")
-        return {p: self.partition(topic, p).merge_segments(max_bytes)
+        return {p: self.partition(topic, p).merge_segments(max_bytes, buffer_bytes)
                 for p in self._partitions_of(topic, partitions)}
 
     def apply_retention(self, topic: str, partitions: list[int] | None = None,

@@ -171,7 +171,8 @@ class Maintainer:
                 report.segments_made += 1
                 report.batches_merged += made.batches
                 report.bytes_compacted += made.bytes
-            report.segments_merged += len(self.log.merge_segments(topic, [p])[p])
+            report.segments_merged += len(
+                self.log.merge_segments(topic, [p], s.compaction_buffer_bytes)[p])
         self._each("compact", partitions, report, work)
 
     def _retention(self, partitions: list[tuple[str, int]], report: PassReport) -> None:

@@ -319,17 +319,18 @@ def read_time_index(storage: Storage, head: SegmentHead, index: SegmentIndex,
 
 @dataclass(frozen=True, slots=True)
 class MergeInput:
-    """One segment of a merge, as read back: its header, its sections and its batches."""
+    """One segment of a merge, as read back: its header and sections (its batches are
+    streamed behind the merged head, never held together: segment_merge.py)."""
 
     head: SegmentHead
     aborted: np.ndarray  # ABORTED_ENTRY rows
     index: SegmentIndex
     times: TimeIndex
-    data: bytes | pa.Buffer  # [data_start, total_length): its batches, back to back
 
 
-def encode_merged(inputs: list[MergeInput], snapshot: bytes, snapshot_crc: int) -> bytes:
-    """One segment holding the batches of adjacent segments ``inputs`` (oldest first).
+def encode_merged_head(inputs: list[MergeInput], snapshot: bytes, snapshot_crc: int) -> bytes:
+    """Every byte before the data of one segment holding the batches of adjacent segments
+    ``inputs`` (oldest first); their data sections, back to back, complete it.
 
     Nothing is re-derived from the batches: the sections are the inputs'
     joined (offset index rebased to the new data start, time index kept a
@@ -365,5 +366,4 @@ def encode_merged(inputs: list[MergeInput], snapshot: bytes, snapshot_crc: int) 
         len(aborted), crc32c.crc32c(aborted_bytes), crc32c.crc32c(offset_index),
         crc32c.crc32c(time_index), data_length)
     header = fields[:4] + crc32c.crc32c(fields[8:]).to_bytes(4, "big") + fields[8:]
-    return b"".join([header, snapshot, aborted_bytes, offset_index, time_index,
-                     *(i.data for i in inputs)])
+    return b"".join([header, snapshot, aborted_bytes, offset_index, time_index])

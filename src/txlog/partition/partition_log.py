@@ -160,10 +160,12 @@ class PartitionLog:
         about ``buffer_bytes`` and one batch in memory, whatever ``max_bytes`` is."""
         return compact(self._states, max_bytes, min_batches, upto, buffer_bytes)
 
-    def merge_segments(self, max_bytes: int = DEFAULT_SEGMENT_BYTES) -> list[Merged]:
+    def merge_segments(self, max_bytes: int = DEFAULT_SEGMENT_BYTES,
+                       buffer_bytes: int = DEFAULT_BUFFER_BYTES) -> list[Merged]:
         """Merge runs of adjacent small segments into segments of at most ``max_bytes``
-        (segment_merge.py), so that frequent compactions do not pile up segments."""
-        return merge_all(self._states, max_bytes)
+        (segment_merge.py), so that frequent compactions do not pile up segments; each is
+        streamed like a compaction's, holding about ``buffer_bytes``."""
+        return merge_all(self._states, max_bytes, buffer_bytes)
 
     def remove_leftovers(self) -> list[str]:
         """Delete batch objects and snapshots the segments cover (a compaction killed

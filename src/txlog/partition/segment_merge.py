@@ -22,14 +22,17 @@ compactors, retention and other mergers are:
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import crc32c
+import pyarrow as pa
 
 from ..format.batch import decode_header, payload_of
 from ..format.segment import (HEADER_SIZE, CorruptSegmentError, MergeInput, SegmentHead,
-                              encode_merged, read_aborted)
+                              encode_merged_head, read_aborted)
 from ..storage.paths import merged_segment_path, segments_dir
+from .compaction import DEFAULT_BUFFER_BYTES
 from .state_manager import StateManager
 from .storage_cache import SegmentPiece
 
@@ -76,8 +79,11 @@ def choose_run(pieces: list[SegmentPiece], heads: list[SegmentHead], max_bytes: 
     return None
 
 
-def merge_segments(states: StateManager, max_bytes: int) -> Merged | None:
-    """Merge the first run of small adjacent segments (``choose_run``) into one segment.
+def merge_segments(states: StateManager, max_bytes: int,
+                   buffer_bytes: int = DEFAULT_BUFFER_BYTES) -> Merged | None:
+    """Merge the first run of small adjacent segments (``choose_run``) into one segment,
+    streamed as compaction streams its segments: about ``buffer_bytes`` and one batch
+    in memory, not the run.
 
     Returns None when there is nothing to merge, or when another merger
     published the same run first (its name is the run's range) or a segment
@@ -110,34 +116,58 @@ def merge_segments(states: StateManager, max_bytes: int) -> Merged | None:
         raise CorruptSegmentError("segment snapshot checksum mismatch (or truncated)",
                                   cache.url(newest.path), newest.base_offset)
     base, end = heads[i].base_offset, newest.end_offset
-    body = encode_merged(inputs, snapshot, newest.snapshot_crc)
+    head = encode_merged_head(inputs, snapshot, newest.snapshot_crc)
+    size = len(head) + sum(inp.head.data_length for inp in inputs)
     path = merged_segment_path(states.dir, base, end)
-    if not states.storage.publish_if_absent(path, body):
-        return None
+    try:
+        if not states.storage.publish_stream_if_absent(
+                path, merged_chunks(states, head, inputs, buffer_bytes), size, buffer_bytes):
+            return None
+    except FileNotFoundError:
+        return None  # an input went meanwhile (retention, another merge): nothing published
     retire_covered(states, base, end, path)
     logger.info("%s-%d: merged %d segments (offsets %d to %d) into a %d-byte segment",
-                states.topic, states.partition, j - i + 1, base, end, len(body))
-    return Merged(base, end, j - i + 1, len(body))
+                states.topic, states.partition, j - i + 1, base, end, size)
+    return Merged(base, end, j - i + 1, size)
+
+
+def merged_chunks(states: StateManager, head: bytes, inputs: list[MergeInput],
+                  buffer_bytes: int) -> Iterator[bytes | pa.Buffer]:
+    """The merged segment's bytes: ``head``, then each input's batches, read in ranged
+    reads of about ``buffer_bytes`` (one batch at least) and checked before they are
+    passed on, so damage stops the publish instead of being copied."""
+    yield head
+    for inp in inputs:
+        h, index = inp.head, inp.index
+        url = states.cache.url(h.path)
+        bases, positions, sizes = (index.bases.tolist(), index.positions.tolist(),
+                                   index.sizes.tolist())
+        i = 0
+        while i < len(bases):
+            j, total = i + 1, sizes[i]
+            while j < len(bases) and total + sizes[j] <= buffer_bytes:
+                total += sizes[j]
+                j += 1
+            data = states.storage.read_range(h.path, positions[i], total)
+            if len(data) != total:
+                raise CorruptSegmentError("segment data truncated", url, h.base_offset)
+            view = memoryview(data)
+            for k in range(i, j):  # per batch, not per record
+                batch = view[positions[k] - positions[i]:positions[k] - positions[i] + sizes[k]]
+                payload_of(batch, decode_header(batch, url, bases[k]), url)
+            yield data
+            i = j
 
 
 def _read_input(states: StateManager, head: SegmentHead) -> MergeInput:
-    """A segment's sections and batches, every batch checked (damage is never copied)."""
+    """A segment's sections (its batches are read and checked as they are streamed)."""
     cache = states.cache
     url = cache.url(head.path)
     index = cache.segment_index(head.base_offset)
     times = cache.time_index(head.base_offset)
     if cache.segment_head(head.base_offset).path != head.path:
         raise FileNotFoundError(head.path)  # the listing changed under us: decide again
-    data = states.storage.read_range(head.path, head.data_start, head.data_length)
-    if len(data) != head.data_length:
-        raise CorruptSegmentError("segment data truncated", url, head.base_offset)
-    view = memoryview(data)
-    start = head.data_start
-    for base, position, size in zip(index.bases.tolist(), index.positions.tolist(),
-                                    index.sizes.tolist()):
-        batch = view[position - start:position - start + size]
-        payload_of(batch, decode_header(batch, url, base), url)
-    return MergeInput(head, read_aborted(states.storage, head, url), index, times, data)
+    return MergeInput(head, read_aborted(states.storage, head, url), index, times)
 
 
 def retire_covered(states: StateManager, base: int, end: int, keep: str) -> list[str]:
@@ -185,9 +215,11 @@ def retire_hidden(states: StateManager, pieces: list[SegmentPiece],
     return deleted
 
 
-def merge_all(states: StateManager, max_bytes: int, limit: int = 1000) -> list[Merged]:
+def merge_all(states: StateManager, max_bytes: int, buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+              limit: int = 1000) -> list[Merged]:
     """Merge until nothing is left to merge (at most ``limit`` merges in one call)."""
     done: list[Merged] = []
-    while len(done) < limit and (made := merge_segments(states, max_bytes)) is not None:
+    while len(done) < limit and \
+            (made := merge_segments(states, max_bytes, buffer_bytes)) is not None:
         done.append(made)
     return done
