@@ -7,7 +7,11 @@ What runs (separate OS processes on one log root):
 * 4 writers: transactional producers (ids ``w0``..``w3``), each a loop of
   short transactions over the topic's partitions that commit or abort at
   random; each records every transaction's values and its outcome once the
-  call returned.
+  call returned.  Expiration is on and short (``producer.id.expiration.ms``
+  3 s, gc's ``transactional.id.expiration.ms`` 2 s), and each writer pauses
+  once past both: its producer entries expire and gc retires its id under
+  it, so its next transaction meets Kafka's INVALID_PRODUCER_ID_MAPPING,
+  aborts and starts the id again (the checker fails if none did).
 * 2 readers: read_committed consumers from offset 0 with
   ``auto_offset_reset='none'``, so that a position deleted under them, or
   any other error, is an error they report (and exit non-zero); they record
@@ -57,6 +61,10 @@ RETENTION_BYTES = 320 * 1024
 LAG = 40  # offsets per partition left as batch objects by the maintainer
 STEP = 20  # offsets per compaction of the maintainer role (small segments, which merge)
 DEADLINE_S = 240.0
+# Expiration on, and short: a writer's producer entry expires whenever it pauses for
+# a few seconds (a loaded machine, a flush), and ids idle for 2 s are retired by gc.
+PRODUCER_ID_EXPIRATION_MS = 3_000
+TXN_ID_EXPIRATION_MS = 2_000
 SELF = os.path.abspath(__file__)
 
 
@@ -95,26 +103,39 @@ def _merged_names(root: str) -> set[str]:
 
 
 def run_writer(args: argparse.Namespace) -> int:
-    from txlog import Log
+    from txlog import InvalidPidMappingError, Log
 
     rng = random.Random(f"{args.seed}/writer/{args.index}")
     log = Log(args.root)
     producer = log.producer(transactional_id=f"w{args.index}", linger_ms=10**9)
     producer.init_transactions()
+    pause_at = rng.randrange(args.txns)
+    expired = 0
     with open(args.history, "a", encoding="utf-8") as out:
         for n in range(args.txns):
+            if n == pause_at:
+                # Once, idle past both expirations: the writer's producer entries expire
+                # and gc may retire its transactional id while it still holds it.
+                time.sleep((max(PRODUCER_ID_EXPIRATION_MS, TXN_ID_EXPIRATION_MS) + 1500) / 1000)
             txn = f"w{args.index}.{n}"
             values = [(rng.randrange(PARTITIONS), f"{txn}.{i}") for i in range(rng.randint(1, 4))]
             producer.begin_transaction()
-            for p, value in values:
-                producer.send(TOPIC, value.encode(), partition=p)
-                if rng.random() < 0.5:
-                    producer.flush()
             commit = rng.random() < 0.75
+            try:
+                for p, value in values:
+                    producer.send(TOPIC, value.encode(), partition=p)
+                    if rng.random() < 0.5:
+                        producer.flush()
+            except InvalidPidMappingError:
+                # The id expired during the pause and gc retired it (Kafka's abortable
+                # INVALID_PRODUCER_ID_MAPPING): abort, which starts it again.
+                expired += 1
+                commit = False
             (producer.commit_transaction if commit else producer.abort_transaction)()
             out.write(json.dumps({"txn": txn, "values": values,
                                   "outcome": "committed" if commit else "aborted"}) + "\n")
             out.flush()
+    print(f"transactions that met the id expired: {expired}", flush=True)
     return 0
 
 
@@ -168,7 +189,8 @@ def run_maintainer(args: argparse.Namespace) -> int:
         merged = sum(len(m) for m in log.merge_segments(TOPIC).values())
         print(f"M {merged}", flush=True)
         log.apply_retention(TOPIC)
-        log.gc(chain_age_s=1.0, decision_age_s=1.0, temp_age_s=2.0)
+        log.gc(chain_age_s=1.0, decision_age_s=1.0, temp_age_s=2.0,
+               txn_id_expiration_ms=TXN_ID_EXPIRATION_MS)
         counts = " ".join(str(_objects(args.root, p)) for p in range(PARTITIONS))
         print(f"O {counts} {' '.join(str(ends[p]) for p in range(PARTITIONS))}", flush=True)
         if not args.once:
@@ -190,7 +212,8 @@ def _spawn_maintain(root: str, out: Path, *extra: str) -> subprocess.Popen:
         [sys.executable, "-m", "txlog.cli", "--root", root, "maintain", "--topic", TOPIC,
          "--compact-interval", "0.05", "--retention-interval", "0.1", "--gc-interval", "0.3",
          "--jitter", "0.5", "--lag", str(LAG), "--chain-age", "1", "--decision-age", "1",
-         "--temp-age", "2", *extra], stdout=open(out, "a"), stderr=subprocess.STDOUT)
+         "--temp-age", "2", "--transactional-id-expiration-ms", str(TXN_ID_EXPIRATION_MS),
+         *extra], stdout=open(out, "a"), stderr=subprocess.STDOUT)
 
 
 def supervise(root: str, logs: Path, seed: int, txns: int, maintainers: int = 0,
@@ -201,6 +224,7 @@ def supervise(root: str, logs: Path, seed: int, txns: int, maintainers: int = 0,
     rng = random.Random(seed)
     log = Log(root)
     log.create_topic(TOPIC, PARTITIONS, {"segment.bytes": SEGMENT_BYTES,
+                                         "producer.id.expiration.ms": PRODUCER_ID_EXPIRATION_MS,
                                          "retention.bytes": RETENTION_BYTES})
     stop = logs / "stop"
     readers = [_spawn("reader", root, logs / f"reader{i}.out", "--history",
@@ -252,6 +276,13 @@ def supervise(root: str, logs: Path, seed: int, txns: int, maintainers: int = 0,
                  for i, r in enumerate(readers) if r.wait(timeout=DEADLINE_S) != 0]
     problems += check(root, logs)
     merged |= _merged_names(root)
+    expired = sum(int(line.rsplit(" ", 1)[1]) for i in range(WRITERS)
+                  for line in (logs / f"writer{i}.out").read_text().splitlines()
+                  if line.startswith("transactions that met the id expired: "))
+    print(f"transactions that met their transactional id expired: {expired}")
+    if not expired:
+        problems.append("no writer's transactional id expired during its pause: the run "
+                        "did not exercise expiration")
     print(f"maintainer killed {kills} times; merged segments seen in storage: {len(merged)}")
     if maintainers:
         starts = [Log(root).partition(TOPIC, p).log_start() for p in range(PARTITIONS)]

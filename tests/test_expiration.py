@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from txlog import Log, ProducerFencedError, SharedTransaction
-from txlog.errors import InvalidTxnStateError, OutOfOrderSequenceError
+from txlog.errors import InvalidPidMappingError, InvalidTxnStateError, OutOfOrderSequenceError
 from txlog.format.batch import TRANSACTIONAL_BIT, BatchHeader
 from txlog.partition.producer_state import ProducerState
 from txlog.storage import chain as chain_module
@@ -177,6 +177,78 @@ def test_stale_process_cannot_revive_a_deleted_transactional_id(tmp_path, clock)
     meta = Log(tmp_path / "root").coordinator.metadata("x")
     assert (meta.producer_id, meta.epoch) == (fresh._producer_id, fresh._epoch)
     assert Log(tmp_path / "root").read(T, 0).column("value").to_pylist() == [b"old", b"new"]
+
+
+@pytest.mark.parametrize("deleted", [False, True], ids=["dead", "deleted"])
+def test_a_producer_whose_id_expired_under_it_aborts_and_starts_again(tmp_path, clock,
+                                                                      deleted):
+    """Kafka's INVALID_PRODUCER_ID_MAPPING: the id expired while the producer was idle
+    (still Dead, or already deleted whole).  The next transaction fails with an
+    abortable error, commit raises it again, and abort starts the id again under a
+    new producer id; nothing of the failed transaction is visible."""
+    log = _log(tmp_path)
+    _topic(log, 1)
+    producer = log.producer(transactional_id="x")
+    producer.init_transactions()
+    _commit(producer, [b"before"])
+    old = (producer._producer_id, producer._epoch)
+    admin = _log(tmp_path)
+    if deleted:
+        _expire_and_delete(admin, clock, "x")
+    else:
+        clock.now_ms += TXN_EXPIRY_MS + 1
+        admin.gc(chain_age_s=3600, txn_id_expiration_ms=TXN_EXPIRY_MS)
+        assert admin.coordinator.metadata("x").state.value == "Dead"
+    producer.begin_transaction()
+    with pytest.raises(InvalidPidMappingError, match="expired while producer"):
+        producer.send(T, b"lost", partition=0)
+    with pytest.raises(InvalidPidMappingError):
+        producer.commit_transaction()
+    producer.abort_transaction()
+    assert (producer._producer_id, producer._epoch) != old
+    _commit(producer, [b"after"])
+    assert Log(tmp_path / "root").read(T, 0).column("value").to_pylist() == [b"before", b"after"]
+
+
+def test_a_producer_whose_id_expired_is_fenced_if_another_took_it(tmp_path, clock):
+    """After the expiry another instance initialised the id: the old producer's abort
+    must not start it again over the new one (that would fence it): it is fenced."""
+    log = _log(tmp_path)
+    _topic(log, 1)
+    producer = log.producer(transactional_id="x")
+    producer.init_transactions()
+    _commit(producer, [b"before"])
+    admin = _log(tmp_path)
+    _expire_and_delete(admin, clock, "x")
+    other = admin.producer(transactional_id="x")
+    other.init_transactions()
+    producer.begin_transaction()
+    with pytest.raises(ProducerFencedError):  # the id maps to the other instance now
+        producer.send(T, b"lost", partition=0)
+    with pytest.raises(ProducerFencedError):
+        producer.abort_transaction()
+    _commit(other, [b"other"])
+    assert Log(tmp_path / "root").read(T, 0).column("value").to_pylist() == [b"before", b"other"]
+
+
+def test_restarting_an_expired_id_never_fences_a_newer_instance(tmp_path, clock):
+    # The race the expected identity guards: the other instance initialises between
+    # the expiry error and the abort.
+    log = _log(tmp_path)
+    _topic(log, 1)
+    producer = log.producer(transactional_id="x")
+    producer.init_transactions()
+    _commit(producer, [b"before"])
+    admin = _log(tmp_path)
+    _expire_and_delete(admin, clock, "x")
+    producer.begin_transaction()
+    with pytest.raises(InvalidPidMappingError):
+        producer.send(T, b"lost", partition=0)
+    other = admin.producer(transactional_id="x")
+    other.init_transactions()
+    with pytest.raises(ProducerFencedError, match="another instance took it"):
+        producer.abort_transaction()
+    _commit(other, [b"other"])  # not fenced by the old producer's restart
 
 
 def test_chain_publish_computed_from_a_deleted_chain_is_withdrawn(tmp_path, clock, monkeypatch):

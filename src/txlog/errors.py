@@ -107,6 +107,17 @@ class InvalidTxnStateError(TxlogError):
     """An operation or a state transition that the transaction state forbids."""
 
 
+class InvalidPidMappingError(InvalidTxnStateError):
+    """The transactional id expired (idle past transactional.id.expiration.ms) while this
+    producer still held it: Kafka's INVALID_PRODUCER_ID_MAPPING.
+
+    Abortable, as in Kafka's producer since KIP-360: ``abort_transaction()`` starts
+    the id again under a new producer id, unless another instance took it first
+    (then the producer is fenced).  A subclass of InvalidTxnStateError, which
+    callers caught before it existed.
+    """
+
+
 class InvalidTransactionTimeoutError(InvalidConfigError):
     pass
 

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 from .. import clock
 from ..errors import TxlogError
 from ..partition.compaction import DEFAULT_BUFFER_BYTES
-from .gc import DEFAULT_CHAIN_AGE_S, DEFAULT_DECISION_AGE_S, DEFAULT_TEMP_AGE_S
+from .gc import (DEFAULT_CHAIN_AGE_S, DEFAULT_DATA_AGE_S, DEFAULT_DECISION_AGE_S,
+                 DEFAULT_TEMP_AGE_S, DEFAULT_TXN_ID_EXPIRATION_MS)
 
 if TYPE_CHECKING:  # the maintainer is handed a Log: it must not import log at run time
     from ..log import Log
@@ -49,6 +50,8 @@ class MaintenanceSettings:
     chain_age_s: float = DEFAULT_CHAIN_AGE_S
     decision_age_s: float = DEFAULT_DECISION_AGE_S
     temp_age_s: float = DEFAULT_TEMP_AGE_S
+    data_age_s: float = DEFAULT_DATA_AGE_S
+    txn_id_expiration_ms: int = DEFAULT_TXN_ID_EXPIRATION_MS
 
     def interval(self, step: str) -> float:
         return {"compact": self.compact_interval_s, "retention": self.retention_interval_s,
@@ -186,7 +189,8 @@ class Maintainer:
         s = self.settings
         try:
             removed = self.log.gc(chain_age_s=s.chain_age_s, decision_age_s=s.decision_age_s,
-                                  temp_age_s=s.temp_age_s)
+                                  temp_age_s=s.temp_age_s, data_age_s=s.data_age_s,
+                                  txn_id_expiration_ms=s.txn_id_expiration_ms)
             report.gc_removed = sum(len(paths) for paths in removed.removed.values())
         except (TxlogError, OSError) as exc:
             report.errors.append(f"gc: {exc}")

@@ -12,13 +12,13 @@ import json
 import sys
 from typing import Any
 
-from ..admin.gc import DEFAULT_CHAIN_AGE_S, DEFAULT_DECISION_AGE_S, DEFAULT_TEMP_AGE_S
 from ..admin.maintenance import (DEFAULT_COMPACT_INTERVAL_S, DEFAULT_GC_INTERVAL_S,
                                  DEFAULT_JITTER, DEFAULT_RETENTION_INTERVAL_S,
                                  MaintenanceSettings, Maintainer, PassReport)
 from ..partition.compaction import DEFAULT_BUFFER_BYTES, DEFAULT_MIN_BATCHES
 from .common import (CommandError, LeafParser, Progress, non_negative_int, open_log,
                      positive_int)
+from .maintenance import add_gc_ages
 
 
 def _seconds(text: str) -> float:
@@ -82,15 +82,7 @@ def add_maintain(commands: Any, leaf_parser: LeafParser) -> None:
                           default=DEFAULT_BUFFER_BYTES,
                           help="compaction's --buffer-bytes (default "
                                f"{DEFAULT_BUFFER_BYTES})")
-    chain_age, decision_age = int(DEFAULT_CHAIN_AGE_S), int(DEFAULT_DECISION_AGE_S)
-    temp_age = int(DEFAULT_TEMP_AGE_S)
-    maintain.add_argument("--chain-age", metavar="SECONDS", type=non_negative_int,
-                          default=chain_age, help=f"gc's --chain-age (default {chain_age})")
-    maintain.add_argument("--decision-age", metavar="SECONDS", type=non_negative_int,
-                          default=decision_age,
-                          help=f"gc's --decision-age (default {decision_age})")
-    maintain.add_argument("--temp-age", metavar="SECONDS", type=non_negative_int,
-                          default=temp_age, help=f"gc's --temp-age (default {temp_age})")
+    add_gc_ages(maintain)  # gc's own options, for the gc step
     maintain.add_argument("--json", action="store_true",
                           help="one JSON object per pass even on a terminal")
 
@@ -121,8 +113,9 @@ def run_maintain(args: argparse.Namespace) -> None:
         compact_interval_s=args.compact_interval, retention_interval_s=args.retention_interval,
         gc_interval_s=args.gc_interval, jitter=args.jitter, lag=args.lag,
         min_batches=args.min_batches, compaction_buffer_bytes=args.compaction_buffer_bytes,
-        chain_age_s=args.chain_age,
-        decision_age_s=args.decision_age, temp_age_s=args.temp_age)
+        chain_age_s=args.chain_age, decision_age_s=args.decision_age, temp_age_s=args.temp_age,
+        data_age_s=args.data_age,
+        txn_id_expiration_ms=args.transactional_id_expiration_ms)
     for topic in settings.topics or ():
         log.describe_topic(topic)  # a mistyped topic fails now, not silently on every pass
     as_json = args.json or not sys.stdout.isatty()

@@ -70,29 +70,34 @@ def add_gc(commands: Any, leaf_parser: LeafParser) -> None:
                     "transactional ids idle longer than --transactional-id-expiration-ms "
                     "become Dead, and Dead ones are deleted whole. "
                     "docs/protocol.md section 8 says why each removal is safe.")
+    add_gc_ages(gc)
+    gc.add_argument("--verbose", action="store_true", help="also print every removed path")
+    json_option(gc)
+
+
+def add_gc_ages(parser: argparse.ArgumentParser) -> None:
+    """gc's ages and expiration, shared by ``txlog gc`` and ``txlog maintain``'s gc step."""
     chain_age, decision_age = int(DEFAULT_CHAIN_AGE_S), int(DEFAULT_DECISION_AGE_S)
     temp_age = int(DEFAULT_TEMP_AGE_S)
-    gc.add_argument("--chain-age", metavar="SECONDS", type=non_negative_int, default=chain_age,
+    parser.add_argument("--chain-age", metavar="SECONDS", type=non_negative_int, default=chain_age,
                     help="only chain versions whose successor is older than this "
                          f"(default {chain_age})")
-    gc.add_argument("--decision-age", metavar="SECONDS", type=non_negative_int,
+    parser.add_argument("--decision-age", metavar="SECONDS", type=non_negative_int,
                     default=decision_age,
                     help="only decisions of shared transactions older than this "
                          f"(default {decision_age}, {decision_age // 86400} days)")
-    gc.add_argument("--temp-age", metavar="SECONDS", type=non_negative_int, default=temp_age,
+    parser.add_argument("--temp-age", metavar="SECONDS", type=non_negative_int, default=temp_age,
                     help=f"only temp files older than this (default {temp_age})")
     data_age = int(DEFAULT_DATA_AGE_S)
-    gc.add_argument("--data-age", metavar="SECONDS", type=non_negative_int, default=data_age,
+    parser.add_argument("--data-age", metavar="SECONDS", type=non_negative_int, default=data_age,
                     help="only unreferenced data objects older than this (default "
                          f"{data_age}; less than 600 is safe only while nobody writes)")
     expiry = DEFAULT_TXN_ID_EXPIRATION_MS
-    gc.add_argument("--transactional-id-expiration-ms", metavar="MS", type=non_negative_int,
+    parser.add_argument("--transactional-id-expiration-ms", metavar="MS", type=non_negative_int,
                     default=expiry,
                     help="retire transactional ids idle (no open transaction) for longer "
                          f"than this, Kafka's transactional.id.expiration.ms (default "
                          f"{expiry}, {expiry // 86_400_000} days)")
-    gc.add_argument("--verbose", action="store_true", help="also print every removed path")
-    json_option(gc)
 
 
 def add_delete_records(commands: Any, leaf_parser: LeafParser) -> None:

@@ -13,8 +13,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -31,7 +32,8 @@ from ..partition.appender import DataReference, write_data_object
 from ..transactions.coordinator import plain_decision_id
 from ..transactions.groups import check_offsets, register_transactional_offsets
 from ..errors import (CommitFailedError, IllegalStateError, InvalidConfigError,
-                      InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError,
+                      InvalidPidMappingError, InvalidProducerEpochError, InvalidTxnStateError,
+                      OutOfOrderSequenceError,
                       ProducerFencedError, TransactionAbortedError, TxlogError)
 from ..storage.names import validate_name
 from .membership import check_generation
@@ -245,8 +247,19 @@ class Producer:
         ends or fences this transaction knows to mark it."""
         new = [tp for tp in tps if tp not in self._txn_partitions]
         if self.transactional_id is not None and new:
-            self.log.coordinator.add_partitions(self._member(), new)
+            with self._abortable_on_expiry():
+                self.log.coordinator.add_partitions(self._member(), new)
             self._txn_partitions.update(new)
+
+    @contextmanager
+    def _abortable_on_expiry(self) -> Iterator[None]:
+        """Joining failed for good: fenced (fatal), or the id expired under this producer
+        (commit_transaction() raises it again; abort_transaction() starts the id again)."""
+        try:
+            yield
+        except (InvalidPidMappingError, ProducerFencedError) as exc:
+            self._fatal = exc
+            raise
 
     def send(self, topic: str, value: Any = None, key: Any = None,
              partition: int | None = None, headers: list[tuple[str, bytes]] | None = None,
@@ -747,7 +760,8 @@ class Producer:
             except CommitFailedError as exc:
                 self._fatal = exc  # abortable: commit_transaction() raises it, abort clears it
                 raise
-        self.log.coordinator.add_offsets(self._member(), group_id, offsets)
+        with self._abortable_on_expiry():
+            self.log.coordinator.add_offsets(self._member(), group_id, offsets)
         self._txn_has_offsets = True
 
     def _end(self, commit: bool) -> None:
@@ -803,8 +817,30 @@ class Producer:
             if b.failed is not None:
                 b.failed(aborted)
         self._staged, self._staged_bytes = [], 0
+        expired = isinstance(self._fatal, InvalidPidMappingError)
         self._fatal = None
-        self._end(commit=False)
+        try:
+            if not expired:
+                self._end(commit=False)
+                return
+        except InvalidPidMappingError:
+            pass
+        self._restart_expired()
+
+    def _restart_expired(self) -> None:
+        """After the id expired under this producer (nothing of the transaction was
+        written: an id with an open transaction never expires), start it again under a
+        new producer id, unless another instance took it meanwhile: then this one is
+        fenced, as Kafka's producer is when InitProducerId's expected epoch is stale."""
+        self._transition(_S.READY)
+        try:
+            self._producer_id, self._epoch = self.log.coordinator.init_producer_id(
+                self._require_transactional(), self.transaction_timeout_ms,
+                expired=(self._producer_id, self._epoch))
+        except ProducerFencedError as exc:
+            self._fatal = exc
+            raise
+        self._sequences.clear()
 
     def prepare_transaction(self) -> TransactionMember:
         """Flush and hand this producer's part of a shared transaction to its coordinator.

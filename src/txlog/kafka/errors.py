@@ -143,6 +143,12 @@ class InvalidTxnStateError(BrokerResponseError, native.InvalidTxnStateError):
     errno = 48
 
 
+class InvalidProducerIdMappingError(BrokerResponseError, native.InvalidPidMappingError):
+    """The transactional id expired while the producer held it: abort the transaction."""
+
+    errno = 49
+
+
 class InvalidTransactionTimeoutError(BrokerResponseError, native.InvalidTransactionTimeoutError):
     errno = 50
 
@@ -182,6 +188,7 @@ _BY_NATIVE_NAME: dict[str, type[KafkaError]] = {
     "InvalidProducerEpochError": InvalidProducerEpochError,
     "OutOfOrderSequenceError": OutOfOrderSequenceNumberError,
     "DecisionConflictError": TransactionAbortedError,
+    "InvalidPidMappingError": InvalidProducerIdMappingError,
     "InvalidTxnStateError": InvalidTxnStateError,
     "TransactionAbortedError": TransactionAbortedError,
     "CommittedButIncompleteError": KafkaError,

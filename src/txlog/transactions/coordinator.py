@@ -27,7 +27,7 @@ import msgpack
 
 from .. import clock
 from ..storage.chain import VersionChain
-from ..errors import (ConcurrentTransactionsError, DecisionConflictError,
+from ..errors import (ConcurrentTransactionsError, DecisionConflictError, InvalidPidMappingError,
                       InvalidTransactionTimeoutError, InvalidTxnStateError, ProducerFencedError,
                       TransactionAbortedError)
 from .groups import apply_transactional_offsets, check_offsets
@@ -319,8 +319,15 @@ class TransactionCoordinator:
 
     # --- InitProducerId ------------------------------------------------------------------
 
-    def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[int, int]:
-        """Fence every older instance and return the new (producer id, epoch)."""
+    def init_producer_id(self, transactional_id: str, timeout_ms: int,
+                         expired: tuple[int, int] | None = None) -> tuple[int, int]:
+        """Fence every older instance and return the new (producer id, epoch).
+
+        ``expired`` is the (producer id, epoch) of a producer whose id expired under
+        it (InvalidPidMappingError), starting again: it may only start a fresh
+        incarnation, where the id is gone or Dead at that identity, never fence an
+        instance that took the id meanwhile (Kafka checks the expected producer id
+        and epoch of InitProducerId the same way, KIP-360)."""
         if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or \
                 not 1 <= timeout_ms <= MAX_TRANSACTION_TIMEOUT_MS:
             raise InvalidTransactionTimeoutError(
@@ -328,6 +335,13 @@ class TransactionCoordinator:
                 f"{MAX_TRANSACTION_TIMEOUT_MS}, not {timeout_ms!r}")
         while True:
             version, meta = self._latest(transactional_id)
+            if expired is not None and meta is not None and not (
+                    meta.state == S.DEAD and (meta.producer_id, meta.epoch) == expired):
+                raise ProducerFencedError(
+                    f"producer {expired[0]} epoch {expired[1]} of transactional id "
+                    f"{transactional_id!r} was fenced: after the id expired, another instance "
+                    f"took it (now producer {meta.producer_id} epoch {meta.epoch}, state "
+                    f"{meta.state.value})")
             if meta is None or meta.state == S.DEAD:
                 # A new (or expired and removed) id starts a fresh incarnation.
                 pid = self._next_producer_id()
@@ -354,18 +368,26 @@ class TransactionCoordinator:
 
     # --- AddPartitionsToTxn / AddOffsetsToTxn -----------------------------------------------
 
+    @staticmethod
+    def _expired_under(member: TransactionMember) -> InvalidPidMappingError:
+        return InvalidPidMappingError(
+            f"transactional id {member.transactional_id!r} expired while producer "
+            f"{member.producer_id} epoch {member.epoch} held it (idle longer than "
+            "transactional.id.expiration.ms); abort the transaction to start the id again "
+            "under a new producer id")
+
     def _check_member(self, meta: TransactionMetadata | None, member: TransactionMember
                       ) -> TransactionMetadata:
-        if meta is None:
-            raise InvalidTxnStateError(
-                f"transactional id {member.transactional_id!r} is unknown; call "
-                "init_transactions() first")
+        if meta is None:  # a member exists only after InitProducerId: the id was deleted
+            raise self._expired_under(member)
         if meta.producer_id != member.producer_id or meta.epoch != member.epoch:
             why = f" ({meta.reason})" if meta.reason else ""
             raise ProducerFencedError(
                 f"producer {member.producer_id} epoch {member.epoch} of transactional id "
                 f"{member.transactional_id!r} was fenced: the id is now at producer "
                 f"{meta.producer_id} epoch {meta.epoch}, state {meta.state.value}{why}")
+        if meta.state == S.DEAD:
+            raise self._expired_under(member)
         if meta.state in PREPARED or meta.state == S.PREPARE_EPOCH_FENCE:
             raise ConcurrentTransactionsError(
                 f"transactional id {member.transactional_id!r} is completing a transaction "
