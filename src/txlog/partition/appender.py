@@ -271,19 +271,7 @@ class Appender:
         """
         header = replace(header, attributes=header.attributes | CLAIM_BIT,
                          payload_length=len(payload), payload_crc=crc32c.crc32c(payload))
-        storage = self._states.storage
-
-        def prepare(state: ProducerState) -> _Slot | AppendResult:
-            placed = self._place(state, header, log_append_time)
-            if isinstance(placed, AppendResult):
-                return placed
-            path, offset = reference.current(storage, payload)
-            placed = replace(placed, data_path=path, data_offset=offset)
-            return _slot(placed)
-
-        result = self._claim(prepare, continuing)
-        assert result is not None
-        return result
+        return self._append_referenced(header, payload, reference, log_append_time, continuing)
 
     def append_claims(self, headers: list[BatchHeader], payloads: list[bytes],
                       reference: DataReference, log_append_time: bool = False,
@@ -301,20 +289,28 @@ class Appender:
         if len(headers) == 1:
             return [self.append_claim(headers[0], payloads[0], reference, log_append_time,
                                       continuing)]
-        combined = combined_header(headers, payloads)
+        result = self._append_referenced(combined_header(headers, payloads), payloads,
+                                         reference, log_append_time, continuing)
+        return split_result(result, [h.record_count for h in headers])
 
+    def _append_referenced(self, header: BatchHeader, payload: bytes | list[bytes],
+                           reference: DataReference, log_append_time: bool,
+                           continuing: bool) -> AppendResult:
+        """Claim the next slot for ``header``, whose payload (one, or parts back to back)
+        lies in the data object ``reference`` names (rewritten there if its claim window
+        passed: DataReference.current)."""
         storage = self._states.storage
 
         def prepare(state: ProducerState) -> _Slot | AppendResult:
-            placed = self._place(state, combined, log_append_time)
+            placed = self._place(state, header, log_append_time)
             if isinstance(placed, AppendResult):
                 return placed
-            path, offset = reference.current(storage, payloads)
+            path, offset = reference.current(storage, payload)
             return _slot(replace(placed, data_path=path, data_offset=offset))
 
         result = self._claim(prepare, continuing)
         assert result is not None
-        return split_result(result, [h.record_count for h in headers])
+        return result
 
     def append_marker(self, producer_id: int, marker_epoch: int, commit: bool,
                       coordinator_epoch: int = 0, decision_id: str = "",
