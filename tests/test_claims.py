@@ -583,3 +583,25 @@ def test_the_expiry_sweep_after_an_append_costs_no_request_for_the_own_transacti
     assert store.count("publish", "topics/t/") == 2  # one claim per partition
     producer.commit_transaction()
     assert sum(log.read("t", p).num_rows for p in range(2)) == 80
+
+
+def test_partitions_claimed_at_once_share_one_verification(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """protocol.md 2.6.1: the first claims of a transaction in four partitions ask the
+    coordinator once (the id's metadata and the decision), not once per partition."""
+    monkeypatch.setattr(producer_module, "EXPIRY_CHECK_INTERVAL_S", 1e9)  # no sweep reads
+    log, store = counting_log(tmp_path)
+    log.create_topic("t", 4)
+    producer = log.producer(transactional_id="tx", batch_size=16 << 10)
+    producer.init_transactions()
+    checks = []
+    real = log.coordinator.is_open
+    monkeypatch.setattr(log.coordinator, "is_open",
+                        lambda header: checks.append(header.decision_id) or real(header))
+    table = pa.table({"value": [VALUE] * 40, "partition": [i % 4 for i in range(40)]})
+    producer.begin_transaction()
+    producer.send_table("t", table)
+    producer.flush()
+    assert len(checks) == 1
+    producer.commit_transaction()
+    assert sum(log.read("t", p).num_rows for p in range(4)) == 40

@@ -56,6 +56,9 @@ def _marker_pool() -> ThreadPoolExecutor:
         if _MARKER_POOL is None:
             _MARKER_POOL = ThreadPoolExecutor(MARKER_THREADS, thread_name_prefix="txlog-marker")
         return _MARKER_POOL
+# A passed partition verification (KIP-890) is shared this long by the partitions one
+# flush claims at once (docs/protocol.md 2.6.1).
+SHARED_VERIFICATION_MS = 1000
 MAX_EPOCH = 32767  # Short.MaxValue: an epoch this high is never handed to a producer
 NO_PRODUCER_ID = -1
 
@@ -218,6 +221,10 @@ class TransactionCoordinator:
         self._chains: dict[str, VersionChain] = {}
         self._decisions: dict[str, Decision] = {}
         self._local = threading.local()  # transactional ids this thread is ending itself
+        # Passed partition verifications, by transaction: when the check began (2.6.1).
+        self._verified: dict[tuple[str, str, int, int], int] = {}
+        self._verifying: dict[tuple[str, str, int, int], threading.Lock] = {}
+        self._verified_lock = threading.Lock()
 
     def _ending(self) -> set[str]:
         ending = getattr(self._local, "ending", None)
@@ -295,6 +302,44 @@ class TransactionCoordinator:
         if decision is None:
             return None
         return decision.commits(txn.producer_id, txn.epoch)
+
+    def verifier(self, expiration_ms: int) -> Callable[[BatchHeader], bool]:
+        """``is_open`` for one partition, sharing a passed check with the other partitions
+        a flush claims at once (docs/protocol.md 2.6.1): the check depends only on the
+        transaction, not on the partition, and a fence after it is closed by the markers
+        however long ago it passed, as long as the partition cannot forget the producer
+        meanwhile; so a pass is reused for ``SHARED_VERIFICATION_MS`` and never for more
+        than half the partition's ``producer.id.expiration.ms``."""
+        window_ms = min(SHARED_VERIFICATION_MS, max(0, int(expiration_ms)) // 2)
+
+        def verify(header: BatchHeader) -> bool:
+            return self.is_open_shared(header, window_ms)
+        return verify
+
+    def is_open_shared(self, header: BatchHeader, window_ms: int) -> bool:
+        """``is_open``, answered from a pass of the same transaction (transactional id,
+        decision id, producer id, epoch) that began less than ``window_ms`` ago; one
+        check at a time per transaction, so partitions claimed at once wait for one."""
+        if window_ms <= 0 or not header.transactional_id:
+            return self.is_open(header)
+        key = (header.transactional_id, header.decision_id, header.producer_id,
+               header.producer_epoch)
+        with self._verified_lock:
+            lock = self._verifying.setdefault(key, threading.Lock())
+        with lock:
+            with self._verified_lock:
+                passed_ms = self._verified.get(key)
+            if passed_ms is not None and clock.now_ms() - passed_ms < window_ms:
+                return True
+            started_ms = clock.now_ms()  # the pass holds from its first read on
+            if not self.is_open(header):
+                return False
+            with self._verified_lock:
+                if len(self._verified) >= 1024:  # old transactions' passes: never needed again
+                    self._verified.clear()
+                    self._verifying = {k: v for k, v in self._verifying.items() if v is lock}
+                self._verified[key] = started_ms
+            return True
 
     def is_open(self, header: BatchHeader) -> bool:
         """Whether a transactional batch belongs to a transaction still open here: the
