@@ -425,6 +425,7 @@ class TransactionCoordinator:
 
         def step(version: int, value: dict | None) -> dict | None:
             nonlocal expired, decided
+            expired = decided = False  # a guessed run's findings are not kept (chain.update)
             meta = self._check_member(
                 None if value is None else TransactionMetadata.from_dict(value), member)
             now = clock.now_ms()
@@ -458,7 +459,7 @@ class TransactionCoordinator:
                 decision_id=member.decision_id, txn_producer_id=member.producer_id,
                 txn_epoch=member.epoch, reason="").to_dict()
 
-        self._chain(member.transactional_id).update(step)
+        self._chain(member.transactional_id).update(step, guess_own_head=True)
         if decided:
             self.complete(member.transactional_id, only_decision=member.decision_id)
             raise InvalidTxnStateError(
