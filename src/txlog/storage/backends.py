@@ -510,6 +510,22 @@ _probe_results: dict[str, str | None] = {}  # per root: None = conditional write
 # Environment variables that choose the endpoint a client talks to (part of a store's identity).
 _ENDPOINT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "STORAGE_EMULATOR_HOST",
                  "AZURE_STORAGE_ACCOUNT_NAME")
+# Storage options (at any depth, e.g. s3fs's client_kwargs) that choose the store reached.
+_ENDPOINT_OPTIONS = frozenset({"endpoint_url", "endpoint", "account_url", "account_name",
+                               "region_name", "region", "project"})
+
+
+def _endpoint_options(options: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """The options among ``options`` that choose the store, as sorted (path, value) pairs."""
+    found = []
+    for name, value in options.items():
+        if isinstance(value, dict):
+            found += _endpoint_options(value, f"{prefix}{name}.")
+        elif name in _ENDPOINT_OPTIONS and not is_secret_option(name):
+            found.append((f"{prefix}{name}", str(value)))
+    return sorted(found)
+
+
 PROBE_VERDICT_PREFIX = "verified-"  # a passed probe remembered per store and day (protocol.md 1.3)
 
 
@@ -549,13 +565,13 @@ class FsspecStorage(Storage):
         digest = hashlib.sha256(repr(sorted((storage_options or {}).items(), key=str))
                                 .encode()).hexdigest()[:16]
         self._probe_key = f"{url}#{digest}"
-        # What a remembered verdict must name to be trusted (protocol.md 1.3): the root's
-        # URL, the client package and the options without credentials (the endpoint).
-        # The URL may carry credentials: its scheme and fsspec's root stand for it.
+        # What a remembered verdict must name to be trusted (protocol.md 1.3).
+        # The URL may carry credentials: its scheme and fsspec's root stand for it.  Only
+        # what picks the store counts (not timeouts, user agents or credentials), so that
+        # the tasks of one job share a verdict whatever else their options say.
         self._store_identity = repr((
             url.split("://", 1)[0].lower(), self.root, type(fs).__module__.split(".")[0],
-            getattr(fs, "endpoint_url", None),
-            sorted(redacted_options(dict(storage_options or {})).items(), key=str),
+            getattr(fs, "endpoint_url", None), _endpoint_options(storage_options or {}),
             sorted((k, os.environ[k]) for k in _ENDPOINT_ENV if os.environ.get(k))))
 
     def __repr__(self) -> str:
