@@ -828,20 +828,27 @@ class TransactionCoordinator:
 
     # --- leases of shared transactions ------------------------------------------------------
 
-    def renew_lease(self, decision_id: str) -> None:
+    def renew_lease(self, decision_id: str, unless_younger_than_ms: int = 0) -> int:
         """Record that a participant of shared transaction ``decision_id`` is alive now.
 
         A member of a shared transaction times out only when the lease of
         its decision is older than its timeout: a member that prepared early
         must not be aborted while the rest of its job still runs (Kafka's
         KIP-939 problem), and a job whose every participant and driver died
-        stops renewing and is aborted after the timeout.
+        stops renewing and is aborted after the timeout.  A lease renewed
+        less than ``unless_younger_than_ms`` ago is left as it is (a task
+        joining a job its driver or another task has just renewed; protocol
+        5, "the lease").  Returns the lease's time after the call.
         """
         validate_name(decision_id, "decision id")
         now = clock.now_ms()
-        self._lease(decision_id).update(
-            lambda version, value: None if value is not None and value["time_ms"] >= now
-            else {"time_ms": now})
+        def step(version: int, value: dict | None) -> dict | None:
+            if value is not None and (value["time_ms"] >= now or
+                                      now - value["time_ms"] < unless_younger_than_ms):
+                return None
+            return {"time_ms": now}
+        _, value = self._lease(decision_id).update(step)
+        return -1 if value is None else int(value["time_ms"])
 
     def lease_ms(self, decision_id: str) -> int:
         """When the lease of ``decision_id`` was last renewed (-1: never)."""
