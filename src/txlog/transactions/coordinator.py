@@ -325,6 +325,8 @@ class TransactionCoordinator:
         key = (header.transactional_id, header.decision_id, header.producer_id,
                header.producer_epoch)
         with self._verified_lock:
+            if len(self._verifying) >= 1024 and key not in self._verifying:
+                self._verifying.clear()  # old transactions' locks: at worst a check runs twice
             lock = self._verifying.setdefault(key, threading.Lock())
         with lock:
             with self._verified_lock:
@@ -337,7 +339,6 @@ class TransactionCoordinator:
             with self._verified_lock:
                 if len(self._verified) >= 1024:  # old transactions' passes: never needed again
                     self._verified.clear()
-                    self._verifying = {k: v for k, v in self._verifying.items() if v is lock}
                 self._verified[key] = started_ms
             return True
 
