@@ -583,3 +583,66 @@ def test_the_expiry_sweep_after_an_append_costs_no_request_for_the_own_transacti
     assert store.count("publish", "topics/t/") == 2  # one claim per partition
     producer.commit_transaction()
     assert sum(log.read("t", p).num_rows for p in range(2)) == 80
+
+
+def test_partitions_claimed_at_once_share_one_verification(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """protocol.md 2.6.1: the first claims of a transaction in four partitions ask the
+    coordinator once (the id's metadata and the decision), not once per partition."""
+    monkeypatch.setattr(producer_module, "EXPIRY_CHECK_INTERVAL_S", 1e9)  # no sweep reads
+    log, store = counting_log(tmp_path)
+    log.create_topic("t", 4)
+    producer = log.producer(transactional_id="tx", batch_size=16 << 10)
+    producer.init_transactions()
+    checks = []
+    real = log.coordinator.is_open
+    monkeypatch.setattr(log.coordinator, "is_open",
+                        lambda header: checks.append(header.decision_id) or real(header))
+    table = pa.table({"value": [VALUE] * 40, "partition": [i % 4 for i in range(40)]})
+    producer.begin_transaction()
+    producer.send_table("t", table)
+    producer.flush()
+    assert len(checks) == 1
+    producer.commit_transaction()
+    assert sum(log.read("t", p).num_rows for p in range(4)) == 40
+
+
+def test_one_tasks_requests_from_opening_its_log_to_prepare(tmp_path: Path) -> None:
+    """issue 19, the requests of one Spark-style task (scale_out_benchmark.py counts the
+    same on S3): the driver starts the job; the task opens its own Log, keeps the lease
+    alive, joins, writes one flush into 4 empty partitions and prepares.  Pinned: the
+    lease the driver just renewed is only read (protocol.md 5), no chain reads the
+    version after one it just listed or published itself (4.1), one KIP-890 verification
+    for the 4 partitions (2.6.1), and the total."""
+    from txlog.exactly_once.shared_transaction import SharedTransaction
+
+    root = tmp_path / "log"
+    driver = Log(root)
+    driver.create_topic("t", 4)
+    job = SharedTransaction.start(driver, "job", 60_000)
+    store = Counting(Log(root).storage)
+    task = Log(store)
+    table = pa.table({"value": [VALUE] * 4, "partition": [0, 1, 2, 3]})
+    with job.keep_alive(task):
+        producer = job.join(task, "task-0", batch_size=16 << 10)
+        producer.send_table("t", table)
+        producer.prepare_transaction()  # one flush: one data object, four claims
+    lease = [(k, p) for k, p in store.calls if p.startswith("coordinator/leases/")]
+    assert [k for k, _ in lease] == ["list", "read"]  # read, not renewed
+    txn = [(k, p.rsplit("/", 1)[1]) for k, p in store.calls
+           if p.startswith("coordinator/transactions/job-task-0")]
+    assert txn == [("list", "job-task-0"), ("publish", "00000000000000000000"),
+                   ("publish", "00000000000000000001"), ("read", "00000000000000000000"),
+                   ("read", "00000000000000000002")], txn  # the last: the verification
+    assert store.count("read", "coordinator/decisions/") == 1
+    # Besides topic.json: 12 to open and join (13 on an object store: the probe's
+    # verdict), the verification's 2, and per partition 6 (its segments listed at load,
+    # before and after the claim, its snapshots listed, the slot's 404, the batch: a
+    # flush this small goes inline, without a data object); topic.json once for the
+    # description and twice per partition unless shared (1.4: timing decides).
+    topic_json = store.count("read", "topics/t/topic.json")
+    assert len(store.calls) - topic_json == 12 + 2 + 4 * 6, \
+        "\n".join(map(str, store.calls))
+    assert 1 + 2 <= topic_json <= 1 + 4 * 2
+    job.commit(driver, [producer._member()])
+    assert sum(driver.read("t", p).num_rows for p in range(4)) == 4

@@ -10,6 +10,7 @@ errors or objects.
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import traceback
@@ -19,8 +20,8 @@ from collections.abc import Callable
 import pytest
 
 from txlog import Log, StorageError, UnsupportedStorageError
-from txlog.storage.backends import (FsspecStorage, StorageRequestError, open_storage, redact,
-                                    register_secrets)
+from txlog.storage.backends import (FsspecStorage, StorageRequestError, _probe_results,
+                                    open_storage, redact, register_secrets)
 
 from s3_server import ACCESS_KEY, SECRET_KEY, Fault
 
@@ -254,13 +255,42 @@ def test_store_ignoring_if_none_match_is_refused(s3_server) -> None:
     with pytest.raises(UnsupportedStorageError, match="ignores conditional writes"):
         open_storage(f"s3://{bucket}/log", options).publish_if_absent("x", b"x")
     assert s3_server.counts == {}
-    # A store that honours the condition passes, with three requests once per root.
+    # A store that honours the condition passes: the first process of the day looks for a
+    # remembered verdict, probes (two PUTs and a DELETE) and remembers its pass (a PUT).
     good = s3_server.create_bucket()
     s3_server.reset_counts()
     storage = open_storage(f"s3://{good}/log", options)
     assert storage.publish_if_absent("a", b"a")
-    assert s3_server.counts == {"PUT": 3, "DELETE": 1}
-    assert list(s3_server.objects(good)) == ["log/a"]
+    assert s3_server.counts == {"GET": 1, "PUT": 4, "DELETE": 1}
+    objects = s3_server.objects(good)
+    [verdict] = [name for name in objects if name.startswith("log/.tmp-probe/verified-")]
+    assert sorted(objects) == sorted(["log/a", verdict])
+    assert SECRET_KEY.encode() not in objects[verdict] and good.encode() in objects[verdict]
+    # Another process on the same store pays one GET for the verdict instead of a probe,
+    # whatever options it adds that do not choose the store (a Spark task's user agent).
+    _probe_results.pop(storage._probe_key)
+    task_options = dict(options, config_kwargs={"user_agent_extra": "task-7"})
+    s3_server.reset_counts()
+    assert open_storage(f"s3://{good}/log", task_options).publish_if_absent("b", b"b")
+    assert s3_server.counts == {"GET": 1, "PUT": 1}
+
+
+def test_a_remembered_verdict_of_another_store_is_not_trusted(s3_server) -> None:
+    """protocol.md 1.3: a verdict object counts only where it names this very store (URL,
+    client, endpoint options).  One of another store found at this store's name (a bucket
+    copied, a forged object) does not spare the probe, which refuses the store."""
+    bucket = s3_server.create_bucket()
+    s3_server.ignoring_conditions.add(bucket)
+    options = dict(s3_server.storage_options, anon=False)
+    storage = open_storage(f"s3://{bucket}/log", options)
+    other = open_storage(f"s3://{bucket}/other", options)
+    forged = json.dumps({"store": other._store_identity, "conditional_writes": True,
+                         "verified_ms": 0}).encode()
+    s3_server.client().put_object(Bucket=bucket, Key=f"log/{storage._verdict_path()}",
+                                  Body=forged)
+    with pytest.raises(UnsupportedStorageError, match="ignores conditional writes"):
+        storage.publish_if_absent("x", b"x")
+    assert f"log/{storage._verdict_path()}" in s3_server.objects(bucket)
 
 
 class _DroppingTheCondition:
@@ -293,7 +323,8 @@ def test_probe_refuses_gcs_and_azure_when_the_condition_is_dropped(request, stor
     # Through the store's real conditional create the same store passes the probe.
     good = open_storage(root, dict(options, skip_instance_cache=False))
     assert good.publish_if_absent("x", b"x") and not good.publish_if_absent("x", b"y")
-    assert server.objects(bucket) == {"log/x": b"x"}
+    assert {name: data for name, data in server.objects(bucket).items()
+            if not name.startswith("log/.tmp-probe/verified-")} == {"log/x": b"x"}
 
 
 @pytest.mark.parametrize("url", ["s3://AKIAX:sekret-value@bucket/log",

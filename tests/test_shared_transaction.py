@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 import txlog.exactly_once.shared_transaction as shared_module
-from helpers_core import ManualClock, manual_clock
+from helpers_core import ManualClock, manual_clock, wait_for
 from txlog import READ_COMMITTED, READ_UNCOMMITTED, Log
 from txlog.errors import (CommittedButIncompleteError, DecisionConflictError,
                           TransactionAbortedError, TxlogError)
@@ -217,6 +217,30 @@ def test_lease_keeps_an_early_prepared_member_alive_past_its_timeout(topic_log: 
     late = write(job, log, "1-0", 1, ["late"])
     job.commit(log, [early, late])
     assert visible(log, 0) == ["early"] and visible(log, 1) == ["late"]
+
+
+def test_keep_alive_leaves_a_fresh_lease_and_renews_a_stale_one(topic_log: Log,
+                                                                clock: ManualClock) -> None:
+    """protocol.md 5, the lease: a task entering keep_alive within a quarter of the timeout
+    of the last renewal publishes nothing (its first renewal comes a quarter after that
+    renewal); past a quarter it renews at once, so the lease never ages past half."""
+    log = topic_log
+    timeout_ms = 600_000  # a quarter is 150 s of real time: the renewal thread stays idle
+    job = SharedTransaction.start(log, "lease", timeout_ms)
+    started_ms = log.coordinator.lease_ms(job.decision_id)
+    clock.now_ms += 1_000
+    with job.keep_alive(log):
+        assert log.coordinator.lease_ms(job.decision_id) == started_ms
+    assert log.coordinator._lease(job.decision_id).latest()[0] == 0  # nothing published
+    # Found a millisecond short of a quarter old: renewed a millisecond later, by the
+    # renewal thread (not a quarter later, which would let the lease age past half).
+    clock.now_ms = started_ms + timeout_ms // 4 - 1
+    with job.keep_alive(log):
+        wait_for(lambda: log.coordinator.lease_ms(job.decision_id) == clock.now_ms,
+                 timeout=10, what="the first renewal")
+    clock.now_ms += timeout_ms // 4
+    with job.keep_alive(log):
+        assert log.coordinator.lease_ms(job.decision_id) == clock.now_ms
 
 
 def test_without_renewal_a_shared_transaction_is_aborted_after_its_timeout(

@@ -830,6 +830,20 @@ def test_shared_transaction_member_not_listed_is_aborted(log: Log) -> None:
     assert _visible(log) == set(values[:2])
 
 
+def test_a_guessed_update_that_refuses_is_decided_on_a_fresh_read(log: Log) -> None:
+    """protocol.md 4.1: AddPartitionsToTxn applies its step to the version this process
+    published itself without reading the next one; only a winning publish confirms that
+    guess.  Here the guess says "already in the transaction, nothing to change" while
+    another process has fenced the producer: the fresh read must answer PRODUCER_FENCED
+    (trusting the guess's answer, the fence is taken for a decision of its own)."""
+    log.create_topic(TOPIC, 2)
+    old = open_txn(log, "app", [(0, b"old-0")])
+    txn_producer(Log(log.root), "app")  # a new instance, in another process's Log
+    with pytest.raises(ProducerFencedError):
+        log.coordinator.add_partitions(old._member(), [(TOPIC, 0)])
+    assert b"old-0" not in log.read(TOPIC, 0).column("value").to_pylist()
+
+
 def test_fencing_one_member_aborts_the_shared_transaction(log: Log) -> None:
     """A retried task's init_transactions aborts the shared transaction it was part of.
 

@@ -335,7 +335,8 @@ class Log:
                 key, PartitionLog(self.storage, topic, partition, desc.topic_id,
                                   self.coordinator.resolve, on_stale=self._forget_topic,
                                   producer_expiration_ms=desc.setting(PRODUCER_ID_EXPIRATION),
-                                  verify=self.coordinator.is_open))
+                                  verify=self.coordinator.verifier(
+                                      desc.setting(PRODUCER_ID_EXPIRATION))))
 
     def _forget_topic(self, topic: str, topic_id: str) -> None:
         """Drop what this Log cached of one incarnation of ``topic`` (it is gone)."""

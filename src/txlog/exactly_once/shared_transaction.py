@@ -110,16 +110,23 @@ class SharedTransaction:
         """Renew the job's lease while the body runs (a participant at work)."""
         stop = threading.Event()
         interval = max(self.timeout_ms / 4000, 0.05)
+        # A lease renewed less than one interval ago (by the driver's start, or another
+        # task) is left alone and renewed one interval after that renewal: the lease is
+        # then never older than two intervals, half the timeout (protocol.md 5).
+        renewed_ms = log.coordinator.renew_lease(self.decision_id,
+                                                 unless_younger_than_ms=int(interval * 1000))
+        first = min(interval, max(0.0, interval - (clock.now_ms() - renewed_ms) / 1000))
 
         def renew() -> None:
-            while not stop.wait(interval):
+            wait = first
+            while not stop.wait(wait):
+                wait = interval
                 try:
                     log.coordinator.renew_lease(self.decision_id)
                 except Exception:  # a missed renewal only shortens the lease
                     logger.warning("renewing the lease of %s failed", self.decision_id,
                                    exc_info=True)
 
-        log.coordinator.renew_lease(self.decision_id)
         thread = threading.Thread(target=renew, name=f"txlog-lease-{self.decision_id}",
                                   daemon=True)
         thread.start()

@@ -16,6 +16,7 @@ from typing import Any
 import msgpack
 
 from ..storage.backends import Storage
+from ..storage.fresh_reads import fresh_read
 from ..storage.paths import topic_meta_path
 
 
@@ -40,7 +41,8 @@ def topic_id_of(meta: dict[str, Any]) -> str:
 def read_topic_meta(storage: Storage, topic: str) -> dict[str, Any] | None:
     """``topic.json`` of ``topic``, or None when the topic does not exist."""
     try:
-        raw = storage.read(topic_meta_path(topic))
+        # Shared with the partitions checking it at the same moment (fresh_reads.py).
+        raw = fresh_read(storage, topic_meta_path(topic))
     except FileNotFoundError:
         return None
     meta = msgpack.unpackb(raw)

@@ -11,6 +11,7 @@ Paths given to a backend are relative to the log root and always use ``/``.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import random
@@ -506,6 +507,26 @@ _NATIVE_CREATE_PACKAGES = frozenset({"s3fs", "gcsfs", "adlfs"})
 CONFLICT_ATTEMPTS = 8  # tries of one publish the store answered 409 ConditionalRequestConflict
 _probe_lock = threading.Lock()
 _probe_results: dict[str, str | None] = {}  # per root: None = conditional writes work, else why not
+# Environment variables that choose the endpoint a client talks to (part of a store's identity).
+_ENDPOINT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "STORAGE_EMULATOR_HOST",
+                 "AZURE_STORAGE_ACCOUNT_NAME")
+# Storage options (at any depth, e.g. s3fs's client_kwargs) that choose the store reached.
+_ENDPOINT_OPTIONS = frozenset({"endpoint_url", "endpoint", "account_url", "account_name",
+                               "region_name", "region", "project"})
+
+
+def _endpoint_options(options: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """The options among ``options`` that choose the store, as sorted (path, value) pairs."""
+    found = []
+    for name, value in options.items():
+        if isinstance(value, dict):
+            found += _endpoint_options(value, f"{prefix}{name}.")
+        elif name in _ENDPOINT_OPTIONS and not is_secret_option(name):
+            found.append((f"{prefix}{name}", str(value)))
+    return sorted(found)
+
+
+PROBE_VERDICT_PREFIX = "verified-"  # a passed probe remembered per store and day (protocol.md 1.3)
 
 
 class FsspecStorage(Storage):
@@ -544,6 +565,14 @@ class FsspecStorage(Storage):
         digest = hashlib.sha256(repr(sorted((storage_options or {}).items(), key=str))
                                 .encode()).hexdigest()[:16]
         self._probe_key = f"{url}#{digest}"
+        # What a remembered verdict must name to be trusted (protocol.md 1.3).
+        # The URL may carry credentials: its scheme and fsspec's root stand for it.  Only
+        # what picks the store counts (not timeouts, user agents or credentials), so that
+        # the tasks of one job share a verdict whatever else their options say.
+        self._store_identity = repr((
+            url.split("://", 1)[0].lower(), self.root, type(fs).__module__.split(".")[0],
+            getattr(fs, "endpoint_url", None), _endpoint_options(storage_options or {}),
+            sorted((k, os.environ[k]) for k in _ENDPOINT_ENV if os.environ.get(k))))
 
     def __repr__(self) -> str:
         return f"FsspecStorage({self.url!r}, storage_options={self._shown_options!r})"
@@ -744,7 +773,10 @@ class FsspecStorage(Storage):
         Publishes a probe object under a fresh name twice: the second publish
         must be refused.  A store that accepts it ignores the condition, and
         every guarantee of the log would silently be lost on it.  The probe
-        object is deleted afterwards.
+        object is deleted afterwards.  A pass is remembered in the store for
+        the UTC day, naming the store it was made on, so that the other
+        processes of a job pay one GET instead of three requests
+        (docs/protocol.md 1.3); a refusal is never remembered.
         """
         if self._probe_key in _probe_results:
             refusal = _probe_results[self._probe_key]
@@ -753,8 +785,46 @@ class FsspecStorage(Storage):
             return
         with _probe_lock:
             if self._probe_key not in _probe_results:
-                _probe_results[self._probe_key] = self._probe()
+                _probe_results[self._probe_key] = \
+                    None if self._verdict_remembered() else self._probe()
         self.check_conditional_writes()
+
+    def _verdict_path(self, day: int | None = None) -> str:
+        """Where a passed probe is remembered: one object per store identity and UTC day,
+        so that a store is probed again, by one process, at least once a day."""
+        if day is None:
+            day = int(time.time() // 86400)
+        digest = hashlib.sha256(self._store_identity.encode()).hexdigest()[:32]
+        return f"{PROBE_DIR}/{PROBE_VERDICT_PREFIX}{digest}-{day}"
+
+    def _verdict_remembered(self) -> bool:
+        """Whether a process passed the probe on this store today (one GET): the verdict
+        object exists and names this very store (URL, client, endpoint options)."""
+        try:
+            raw = self.read(self._verdict_path())
+        except FileNotFoundError:
+            return False
+        except OSError as exc:  # the probe itself then says whether the store works
+            logger.debug("%s: reading the probe verdict failed: %s", self.url, exc)
+            return False
+        try:
+            verdict = json.loads(raw)
+        except ValueError:
+            return False
+        return isinstance(verdict, dict) and verdict.get("store") == self._store_identity \
+            and verdict.get("conditional_writes") is True
+
+    def _remember_verdict(self) -> None:
+        """Publish today's verdict after a passed probe (best effort: a failure costs
+        later processes a probe of their own, nothing else)."""
+        verdict = json.dumps({"store": self._store_identity, "conditional_writes": True,
+                              "verified_ms": int(time.time() * 1000)}).encode()
+        path = self._verdict_path()
+        try:
+            self._put_if_absent(path, verdict)
+        except OSError as exc:
+            logger.debug("%s: could not remember the probe verdict at %s: %s", self.url,
+                         path, exc)
 
     def _probe(self) -> str | None:
         probe = f"{PROBE_DIR}/{uuid.uuid4().hex}"
@@ -781,6 +851,7 @@ class FsspecStorage(Storage):
                     f"conditional writes (AWS S3, GCS, Azure Blob, or a compatible store "
                     f"that documents If-None-Match support)")
         logger.debug("%s: conditional writes work (probe %s)", self.url, probe)
+        self._remember_verdict()
         return None
 
     def read(self, path: str) -> bytes:

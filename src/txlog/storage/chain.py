@@ -43,6 +43,7 @@ class VersionChain:
         self._raw: bytes | None = None  # the bytes of the cached version
         self._listed = False
         self._confirmed_ms = 0  # when the cached version was last seen to exist
+        self._own_head = False  # the cached version is this process's own publish
 
     def _path(self, version: int) -> str:
         return version_path(self.directory, version)
@@ -63,20 +64,25 @@ class VersionChain:
             if self._listed and self._version >= 0 and \
                     clock.now_ms() - self._confirmed_ms > VERIFY_AFTER_MS:
                 self._confirm()
-            if not self._listed:
+            listed_now = not self._listed
+            if listed_now:
                 names = self.storage.list(self.directory)
                 versions = [int(n) for n in names if n.isdigit()]
                 if versions and max(versions) > self._version:
                     self._version = max(versions)
                     self._value = self._raw = None
+                    self._own_head = False
                 self._listed = True
                 self._confirmed_ms = clock.now_ms()
-            while True:
+            # A listing just made names the newest version as of now (the stores list
+            # consistently): reading the next one as well would prove nothing more.
+            while not listed_now:
                 try:
                     raw = self.storage.read(self._path(self._version + 1))
                 except FileNotFoundError:
                     break
                 self._version += 1
+                self._own_head = False
                 self._raw = raw
                 self._value = msgpack.unpackb(raw, strict_map_key=False)
                 self._confirmed_ms = clock.now_ms()
@@ -91,6 +97,7 @@ class VersionChain:
 
     def _forget(self) -> None:
         self._version, self._value, self._raw, self._listed = -1, None, None, False
+        self._own_head = False
 
     def _confirm(self) -> None:
         """Drop the cache unless its version is still there with the bytes cached: else the
@@ -124,6 +131,8 @@ class VersionChain:
         path = self._path(version)
         data = msgpack.packb(value)
         if not self.storage.publish_if_absent(path, data):
+            with self._lock:
+                self._own_head = False
             return False
         if version > 0:
             try:
@@ -139,17 +148,47 @@ class VersionChain:
             if version > self._version:
                 self._version, self._value, self._raw = version, value, data
                 self._confirmed_ms = clock.now_ms()
+                self._own_head = True
         return True
 
-    def update(self, step: Callable[[int, dict[str, Any] | None], "dict[str, Any] | None"]
-               ) -> tuple[int, dict[str, Any] | None]:
+    def _own_guess(self) -> tuple[int, dict[str, Any] | None, bytes | None] | None:
+        """The cached version, if it is this process's own latest publish: a guess at the
+        newest that only a winning publish of the next version can confirm."""
+        with self._lock:
+            if self._own_head and self._raw is not None:
+                return self._version, self._value, self._raw
+            return None
+
+    def update(self, step: Callable[[int, dict[str, Any] | None], "dict[str, Any] | None"],
+               guess_own_head: bool = False) -> tuple[int, dict[str, Any] | None]:
         """Apply ``step`` to the latest value until its result is published.
 
         ``step`` returns the next value, or None when there is nothing to
         change; it may raise to refuse.  Returns the version and value that
         ended the loop.
+
+        With ``guess_own_head``, when the cached version is this process's own
+        last publish, the first try applies ``step`` to it without reading the
+        next version (docs/protocol.md 4.1): a winning publish of the next
+        version proves it was the newest (the create is exclusive, and the
+        predecessor check proves the cached bytes are still the chain's), so
+        the read would prove nothing more.  Any other outcome of the guess (no
+        change, a refusal, a lost publish) proves nothing, and ``step`` runs
+        again on a fresh read; so ``step`` must not keep effects of a run that
+        did not end the loop.
         """
+        guess = self._own_guess() if guess_own_head else None
         while True:
+            if guess is not None:
+                version, value, based_on = guess
+                guess = None
+                try:
+                    new = step(version, value)
+                except Exception:
+                    continue
+                if new is not None and self.publish(version + 1, new, based_on):
+                    return version + 1, new
+                continue
             version, value, based_on = self._latest()
             new = step(version, value)
             if new is None:

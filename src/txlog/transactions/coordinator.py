@@ -56,6 +56,9 @@ def _marker_pool() -> ThreadPoolExecutor:
         if _MARKER_POOL is None:
             _MARKER_POOL = ThreadPoolExecutor(MARKER_THREADS, thread_name_prefix="txlog-marker")
         return _MARKER_POOL
+# A passed partition verification (KIP-890) is shared this long by the partitions one
+# flush claims at once (docs/protocol.md 2.6.1).
+SHARED_VERIFICATION_MS = 1000
 MAX_EPOCH = 32767  # Short.MaxValue: an epoch this high is never handed to a producer
 NO_PRODUCER_ID = -1
 
@@ -218,6 +221,10 @@ class TransactionCoordinator:
         self._chains: dict[str, VersionChain] = {}
         self._decisions: dict[str, Decision] = {}
         self._local = threading.local()  # transactional ids this thread is ending itself
+        # Passed partition verifications, by transaction: when the check began (2.6.1).
+        self._verified: dict[tuple[str, str, int, int], int] = {}
+        self._verifying: dict[tuple[str, str, int, int], threading.Lock] = {}
+        self._verified_lock = threading.Lock()
 
     def _ending(self) -> set[str]:
         ending = getattr(self._local, "ending", None)
@@ -295,6 +302,45 @@ class TransactionCoordinator:
         if decision is None:
             return None
         return decision.commits(txn.producer_id, txn.epoch)
+
+    def verifier(self, expiration_ms: int) -> Callable[[BatchHeader], bool]:
+        """``is_open`` for one partition, sharing a passed check with the other partitions
+        a flush claims at once (docs/protocol.md 2.6.1): the check depends only on the
+        transaction, not on the partition, and a fence after it is closed by the markers
+        however long ago it passed, as long as the partition cannot forget the producer
+        meanwhile; so a pass is reused for ``SHARED_VERIFICATION_MS`` and never for more
+        than half the partition's ``producer.id.expiration.ms``."""
+        window_ms = min(SHARED_VERIFICATION_MS, max(0, int(expiration_ms)) // 2)
+
+        def verify(header: BatchHeader) -> bool:
+            return self.is_open_shared(header, window_ms)
+        return verify
+
+    def is_open_shared(self, header: BatchHeader, window_ms: int) -> bool:
+        """``is_open``, answered from a pass of the same transaction (transactional id,
+        decision id, producer id, epoch) that began less than ``window_ms`` ago; one
+        check at a time per transaction, so partitions claimed at once wait for one."""
+        if window_ms <= 0 or not header.transactional_id:
+            return self.is_open(header)
+        key = (header.transactional_id, header.decision_id, header.producer_id,
+               header.producer_epoch)
+        with self._verified_lock:
+            if len(self._verifying) >= 1024 and key not in self._verifying:
+                self._verifying.clear()  # old transactions' locks: at worst a check runs twice
+            lock = self._verifying.setdefault(key, threading.Lock())
+        with lock:
+            with self._verified_lock:
+                passed_ms = self._verified.get(key)
+            if passed_ms is not None and clock.now_ms() - passed_ms < window_ms:
+                return True
+            started_ms = clock.now_ms()  # the pass holds from its first read on
+            if not self.is_open(header):
+                return False
+            with self._verified_lock:
+                if len(self._verified) >= 1024:  # old transactions' passes: never needed again
+                    self._verified.clear()
+                self._verified[key] = started_ms
+            return True
 
     def is_open(self, header: BatchHeader) -> bool:
         """Whether a transactional batch belongs to a transaction still open here: the
@@ -402,6 +448,7 @@ class TransactionCoordinator:
 
         def step(version: int, value: dict | None) -> dict | None:
             nonlocal expired, decided
+            expired = decided = False  # a guessed run's findings are not kept (chain.update)
             meta = self._check_member(
                 None if value is None else TransactionMetadata.from_dict(value), member)
             now = clock.now_ms()
@@ -435,7 +482,7 @@ class TransactionCoordinator:
                 decision_id=member.decision_id, txn_producer_id=member.producer_id,
                 txn_epoch=member.epoch, reason="").to_dict()
 
-        self._chain(member.transactional_id).update(step)
+        self._chain(member.transactional_id).update(step, guess_own_head=True)
         if decided:
             self.complete(member.transactional_id, only_decision=member.decision_id)
             raise InvalidTxnStateError(
@@ -804,20 +851,27 @@ class TransactionCoordinator:
 
     # --- leases of shared transactions ------------------------------------------------------
 
-    def renew_lease(self, decision_id: str) -> None:
+    def renew_lease(self, decision_id: str, unless_younger_than_ms: int = 0) -> int:
         """Record that a participant of shared transaction ``decision_id`` is alive now.
 
         A member of a shared transaction times out only when the lease of
         its decision is older than its timeout: a member that prepared early
         must not be aborted while the rest of its job still runs (Kafka's
         KIP-939 problem), and a job whose every participant and driver died
-        stops renewing and is aborted after the timeout.
+        stops renewing and is aborted after the timeout.  A lease renewed
+        less than ``unless_younger_than_ms`` ago is left as it is (a task
+        joining a job its driver or another task has just renewed; protocol
+        5, "the lease").  Returns the lease's time after the call.
         """
         validate_name(decision_id, "decision id")
         now = clock.now_ms()
-        self._lease(decision_id).update(
-            lambda version, value: None if value is not None and value["time_ms"] >= now
-            else {"time_ms": now})
+        def step(version: int, value: dict | None) -> dict | None:
+            if value is not None and (value["time_ms"] >= now or
+                                      now - value["time_ms"] < unless_younger_than_ms):
+                return None
+            return {"time_ms": now}
+        _, value = self._lease(decision_id).update(step)
+        return -1 if value is None else int(value["time_ms"])
 
     def lease_ms(self, decision_id: str) -> int:
         """When the lease of ``decision_id`` was last renewed (-1: never)."""

@@ -1,0 +1,87 @@
+"""storage/fresh_reads.py: a shared read is only handed to callers that asked before it
+began (docs/protocol.md 1.4), so sharing never gives anyone an older answer than a read
+of its own would have."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from txlog.storage import fresh_reads
+from txlog.storage.backends import MemoryStorage
+from txlog.storage.fresh_reads import fresh_read
+
+
+class _Gated(MemoryStorage):
+    """A store whose first read waits for the test's ``go``; every read is counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+        self.first_started = threading.Event()
+        self.go = threading.Event()
+
+    def read(self, path: str) -> bytes:
+        try:
+            data: bytes | Exception = super().read(path)  # as it is when the read begins
+        except FileNotFoundError as exc:
+            data = exc
+        self.reads += 1
+        if self.reads == 1:
+            self.first_started.set()
+            assert self.go.wait(10), "the test never let the first read finish"
+        if isinstance(data, Exception):
+            raise data
+        return data
+
+
+def _wait(predicate, what: str) -> None:  # type: ignore[no-untyped-def]
+    pause = threading.Event()
+    for _ in range(1000):
+        if predicate():
+            return
+        pause.wait(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _callers(store: MemoryStorage, path: str) -> int:
+    """Callers of the read in flight and of the one waiting to start."""
+    key = (id(store), path)
+    return sum(r.callers for r in (fresh_reads._running.get(key), fresh_reads._waiting.get(key))
+               if r is not None)
+
+
+def test_callers_share_a_read_only_if_they_asked_before_it_began() -> None:
+    store = _Gated()
+    store.publish_if_absent("x", b"old")
+    with ThreadPoolExecutor(8) as pool:
+        first = pool.submit(fresh_read, store, "x")
+        assert store.first_started.wait(10)
+        # Asked while the first read is in flight, after the object changed: these
+        # callers must see the change (a read that begins after they asked).
+        store.delete("x")
+        store.publish_if_absent("x", b"new")
+        later = [pool.submit(fresh_read, store, "x") for _ in range(5)]
+        _wait(lambda: _callers(store, "x") == 6, "the later callers to queue")
+        store.go.set()
+        assert first.result(10) == b"old"
+        assert [f.result(10) for f in later] == [b"new"] * 5
+    assert store.reads == 2  # six callers, two reads
+
+
+def test_a_shared_error_reaches_every_caller_of_that_read() -> None:
+    store = _Gated()
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(fresh_read, store, "missing")
+        assert store.first_started.wait(10)
+        later = [pool.submit(fresh_read, store, "missing") for _ in range(3)]
+        _wait(lambda: _callers(store, "missing") == 4, "the later callers to queue")
+        store.go.set()
+        for future in [first, *later]:
+            with pytest.raises(FileNotFoundError):
+                future.result(10)
+    assert store.reads == 2
+    store.publish_if_absent("missing", b"here")  # nothing of an old answer is kept
+    assert fresh_read(store, "missing") == b"here" and store.reads == 3
