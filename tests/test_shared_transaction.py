@@ -336,3 +336,55 @@ def test_a_commit_that_fails_before_its_decision_still_fails(topic_log: Log,
     with pytest.raises(OSError, match="decision could not be written"):
         job.commit(log, members)
     assert visible(log, 0) == []
+
+
+# --- a finished job's attempts are deleted at once (protocol.md 5.3) -------------------------
+
+def test_a_finished_jobs_attempt_chains_go_with_its_commit_and_zombies_stay_out(
+        topic_log: Log) -> None:
+    """Ending a job deletes its attempts' chains at once (no Dead floor): a job leaves
+    its decision, not one chain per attempt.  An orphan that wakes up afterwards can
+    neither write nor revive its id, and the same key joins a later job afresh."""
+    log = topic_log
+    job = SharedTransaction.start(log, "etl", TIMEOUT_MS)
+    members = [write(job, log, f"{p}-1", p, [f"a{p}"]) for p in range(2)]
+    orphan = join_and_write(job, log, "2-1", 2, ["orphan"])
+    orphan.send(T, b"late", partition=2)  # buffered: the zombie's batch after the end
+    job.commit(log, members)
+    assert [t for t in log.coordinator.transactional_ids() if t.startswith("etl-")] == []
+    assert log.coordinator.decision(job.decision_id).commit  # the decision stays
+    with pytest.raises(TxlogError):
+        orphan.flush()
+    with pytest.raises(TxlogError):
+        orphan.send(T, b"later", partition=1)
+        orphan.flush()
+    assert [t for t in log.coordinator.transactional_ids() if t.startswith("etl-")] == []
+    assert visible(log, 2, READ_UNCOMMITTED) == ["orphan"]  # aborted, and nothing after
+    again = SharedTransaction.start(log, "etl", TIMEOUT_MS)
+    job.commit(log, members)  # a late retry of the first commit: still committed, once
+    again.commit(log, [write(again, log, "0-1", 0, ["b0"])])
+    assert [visible(log, p) for p in range(3)] == [["a0", "b0"], ["a1"], []]
+    assert stable_everywhere(log)
+
+
+def test_a_late_end_of_a_job_never_deletes_the_chain_of_a_later_job_re_using_the_id(
+        topic_log: Log) -> None:
+    """Spark's streaming writer re-uses ``<partition>-<attempt number>`` every
+    micro-batch, and a driver that died after deciding leaves its job in the index for
+    whoever ends the prefix's jobs later.  That late end must delete only chains finished
+    in its own decision: the running attempt of the next job keeps its metadata and
+    commits.  Fails with the rule's "Complete for this decision" condition removed."""
+    log = topic_log
+    first = SharedTransaction.start(log, "s", TIMEOUT_MS)
+    member = write(first, log, "0-0", 0, ["first"])
+    # The driver decides and completes its member, then dies before ending the job.
+    log.coordinator.end_shared_transaction(first.decision_id, [member], True)
+    second = SharedTransaction(first.prefix, f"{first.prefix}.next", TIMEOUT_MS)
+    producer = second.join(log, "0-0")
+    producer.send(T, b"second", partition=0)
+    producer.flush()
+    first.end_orphans(log)  # the late end of the first job
+    assert log.coordinator.metadata("s-0-0").state == TxnState.ONGOING
+    second.commit(log, [producer.prepare_transaction()])
+    assert visible(log, 0) == ["first", "second"]
+    assert stable_everywhere(log)
