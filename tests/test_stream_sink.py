@@ -307,8 +307,8 @@ def test_a_deleted_sink_group_is_claimed_again_and_skips_nothing(root: str) -> N
 
 def test_the_sink_members_chain_outlives_its_batch_so_offsets_survive_a_slow_clock(
         root: str, monkeypatch) -> None:
-    """A finished batch's attempt chains are deleted at its commit (protocol.md 5.3), but
-    not the sink member's, whose transactions carry the batch id as group offsets: a
+    """gc deletes a finished batch's attempt chains at once (protocol.md 5.3), but not
+    the sink member's, whose transactions carry the batch id as group offsets: a
     chain restarted without a Dead tombstone takes the restarting process's clock as
     its incarnation, and behind the deleted chain's marks its commits would be skipped
     silently (batch 1 would read as uncommitted and be written again).  Fails with the
@@ -319,7 +319,7 @@ def test_the_sink_members_chain_outlives_its_batch_so_offsets_survive_a_slow_clo
     log, sink = new_run(root)
     job = sink.begin_batch()
     assert sink.commit_batch(log, job, 0, run_tasks(sink, log, job, 0))
-    # The attempts' chains went with the commit:
+    log.gc()  # the attempts' chains go:
     assert [t for t in log.coordinator.transactional_ids() if t != sink.sink_id] == []
     clock.now_ms -= 60_000  # the next driver's clock is a minute behind
     log, sink = new_run(root)
