@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 import msgpack  # noqa: E402
 
 from txlog import Log, SharedTransaction, StreamSink  # noqa: E402
+from txlog.admin.gc import MIN_DEAD_AGE_S  # noqa: E402
 
 TOPIC = "soak"
 TIMEOUT_MS = 60_000
@@ -150,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"root {root}: {args.jobs} jobs of {args.attempts} attempts, {micro_batches} "
           f"micro-batches, maintenance every {args.maintain_every} jobs, "
           f"transactional.id.expiration.ms {args.txn_id_expiration_ms}, "
-          f"producer.id.expiration.ms {args.producer_id_expiration_ms}")
+          f"producer.id.expiration.ms {args.producer_id_expiration_ms}, gc's decision_age_s "
+          f"{args.txn_id_expiration_ms / 1000:g} (shared decisions), MIN_DEAD_AGE_S "
+          f"{MIN_DEAD_AGE_S:g}; finished job attempts deleted by gc at once")
     header = ("jobs", "job p50 ms", "job p95 ms", "mb p50 ms", "fresh LSO ms",
               "largest state B", "objects/partition", "coordinator objects",
               "largest fields B")

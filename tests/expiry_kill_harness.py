@@ -1,6 +1,6 @@
 """Expiry under SIGKILL: writers, zombies and a maintainer that expires and deletes state.
 
-    python tests/expiry_kill_harness.py --root DIR [--seed S] [--seconds N]
+    python tests/expiry_kill_harness.py --root DIR [--seed S] [--seconds N] [--shared]
 
 Separate OS processes on one log root, with every expiration shortened so
 that it happens many times within the run (producer.id.expiration.ms 0.7 s,
@@ -18,6 +18,15 @@ deleted after 1.5 s):
 * a maintainer: gc with the short expirations, and compaction, in a loop.
 * the supervisor SIGKILLs writers and the maintainer at random moments and
   starts them again.
+
+With ``--shared`` each writer instead runs jobs as the Spark writers do: a
+``SharedTransaction`` of two attempts whose ids are the same in every job
+(``j<i>-<task>``, as Spark's streaming writer names them), so every job's end
+deletes its attempts' chains at once (docs/protocol.md 5.3) and the next job
+starts them again.  In some jobs the second attempt is a zombie: it flushes
+one batch, keeps one record buffered, is never handed over (the job's end
+aborts it as an orphan and deletes its chain), and flushes after the job
+ended, sometimes after the partitions forgot its producer.
 
 The checker then ends what is left (after the timeout), reads every
 partition and verifies: every committed transaction's records exactly once;
@@ -101,6 +110,66 @@ def run_writer(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_shared_writer(args: argparse.Namespace) -> int:
+    from txlog import Log, SharedTransaction
+
+    rng = random.Random(f"{args.seed}/{args.index}/{args.incarnation}")
+    log = Log(args.root, fsync=False)
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        pass
+    deadline = time.time() + args.seconds
+    k = args.incarnation * 1000
+    with open(args.history, "a", encoding="utf-8") as out:
+        def note(**entry: object) -> None:
+            out.write(json.dumps(entry) + "\n")
+            out.flush()
+
+        while time.time() < deadline:
+            k += 1
+            name = f"w{args.index}.{k}"
+            zombie = rng.random() < 0.2
+            commit = rng.random() < 0.7
+            attempts: list[str] = []
+            zombie_producer = None
+            try:
+                job = SharedTransaction.start(log, f"j{args.index}", TIMEOUT_MS)
+                members = []
+                for task in range(2):
+                    txn = f"{name}a{task}"
+                    parts = rng.sample(range(PARTITIONS), 2)
+                    values = [(parts[0], f"{txn}.0"), (parts[1], f"{txn}.1")]
+                    note(txn=txn, values=values, zombie=zombie and task == 1)
+                    attempts.append(txn)
+                    producer = job.join(log, str(task), linger_ms=10**9)
+                    producer.send(TOPIC, values[0][1].encode(), partition=values[0][0])
+                    producer.flush()
+                    producer.send(TOPIC, values[1][1].encode(), partition=values[1][0])
+                    if zombie and task == 1:
+                        zombie_producer = producer  # never handed over: an orphan
+                        continue
+                    members.append(producer.prepare_transaction())
+                    producer.close()
+                (job.commit if commit else job.abort)(log, members)
+                for txn in attempts:
+                    won = commit and not (zombie and txn == attempts[1])
+                    note(txn=txn, outcome="committed" if won else "aborted")
+            except Exception as exc:  # outcome unknown: the checker wants all or nothing
+                for txn in attempts:
+                    note(txn=txn, error=f"{type(exc).__name__}: {exc}"[:300])
+                continue
+            if zombie_producer is not None:
+                if rng.random() < 0.5:  # the partitions forget the zombie's producer
+                    time.sleep(PRODUCER_EXPIRY_MS / 1000 + 0.3)
+                note(txn=attempts[1], ended_before_flush=True)
+                try:
+                    zombie_producer.flush()
+                except Exception:
+                    pass
+    return 0
+
+
 def run_maintainer(args: argparse.Namespace) -> int:
     from txlog import Log
     from txlog.admin import gc
@@ -112,7 +181,9 @@ def run_maintainer(args: argparse.Namespace) -> int:
                         txn_id_expiration_ms=TXN_ID_EXPIRY_MS)
         log.compact(TOPIC, upto_lag=20)
         print(f"G {report.count('transactional ids expired (Dead)')} "
-              f"{len(report.removed.get('transactional id chains (expired)', []))}", flush=True)
+              f"{len(report.removed.get('transactional id chains (expired)', []))} "
+              f"{len(report.removed.get('transactional id chains (finished job attempts)', []))}",
+              flush=True)
         time.sleep(0.05)
 
 
@@ -121,7 +192,8 @@ def _spawn(role: str, root: str, out: Path, *extra: str) -> subprocess.Popen:
                             stdout=open(out, "a"), stderr=subprocess.STDOUT)
 
 
-def supervise(root: str, logs: Path, seed: int, seconds: float) -> list[str]:
+def supervise(root: str, logs: Path, seed: int, seconds: float,
+              shared: bool = False) -> list[str]:
     from txlog import Log
 
     rng = random.Random(seed)
@@ -135,7 +207,8 @@ def supervise(root: str, logs: Path, seed: int, seconds: float) -> list[str]:
         left = max(1.0, end - time.time())
         return _spawn("writer", root, logs / f"writer{i}.out", "--index", str(i), "--seed",
                       str(seed), "--incarnation", str(incarnation[i]), "--seconds",
-                      f"{left:.1f}", "--history", str(logs / f"writer{i}.log"))
+                      f"{left:.1f}", "--history", str(logs / f"writer{i}.log"),
+                      *(["--shared"] if shared else []))
 
     end = time.time() + seconds
     writers = {i: writer(i) for i in range(WRITERS)}
@@ -209,7 +282,8 @@ def check(root: str, logs: Path) -> list[str]:
     gcs = [line.split() for line in (logs / "maintainer.log").read_text().splitlines()
            if line.startswith("G ")]
     print(f"gc passes {len(gcs)}: ids expired {sum(int(g[1]) for g in gcs)}, chain versions "
-          f"deleted with their chains {sum(int(g[2]) for g in gcs)}")
+          f"deleted with their chains {sum(int(g[2]) for g in gcs)}, versions of finished job "
+          f"attempts deleted at once {sum(int(g[3]) for g in gcs if len(g) > 3)}")
     if counts["committed"] < 10:
         problems.append(f"only {counts['committed']} transactions committed: too little checked")
     return problems
@@ -225,9 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", type=int)
     parser.add_argument("--incarnation", type=int, default=0)
     parser.add_argument("--history")
+    parser.add_argument("--shared", action="store_true",
+                        help="writers run shared-transaction jobs on re-used attempt ids")
     args = parser.parse_args(argv)
     if args.role == "writer":
-        return run_writer(args)
+        return run_shared_writer(args) if args.shared else run_writer(args)
     if args.role == "maintainer":
         return run_maintainer(args)
     seed = args.seed if args.seed is not None else random.randrange(10**6)
@@ -236,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     print(f"seed {seed}, root {root}, logs {logs}")
-    problems = supervise(root, logs, seed, args.seconds)
+    problems = supervise(root, logs, seed, args.seconds, args.shared)
     for problem in problems:
         print("PROBLEM:", problem)
     print("OK" if not problems else f"{len(problems)} problems")

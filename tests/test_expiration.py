@@ -400,3 +400,20 @@ def test_expiry_under_sigkill_keeps_every_commit_and_fences_zombies(tmp_path):
     print(run.stdout[-3000:], run.stderr[-3000:])
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert run.stdout.rstrip().endswith("OK")
+
+
+def test_finished_jobs_deleted_at_once_under_sigkill_keep_every_commit(tmp_path):
+    """Shared-transaction jobs on attempt ids re-used by every job (Spark's streaming
+    naming), each job's end deleting its attempts' chains at once (protocol.md 5.3),
+    zombies flushing after their job ended (half of them after the partitions forgot
+    them), gc expiring and deleting ids: writers and maintainer SIGKILLed at random
+    moments (tests/expiry_kill_harness.py --shared).  Every committed attempt is read
+    once, nothing aborted or failed is visible, no zombie batch is in the log at all."""
+    run = subprocess.run([sys.executable, str(Path(__file__).with_name("expiry_kill_harness.py")),
+                          "--root", str(tmp_path / "log"), "--seed", "5", "--seconds", "8",
+                          "--shared"],
+                         capture_output=True, text=True, timeout=300)
+    print(run.stdout[-3000:], run.stderr[-3000:])
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert run.stdout.rstrip().endswith("OK")
+    assert "zombies fenced before their flush" in run.stdout

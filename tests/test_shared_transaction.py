@@ -360,3 +360,56 @@ def test_a_commit_that_fails_before_its_decision_still_fails(topic_log: Log,
     with pytest.raises(OSError, match="decision could not be written"):
         job.commit(log, members)
     assert visible(log, 0) == []
+
+
+# --- a finished job's attempts are deleted at once (protocol.md 5.3) -------------------------
+
+def test_gc_deletes_a_finished_jobs_attempt_chains_at_once_and_zombies_stay_out(
+        topic_log: Log) -> None:
+    """gc deletes the chains of a finished job's attempts at once (no expiration, no
+    Dead floor): a job leaves its decision, not one chain per attempt.  An orphan that
+    wakes up afterwards can neither write nor revive its id, a late retry of the
+    commit still answers from the decision, and the same key joins a later job afresh."""
+    log = topic_log
+    job = SharedTransaction.start(log, "etl", TIMEOUT_MS)
+    members = [write(job, log, f"{p}-1", p, [f"a{p}"]) for p in range(2)]
+    orphan = join_and_write(job, log, "2-1", 2, ["orphan"])
+    orphan.send(T, b"late", partition=2)  # buffered: the zombie's batch after the end
+    job.commit(log, members)
+    report = log.gc()
+    assert report.count("transactional id chains (finished job attempts)") > 0
+    assert [t for t in log.coordinator.transactional_ids() if t.startswith("etl-")] == []
+    assert log.coordinator.decision(job.decision_id).commit  # the decision stays
+    with pytest.raises(TxlogError):
+        orphan.flush()
+    with pytest.raises(TxlogError):
+        orphan.send(T, b"later", partition=1)
+        orphan.flush()
+    assert [t for t in log.coordinator.transactional_ids() if t.startswith("etl-")] == []
+    assert visible(log, 2, READ_UNCOMMITTED) == ["orphan"]  # aborted, and nothing after
+    again = SharedTransaction.start(log, "etl", TIMEOUT_MS)
+    job.commit(log, members)  # a late retry of the first commit: still committed, once
+    again.commit(log, [write(again, log, "0-1", 0, ["b0"])])
+    assert [visible(log, p) for p in range(3)] == [["a0", "b0"], ["a1"], []]
+    assert stable_everywhere(log)
+
+
+def test_gc_never_deletes_the_chain_of_an_attempt_id_a_running_job_re_uses(
+        topic_log: Log) -> None:
+    """Spark's streaming writer re-uses ``<partition>-<attempt number>`` every
+    micro-batch: gc meets the id running in the next job, on top of the finished
+    versions of the last one.  Only a chain whose newest versions are its finished
+    transaction may go: the running attempt keeps its metadata and commits.  Fails with
+    the rule's "finished" condition removed (its metadata is deleted under it)."""
+    log = topic_log
+    first = SharedTransaction.start(log, "s", TIMEOUT_MS)
+    first.commit(log, [write(first, log, "0-0", 0, ["first"])])
+    second = SharedTransaction.start(log, "s", TIMEOUT_MS)
+    producer = second.join(log, "0-0")
+    producer.send(T, b"second", partition=0)
+    producer.flush()
+    log.gc()
+    assert log.coordinator.metadata("s-0-0").state == TxnState.ONGOING
+    second.commit(log, [producer.prepare_transaction()])
+    assert visible(log, 0) == ["first", "second"]
+    assert stable_everywhere(log)

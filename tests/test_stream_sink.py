@@ -303,3 +303,28 @@ def test_a_deleted_sink_group_is_claimed_again_and_skips_nothing(root: str) -> N
     with pytest.raises(SinkOwnerError):
         run_of(root, OTHER)
     assert values(root) == expected(0, 1)
+
+
+def test_the_sink_members_chain_outlives_its_batch_so_offsets_survive_a_slow_clock(
+        root: str, monkeypatch) -> None:
+    """gc deletes a finished batch's attempt chains at once (protocol.md 5.3), but not
+    the sink member's, whose transactions carry the batch id as group offsets: a
+    chain restarted without a Dead tombstone takes the restarting process's clock as
+    its incarnation, and behind the deleted chain's marks its commits would be skipped
+    silently (batch 1 would read as uncommitted and be written again).  Fails with the
+    rule's offsets condition removed."""
+    from helpers_core import manual_clock
+
+    clock = manual_clock(monkeypatch)
+    log, sink = new_run(root)
+    job = sink.begin_batch()
+    assert sink.commit_batch(log, job, 0, run_tasks(sink, log, job, 0))
+    log.gc()  # the attempts' chains go:
+    assert [t for t in log.coordinator.transactional_ids() if t != sink.sink_id] == []
+    clock.now_ms -= 60_000  # the next driver's clock is a minute behind
+    log, sink = new_run(root)
+    job = sink.begin_batch()
+    assert sink.commit_batch(log, job, 1, run_tasks(sink, log, job, 1))
+    assert sink.next_batch(log) == 2
+    assert values(root) == expected(0, 1)
+    assert_nothing_hangs(root)

@@ -4,6 +4,8 @@ Every removal here is of an object no reader or writer will use again, and
 each kind has its own reason why that holds while writers run
 (docs/protocol.md, section 8):
 
+* the chains of finished participants of shared transactions (a job's task
+  attempts), at once (docs/protocol.md 5.3, exactly_once/shared_transaction.py);
 * transactional ids idle longer than ``txn_id_expiration_ms`` (Kafka's
   transactional.id.expiration.ms) are moved to Dead, and the chains of ids
   Dead for longer than ``chain_age_s`` (at least ``MIN_DEAD_AGE_S``) are
@@ -52,6 +54,7 @@ from ..storage.paths import (BATCH_SUFFIX, BLOCK_DIR, DATA_DIR, DECISION_DIR, GR
                              LEASE_DIR, MEMBERS_DIR, TOPICS_DIR, TXN_DIR, VERSION_DIGITS,
                              batch_path, generations_dir, heartbeats_dir, named_offsets,
                              partition_dir, topic_dir)
+from ..exactly_once.shared_transaction import delete_finished_attempt
 from ..transactions.coordinator import COMPLETE, TxnState
 
 if TYPE_CHECKING:  # Log.gc calls collect: gc must not import log at run time
@@ -108,6 +111,11 @@ def collect(log: Log, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
     coordinator = log.coordinator
     dead_before = now_ms - max(chain_age_s, MIN_DEAD_AGE_S) * 1000
     for tid in storage.list(TXN_DIR):
+        finished = delete_finished_attempt(log, tid)
+        if finished:
+            for path in finished:
+                report.add("transactional id chains (finished job attempts)", path)
+            continue
         latest = _trim_chain(log, f"{TXN_DIR}/{tid}", "update_ms", chain_age_s, now_ms, report,
                              "transaction metadata versions")
         if latest is None:

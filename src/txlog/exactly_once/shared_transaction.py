@@ -21,6 +21,10 @@ job, so that the Spark layer only maps Spark's calls onto them:
   job's entries go once its decision stands and its participants are ended.
   So the cost of a job is that of its own attempts and of the unfinished
   jobs of its prefix, never of every transactional id in the log;
+* the metadata chain of a finished participant is deleted by the next gc
+  at once (``delete_finished_attempt``), not kept for
+  ``transactional.id.expiration.ms`` and a Dead floor: a job leaves its
+  decision behind, not one chain per attempt (docs/protocol.md 5.3);
 * a running participant keeps the job's lease fresh, and members of a
   shared transaction time out only when the lease has gone stale, so a job
   longer than its timeout still commits while one whose driver died is
@@ -41,10 +45,11 @@ from typing import TYPE_CHECKING
 import msgpack
 
 from .. import clock
-from ..transactions.coordinator import Decision, TransactionMember, TxnState
+from ..transactions.coordinator import (COMPLETE, PREPARED, Decision, TransactionMember,
+                                        TransactionMetadata, TxnState)
 from ..errors import CommittedButIncompleteError, InvalidConfigError, TransactionAbortedError
 from ..storage.names import validate_name
-from ..storage.paths import job_dir
+from ..storage.paths import TXN_DIR, job_dir
 
 if TYPE_CHECKING:
     from ..log import Log
@@ -241,6 +246,61 @@ def _end_job(log: Log, prefix: str, decision_id: str, reason: str | None) -> lis
             log.storage.delete(f"{directory}/{txn_id}")
         log.storage.delete(directory)
     return ended
+
+
+def delete_finished_attempt(log: Log, transactional_id: str) -> list[str]:
+    """Delete the whole metadata chain of a shared transaction's participant whose
+    transaction is finished; returns the paths deleted (docs/protocol.md 5.3).
+
+    Kafka keeps an idle id for ``transactional.id.expiration.ms`` because a
+    live producer may begin its next transaction on it.  A participant of a
+    shared transaction cannot: once it prepared its producer is
+    uninitialised (protocol.md 5) and must run InitProducerId first, which
+    starts a deleted id afresh; and the job's decision, which stays for
+    ``decision_age_s``, is what a late end call or a zombie reads, not the
+    chain.  So gc deletes it without a Dead tombstone and its floor, when:
+
+    * the two newest versions are Prepare* and then Complete* of one shared
+      decision: the transaction is finished (every marker written), and a
+      chain that moved on (an id re-used by the next job, as Spark's
+      streaming writer does with ``<partition>-<attempt number>``) is left
+      alone; a plain producer's chain (its decision is its own) is too;
+    * the Prepare* version carried no group offsets: a chain restarted
+      without a tombstone takes the restarting process's clock as its
+      incarnation, which only the Dead rule (4.10) orders after a deleted
+      chain's group marks (``txn_marks``), so an id that committed offsets
+      (a stream sink's member) is left to expiry.
+
+    Only the versions listed are deleted, oldest first and the Complete one
+    last, so until the end the chain reads as finished; a process that read
+    it and publishes the next version either lands before the Complete one
+    goes (its version stays, the newest of the same lineage) or finds its
+    predecessor gone and reads the chain again (storage/chain.py checks the
+    predecessor's bytes).
+    """
+    storage = log.storage
+    directory = f"{TXN_DIR}/{validate_name(transactional_id, 'transactional id')}"
+    names = sorted(n for n in storage.list(directory) if n.isdigit())
+    if len(names) < 2 or int(names[-2]) + 1 != int(names[-1]):
+        return []  # a lone version (trimmed): its offsets cannot be seen, keep it
+    try:
+        newest = TransactionMetadata.from_dict(msgpack.unpackb(
+            storage.read(f"{directory}/{names[-1]}"), strict_map_key=False))
+        before = TransactionMetadata.from_dict(msgpack.unpackb(
+            storage.read(f"{directory}/{names[-2]}"), strict_map_key=False))
+    except FileNotFoundError:
+        return []  # being deleted or trimmed by someone else
+    if newest.state not in COMPLETE or before.state not in PREPARED or \
+            newest.decision_id != before.decision_id or not before.is_shared or \
+            before.pending_offsets:
+        return []
+    deleted = []
+    for name in names:
+        storage.delete(f"{directory}/{name}")
+        deleted.append(f"{directory}/{name}")
+    storage.delete(directory)
+    log.coordinator.forget(transactional_id)
+    return deleted
 
 
 def end_open_jobs(log: Log, prefix: str, reason: str, keep: str | None = None) -> list[str]:

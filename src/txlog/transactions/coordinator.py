@@ -849,6 +849,11 @@ class TransactionCoordinator:
         self._chains.pop(transactional_id, None)
         return deleted
 
+    def forget(self, transactional_id: str) -> None:
+        """Drop this process's cached chain of an id whose chain was just deleted (a finished
+        job attempt's, exactly_once/shared_transaction.py): its next use lists it afresh."""
+        self._chains.pop(transactional_id, None)
+
     # --- leases of shared transactions ------------------------------------------------------
 
     def renew_lease(self, decision_id: str, unless_younger_than_ms: int = 0) -> int:
