@@ -410,7 +410,7 @@ def test_finished_jobs_deleted_at_once_under_sigkill_keep_every_commit(tmp_path)
     moments (tests/expiry_kill_harness.py --shared).  Every committed attempt is read
     once, nothing aborted or failed is visible, no zombie batch is in the log at all."""
     run = subprocess.run([sys.executable, str(Path(__file__).with_name("expiry_kill_harness.py")),
-                          "--root", str(tmp_path / "log"), "--seed", "5", "--seconds", "8",
+                          "--root", str(tmp_path / "log"), "--seed", "5", "--seconds", "6",
                           "--shared"],
                          capture_output=True, text=True, timeout=300)
     print(run.stdout[-3000:], run.stderr[-3000:])
