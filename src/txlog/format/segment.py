@@ -186,20 +186,28 @@ def encode_segment_head(topic_id: str, base_offset: int,
     aborted_arr["last"] = [a.last_offset for a in aborted]
     snapshot = snapshot_fields if isinstance(snapshot_fields, bytes) else \
         msgpack.packb(snapshot_fields)
-    aborted_bytes = aborted_arr.tobytes()
-    data_length = int(sizes.sum())
+    return _head(base_offset, end, topic_id, created_ms, snapshot, crc32c.crc32c(snapshot),
+                 aborted_arr, offsets, times)
+
+
+def _head(base_offset: int, end_offset: int, topic_id: str, created_ms: int, snapshot: bytes,
+          snapshot_crc: int, aborted: np.ndarray, offsets: np.ndarray, times: np.ndarray
+          ) -> bytes:
+    """Header and sections of a segment whose offset index has its bases and sizes: the
+    positions follow from the sections' lengths, the header from their checksums."""
+    aborted_bytes = aborted.tobytes()
     start = HEADER_SIZE + len(snapshot) + len(aborted_bytes) + \
-        len(batches) * OFFSET_ENTRY.itemsize + len(times) * TIME_ENTRY.itemsize
+        len(offsets) * OFFSET_ENTRY.itemsize + len(times) * TIME_ENTRY.itemsize
+    sizes = offsets["size"].astype(np.int64)
     offsets["position"] = start + np.concatenate(([0], np.cumsum(sizes)[:-1]))
     offset_index, time_index = offsets.tobytes(), times.tobytes()
-    index = offset_index + time_index
     fields = _HEADER.pack(
-        SEGMENT_MAGIC, 0, base_offset, end, len(batches), len(times), bytes.fromhex(topic_id),
-        created_ms, len(snapshot), crc32c.crc32c(snapshot), len(aborted),
+        SEGMENT_MAGIC, 0, base_offset, end_offset, len(offsets), len(times),
+        bytes.fromhex(topic_id), created_ms, len(snapshot), snapshot_crc, len(aborted),
         crc32c.crc32c(aborted_bytes), crc32c.crc32c(offset_index), crc32c.crc32c(time_index),
-        data_length)
+        int(sizes.sum()))
     header = fields[:4] + crc32c.crc32c(fields[8:]).to_bytes(4, "big") + fields[8:]
-    return b"".join([header, snapshot, aborted_bytes, index])
+    return b"".join([header, snapshot, aborted_bytes, offset_index, time_index])
 
 
 def decode_head(data: bytes, path: str, url: str, base_offset: int) -> SegmentHead:
@@ -354,16 +362,5 @@ def encode_merged_head(inputs: list[MergeInput], snapshot: bytes, snapshot_crc: 
         times["max_timestamp"] = np.maximum.accumulate(
             np.concatenate([i.times.max_timestamps for i in inputs]))
         times["base"] = np.concatenate([i.times.bases for i in inputs])
-    aborted_bytes = aborted.tobytes()
-    data_length = int(sizes.sum())
-    start = HEADER_SIZE + len(snapshot) + len(aborted_bytes) + \
-        len(offsets) * OFFSET_ENTRY.itemsize + len(times) * TIME_ENTRY.itemsize
-    offsets["position"] = start + np.concatenate(([0], np.cumsum(sizes)[:-1]))
-    offset_index, time_index = offsets.tobytes(), times.tobytes()
-    fields = _HEADER.pack(
-        SEGMENT_MAGIC, 0, first.base_offset, last.end_offset, len(offsets), len(times),
-        bytes.fromhex(last.topic_id), last.created_ms, len(snapshot), snapshot_crc,
-        len(aborted), crc32c.crc32c(aborted_bytes), crc32c.crc32c(offset_index),
-        crc32c.crc32c(time_index), data_length)
-    header = fields[:4] + crc32c.crc32c(fields[8:]).to_bytes(4, "big") + fields[8:]
-    return b"".join([header, snapshot, aborted_bytes, offset_index, time_index])
+    return _head(first.base_offset, last.end_offset, last.topic_id, last.created_ms, snapshot,
+                 snapshot_crc, aborted, offsets, times)
