@@ -100,6 +100,37 @@ def test_commit_makes_every_member_visible_at_once_and_ends_orphans(topic_log: L
     orphan.close()
 
 
+def test_an_orphan_another_process_is_rolling_forward_is_marked_before_the_end_returns(
+        topic_log: Log) -> None:
+    """A partition's sweep in another process took the orphan to PrepareAbort and had not
+    written its markers yet when the job ended.  The end must finish it rather than pass
+    it by: else the orphan, still running, flushes into a partition that knows its
+    producer at the epoch before and its batch lands after its job ended (seen in
+    expiry_kill_harness.py --shared, where attempt ids are re-used as Spark's are)."""
+    from txlog.errors import InvalidTxnStateError, ProducerFencedError
+
+    log = topic_log
+    first = SharedTransaction.start(log, "job", TIMEOUT_MS)
+    first.commit(log, [write(first, log, "z", 1, ["old"])])  # partition 1 knows z's producer
+    job = SharedTransaction.start(log, "job", TIMEOUT_MS)
+    member = write(job, log, "0", 0, ["a"])
+    orphan = job.join(log, "z", linger_ms=10**9)
+    orphan.send(T, b"x", partition=0)
+    orphan.flush()
+    orphan.send(T, b"late", partition=1)  # joined partition 1; waits in the buffer
+    log.coordinator.end_shared_transaction(job.decision_id, [member], True)
+    other = Log(log.storage)  # the sweep: PrepareAbort published, no marker yet
+    txn_id = orphan.transactional_id
+    version, meta = other.coordinator._latest(txn_id)
+    assert meta.state == TxnState.ONGOING and meta.decision_id == job.decision_id
+    assert other.coordinator._publish(version + 1, meta.transition(TxnState.PREPARE_ABORT))
+    job.end_orphans(log)
+    with pytest.raises((ProducerFencedError, InvalidTxnStateError)):
+        orphan.flush()
+    assert "late" not in visible(log, 1, READ_UNCOMMITTED)
+    assert visible(log, 0) == ["a"] and visible(log, 1) == ["old"]
+
+
 def test_commit_abort_and_commit_again_are_safe_in_any_order(topic_log: Log) -> None:
     log = topic_log
     job = SharedTransaction.start(log, "job", TIMEOUT_MS)

@@ -231,9 +231,15 @@ def _end_job(log: Log, prefix: str, decision_id: str, reason: str | None) -> lis
     ended = []
     for txn_id in participants:
         meta = coordinator.metadata(txn_id)
-        if meta is None or meta.state != TxnState.ONGOING or meta.decision_id != decision_id:
+        if meta is None or meta.decision_id != decision_id or \
+                meta.state not in (TxnState.ONGOING, *PREPARED, TxnState.PREPARE_EPOCH_FENCE):
             continue
-        if reason is None:
+        # Prepared: another process (a partition's sweep) is rolling it forward, perhaps
+        # with markers still to write.  Finish it here too (every step is idempotent), so
+        # that when the end returns every marker is in place: an orphan still running
+        # must meet its fence, not a partition that knows it at the epoch before
+        # (docs/protocol.md 5, "The job index").
+        if reason is None or meta.state != TxnState.ONGOING:
             coordinator.complete(txn_id, only_decision=decision_id)
         else:
             logger.info("ending %s, %s (decision %s)", txn_id, reason, decision_id)
