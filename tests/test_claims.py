@@ -591,8 +591,6 @@ def test_partitions_claimed_at_once_share_one_verification(
     """protocol.md 2.6.1: the first claims of a transaction in four partitions ask the
     coordinator once (the id's metadata and the decision), not once per partition."""
     monkeypatch.setattr(producer_module, "EXPIRY_CHECK_INTERVAL_S", 1e9)  # no sweep reads
-    # The mechanism, with sharing on: it is off by default (2.6.1).
-    monkeypatch.setattr("txlog.transactions.coordinator.SHARED_VERIFICATION_MS", 1000)
     log, store = counting_log(tmp_path)
     log.create_topic("t", 4)
     producer = log.producer(transactional_id="tx", batch_size=16 << 10)
@@ -606,8 +604,15 @@ def test_partitions_claimed_at_once_share_one_verification(
     producer.send_table("t", table)
     producer.flush()
     assert len(checks) == 1
+    # A pass lasts one flush: the next flush's first claims (new partitions for the
+    # transaction, so the partitions do not know the producer yet) check again.
+    log.create_partitions("t", 8)
+    producer.send_table("t", pa.table({"value": [VALUE] * 8,
+                                       "partition": [4 + i % 4 for i in range(8)]}))
+    producer.flush()
+    assert len(checks) == 2
     producer.commit_transaction()
-    assert sum(log.read("t", p).num_rows for p in range(4)) == 40
+    assert sum(log.read("t", p).num_rows for p in range(8)) == 48
 
 
 def test_one_tasks_requests_from_opening_its_log_to_prepare(tmp_path: Path) -> None:
@@ -634,18 +639,18 @@ def test_one_tasks_requests_from_opening_its_log_to_prepare(tmp_path: Path) -> N
     assert [k for k, _ in lease] == ["list", "read"]  # read, not renewed
     txn = [(k, p.rsplit("/", 1)[1]) for k, p in store.calls
            if p.startswith("coordinator/transactions/job-task-0")]
-    # then the KIP-890 verification, once per partition while sharing is off (2.6.1)
+    # then the KIP-890 verification, once for the flush's 4 partitions (2.6.1)
     assert txn == [("list", "job-task-0"), ("publish", "00000000000000000000"),
                    ("publish", "00000000000000000001"), ("read", "00000000000000000000"),
-                   *[("read", "00000000000000000002")] * 4], txn
-    assert store.count("read", "coordinator/decisions/") == 4
+                   ("read", "00000000000000000002")], txn
+    assert store.count("read", "coordinator/decisions/") == 1
     # Besides topic.json: 12 to open and join (13 on an object store: the probe's
     # verdict), the verification's 2, and per partition 6 (its segments listed at load,
     # before and after the claim, its snapshots listed, the slot's 404, the batch: a
     # flush this small goes inline, without a data object); topic.json once for the
     # description and twice per partition unless shared (1.4: timing decides).
     topic_json = store.count("read", "topics/t/topic.json")
-    assert len(store.calls) - topic_json == 12 + 4 * 2 + 4 * 6, \
+    assert len(store.calls) - topic_json == 12 + 2 + 4 * 6, \
         "\n".join(map(str, store.calls))
     assert 1 + 2 <= topic_json <= 1 + 4 * 2
     job.commit(driver, [producer._member()])

@@ -29,7 +29,7 @@ from ..format.batch import (HEADER_TYPE, MAX_CLAIM_PARTS, NO_PRODUCER_EPOCH, NO_
                             NO_SEQUENCE, RECORD_SCHEMA, TRANSACTIONAL_BIT, BatchHeader,
                             compression_attribute, encode_records)
 from ..partition.appender import DataReference, write_data_object
-from ..transactions.coordinator import plain_decision_id
+from ..transactions.coordinator import FlushVerification, plain_decision_id
 from ..transactions.groups import check_offsets, register_transactional_offsets
 from ..errors import (CommitFailedError, IllegalStateError, InvalidConfigError,
                       InvalidPidMappingError, InvalidProducerEpochError, InvalidTxnStateError,
@@ -562,10 +562,11 @@ class Producer:
         runs: dict[tuple[str, int], list[_Staged]] = {}
         for b in staged:
             runs.setdefault(b.tp, []).append(b)
+        flush = FlushVerification()  # one KIP-890 check per transaction per flush (2.6.1)
         if len(runs) == 1:
-            _claim_run(next(iter(runs.values())))
+            flush.run(_claim_run, next(iter(runs.values())))
         else:
-            list(_claim_pool().map(_claim_run, runs.values()))
+            list(_claim_pool().map(lambda run: flush.run(_claim_run, run), runs.values()))
         self._settle(staged)
 
     def _settle(self, staged: list[_Staged]) -> None:

@@ -14,6 +14,7 @@ ends with the epoch bumped (KIP-890), and its markers carry the bumped epoch.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -56,12 +57,56 @@ def _marker_pool() -> ThreadPoolExecutor:
         if _MARKER_POOL is None:
             _MARKER_POOL = ThreadPoolExecutor(MARKER_THREADS, thread_name_prefix="txlog-marker")
         return _MARKER_POOL
-# How long a passed partition verification (KIP-890) may be shared by other claims of
-# the same transaction (docs/protocol.md 2.6.1).  Off: shared across flushes, a pass let
-# a zombie's claim land after its job had ended (expiry_kill_harness.py --shared).
-SHARED_VERIFICATION_MS = 0
+
+
 MAX_EPOCH = 32767  # Short.MaxValue: an epoch this high is never handed to a producer
 NO_PRODUCER_ID = -1
+
+
+class FlushVerification:
+    """The partition verifications (KIP-890) of one flush's claims, shared among them
+    (docs/protocol.md 2.6.1): the check depends on the transaction, not the partition,
+    and every check of a flush runs after the flush began, so an end the writer saw
+    before its flush is seen by the flush's own check.  A pass never outlives the flush
+    (shared by time across flushes, one let a zombie's claim land after its job ended:
+    ``expiry_kill_harness.py --shared``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._passed: dict[tuple[str, str, int, int], int] = {}  # when its check began
+        self._checking: dict[tuple[str, str, int, int], threading.Lock] = {}
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` with this flush's verifications shared (in any thread)."""
+        token = _FLUSH.set(self)
+        try:
+            return fn(*args)
+        finally:
+            _FLUSH.reset(token)
+
+    def is_open(self, header: BatchHeader, window_ms: int,
+                check: Callable[[BatchHeader], bool]) -> bool:
+        """``check(header)``, or a pass of the same transaction in this flush that began
+        less than ``window_ms`` ago; partitions claimed at once wait for one check."""
+        key = (header.transactional_id, header.decision_id, header.producer_id,
+               header.producer_epoch)
+        with self._lock:
+            lock = self._checking.setdefault(key, threading.Lock())
+        with lock:
+            with self._lock:
+                passed_ms = self._passed.get(key)
+            if passed_ms is not None and clock.now_ms() - passed_ms < window_ms:
+                return True
+            started_ms = clock.now_ms()  # the pass holds from its first read on
+            if not check(header):
+                return False  # a refusal is never shared
+            with self._lock:
+                self._passed[key] = started_ms
+            return True
+
+
+_FLUSH: contextvars.ContextVar[FlushVerification | None] = contextvars.ContextVar(
+    "txlog_flush_verification", default=None)
 
 
 class TxnState(str, Enum):
@@ -222,10 +267,6 @@ class TransactionCoordinator:
         self._chains: dict[str, VersionChain] = {}
         self._decisions: dict[str, Decision] = {}
         self._local = threading.local()  # transactional ids this thread is ending itself
-        # Passed partition verifications, by transaction: when the check began (2.6.1).
-        self._verified: dict[tuple[str, str, int, int], int] = {}
-        self._verifying: dict[tuple[str, str, int, int], threading.Lock] = {}
-        self._verified_lock = threading.Lock()
 
     def _ending(self) -> set[str]:
         ending = getattr(self._local, "ending", None)
@@ -305,43 +346,17 @@ class TransactionCoordinator:
         return decision.commits(txn.producer_id, txn.epoch)
 
     def verifier(self, expiration_ms: int) -> Callable[[BatchHeader], bool]:
-        """``is_open`` for one partition, sharing a passed check with the other partitions
-        a flush claims at once (docs/protocol.md 2.6.1): the check depends only on the
-        transaction, not on the partition, and a fence after it is closed by the markers
-        however long ago it passed, as long as the partition cannot forget the producer
-        meanwhile; so a pass is reused for ``SHARED_VERIFICATION_MS`` and never for more
-        than half the partition's ``producer.id.expiration.ms``."""
-        window_ms = min(SHARED_VERIFICATION_MS, max(0, int(expiration_ms)) // 2)
+        """``is_open`` for one partition; inside a ``FlushVerification`` (the claims of one
+        flush), a pass is shared with the flush's other partitions (docs/protocol.md
+        2.6.1), never for more than half the partition's ``producer.id.expiration.ms``."""
+        window_ms = max(0, int(expiration_ms)) // 2
 
         def verify(header: BatchHeader) -> bool:
-            return self.is_open_shared(header, window_ms)
+            flush = _FLUSH.get()
+            if flush is None or not header.transactional_id:
+                return self.is_open(header)
+            return flush.is_open(header, window_ms, self.is_open)
         return verify
-
-    def is_open_shared(self, header: BatchHeader, window_ms: int) -> bool:
-        """``is_open``, answered from a pass of the same transaction (transactional id,
-        decision id, producer id, epoch) that began less than ``window_ms`` ago; one
-        check at a time per transaction, so partitions claimed at once wait for one."""
-        if window_ms <= 0 or not header.transactional_id:
-            return self.is_open(header)
-        key = (header.transactional_id, header.decision_id, header.producer_id,
-               header.producer_epoch)
-        with self._verified_lock:
-            if len(self._verifying) >= 1024 and key not in self._verifying:
-                self._verifying.clear()  # old transactions' locks: at worst a check runs twice
-            lock = self._verifying.setdefault(key, threading.Lock())
-        with lock:
-            with self._verified_lock:
-                passed_ms = self._verified.get(key)
-            if passed_ms is not None and clock.now_ms() - passed_ms < window_ms:
-                return True
-            started_ms = clock.now_ms()  # the pass holds from its first read on
-            if not self.is_open(header):
-                return False
-            with self._verified_lock:
-                if len(self._verified) >= 1024:  # old transactions' passes: never needed again
-                    self._verified.clear()
-                self._verified[key] = started_ms
-            return True
 
     def is_open(self, header: BatchHeader) -> bool:
         """Whether a transactional batch belongs to a transaction still open here: the
