@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -610,13 +610,23 @@ class FsspecStorage(Storage):
         duplicate of its own.
         """
         full = self._abs(path)
+
+        def create() -> None:
+            if self._native_create:
+                self.fs.pipe_file(full, data, mode="create")
+            else:
+                with self.fs.open(full, "xb") as f:
+                    f.write(data)
+        return self._created_unless_taken(create, "publishing", path)
+
+    def _created_unless_taken(self, create: Callable[[], Any], doing: str, path: str) -> bool:
+        """Run one conditional create: True if it made the object, False if the name was
+        taken (412, or the store's "already exists"); S3's ConditionalRequestConflict
+        (another conditional write of the name was in flight, ours was not applied) is
+        retried with jittered backoff, since the answer to a retry is definite."""
         for attempt in range(CONFLICT_ATTEMPTS):
             try:
-                if self._native_create:
-                    self.fs.pipe_file(full, data, mode="create")
-                else:
-                    with self.fs.open(full, "xb") as f:
-                        f.write(data)
+                create()
                 return True
             except FileExistsError:
                 return False
@@ -625,11 +635,9 @@ class FsspecStorage(Storage):
                 if status == 412 or code in ("PreconditionFailed", "BlobAlreadyExists"):
                     return False
                 if code == "ConditionalRequestConflict" and attempt + 1 < CONFLICT_ATTEMPTS:
-                    # S3: another conditional write of this name was in flight and
-                    # ours was not applied; the answer to a retry is definite.
                     time.sleep(random.uniform(0.5, 1.0) * min(0.5, 0.01 * 2 ** attempt))
                     continue
-                raise self._error("publishing", path, exc) from None
+                raise self._error(doing, path, exc) from None
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def publish_stream_if_absent(self, path: str, chunks: Iterable[bytes | pa.Buffer],
@@ -720,20 +728,10 @@ class FsspecStorage(Storage):
         taken (a retried completion that meets its own earlier one is answered "taken"
         too, which callers handle as a lost race against an identical object, as
         ``_put_if_absent`` explains)."""
-        for attempt in range(CONFLICT_ATTEMPTS):
-            try:
-                call("complete_multipart_upload", UploadId=upload,
-                     MultipartUpload={"Parts": parts}, IfNoneMatch="*")
-                return True
-            except Exception as exc:
-                status, code = _response_of(exc)
-                if status == 412 or code == "PreconditionFailed":
-                    return False
-                if code == "ConditionalRequestConflict" and attempt + 1 < CONFLICT_ATTEMPTS:
-                    time.sleep(random.uniform(0.5, 1.0) * min(0.5, 0.01 * 2 ** attempt))
-                    continue
-                raise self._error("completing the upload of", path, exc) from None
-        raise AssertionError("unreachable")  # the loop returns or raises
+        return self._created_unless_taken(
+            lambda: call("complete_multipart_upload", UploadId=upload,
+                         MultipartUpload={"Parts": parts}, IfNoneMatch="*"),
+            "completing the upload of", path)
 
     def remove_temp_files(self, older_than_s: float) -> list[str]:
         """Abort the incomplete multipart uploads under the root older than ``older_than_s``
