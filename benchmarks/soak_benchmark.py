@@ -2,7 +2,7 @@
 
     python benchmarks/soak_benchmark.py [--jobs N] [--micro-batches M] [--window W]
         [--root DIR] [--plot soak.png] [--txn-id-expiration-ms MS]
-        [--producer-id-expiration-ms MS] [--s3]
+        [--producer-id-expiration-ms MS] [--s3] [--pace-ms MS]
 
 Drives the core the way the Spark writers do (issue 20), in one process:
 
@@ -122,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--window", type=int, default=1000)
     parser.add_argument("--maintain-every", type=int, default=50)
+    parser.add_argument("--pace-ms", type=float, default=0.0,
+                        help="start a job (and its micro-batch) at most every this many ms: "
+                             "a steady arrival rate, so that what the expirations keep (ids "
+                             "and producers of the last N seconds) is the same in every "
+                             "window; 0 runs them back to back (default)")
     parser.add_argument("--txn-id-expiration-ms", type=int, default=7 * 24 * 3600 * 1000)
     parser.add_argument("--producer-id-expiration-ms", type=int, default=86_400_000)
     parser.add_argument("--root", help="log root (default: a temporary directory, removed)")
@@ -153,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
           f"transactional.id.expiration.ms {args.txn_id_expiration_ms}, "
           f"producer.id.expiration.ms {args.producer_id_expiration_ms}, gc's decision_age_s "
           f"{args.txn_id_expiration_ms / 1000:g} (shared decisions), MIN_DEAD_AGE_S "
-          f"{MIN_DEAD_AGE_S:g}; finished job attempts deleted by gc at once")
+          f"{MIN_DEAD_AGE_S:g}; finished job attempts deleted by gc at once; "
+          + (f"a job every {args.pace_ms:g} ms at most" if args.pace_ms > 0
+             else "jobs back to back"))
     header = ("jobs", "job p50 ms", "job p95 ms", "mb p50 ms", "fresh LSO ms",
               "largest state B", "objects/partition", "coordinator objects",
               "largest fields B")
@@ -163,7 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     mb_ms: list[float] = []
     attempt = 0
     started = time.perf_counter()
+    next_start = time.perf_counter()
     for n in range(1, args.jobs + 1):
+        if args.pace_ms > 0:  # no catching up in bursts: a late job only moves the next one
+            time.sleep(max(0.0, next_start - time.perf_counter()))
+            next_start = time.perf_counter() + args.pace_ms / 1000
         t0 = time.perf_counter()
         attempt = batch_job(log, args.attempts, args.records, args.partitions, attempt)
         job_ms.append((time.perf_counter() - t0) * 1000)
