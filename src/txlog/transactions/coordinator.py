@@ -67,9 +67,9 @@ class FlushVerification:
     """The partition verifications (KIP-890) of one flush's claims, shared among them
     (docs/protocol.md 2.6.1): the check depends on the transaction, not the partition,
     and every check of a flush runs after the flush began, so an end the writer saw
-    before its flush is seen by the flush's own check.  A pass never outlives the flush
-    (shared by time across flushes, one let a zombie's claim land after its job ended:
-    ``expiry_kill_harness.py --shared``)."""
+    before its flush is seen by the flush's own check.  A pass never outlives the flush:
+    one kept for a later flush would answer for a transaction the writer may since have
+    seen end."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
