@@ -30,6 +30,7 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -131,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--producer-id-expiration-ms", type=int, default=86_400_000)
     parser.add_argument("--root", help="log root (default: a temporary directory, removed)")
     parser.add_argument("--s3", action="store_true",
-                        help="put the log on S3: the test suite's moto server, started in "
-                             "this process (shorten the expirations: moto lists by scanning "
+                        help="put the log on S3: the test suite's moto server, in a process "
+                             "of its own (shorten the expirations: moto lists by scanning "
                              "its whole bucket)")
     parser.add_argument("--plot", help="write a PNG plot here (needs matplotlib)")
     args = parser.parse_args(argv)
@@ -140,11 +141,17 @@ def main(argv: list[str] | None = None) -> int:
 
     tmp = None if args.root or args.s3 else tempfile.mkdtemp(prefix="txlog-soak-")
     options = None
+    moto = None
     if args.s3:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        import s3_server
         from s3_server import MotoS3
 
-        server = MotoS3().start()
+        # In a process of its own: moto's ~3 ms of Python per request would otherwise
+        # share this process's GIL, and the run would measure the two taking turns.
+        moto = subprocess.Popen([sys.executable, str(Path(s3_server.__file__))],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        server = MotoS3.serving_at(moto.stdout.readline().strip())
         root, options = server.root(), server.storage_options
     else:
         root = args.root or str(Path(tmp) / "log")
@@ -231,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"plot: {args.plot}")
     if tmp:
         shutil.rmtree(tmp, ignore_errors=True)
+    if moto is not None:
+        moto.stdin.close()
+        moto.wait()
     return 0
 
 

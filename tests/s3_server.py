@@ -21,7 +21,9 @@ aiobotocore, HTTP.  Three things are added around moto's WSGI application:
   S3-compatible stores do.
 
 Used in-process by tests/conftest.py (a session fixture) and by
-benchmarks/object_store_requests.py.
+benchmarks/object_store_requests.py; the soak benchmark runs it as a process
+of its own (``python tests/s3_server.py`` prints the endpoint and serves
+until its stdin closes).
 """
 
 from __future__ import annotations
@@ -115,6 +117,14 @@ class MotoS3:
                                         name="moto-s3")
         self._thread.start()
         return self
+
+    @classmethod
+    def serving_at(cls, endpoint: str) -> MotoS3:
+        """A handle on a server another process runs (``python tests/s3_server.py``):
+        clients, buckets and storage options work; counts and faults stay there."""
+        handle = cls()
+        handle.endpoint = endpoint
+        return handle
 
     def stop(self) -> None:
         if self._server is not None:
@@ -222,3 +232,14 @@ def _error(start_response: Callable, fault: Fault) -> list[bytes]:
     start_response(f"{fault.status} Injected", [("Content-Type", "application/xml"),
                                                 ("Content-Length", str(len(body)))])
     return [body]
+
+
+if __name__ == "__main__":
+    # Serve from a process of its own, until stdin closes: moto spends milliseconds of
+    # Python on every request, which in the client's process would share its GIL.
+    import sys
+
+    serving = MotoS3().start()
+    print(serving.endpoint, flush=True)
+    sys.stdin.read()
+    serving.stop()
