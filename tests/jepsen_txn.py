@@ -139,7 +139,9 @@ def run_writer(args: argparse.Namespace) -> int:
         return real_complete(transactional_id, only_decision)
 
     log.coordinator.complete = complete_or_stall
-    for n in range(1, args.txns + 1):
+    stall_at, txns, n = args.stall_at, args.txns, 0
+    while n < txns:
+        n += 1
         txn = f"{name}.{args.incarnation}.{n}"
         parts = rng.sample(range(PARTITIONS), rng.randint(1, 3))
         values = [(rng.choice(parts), f"{txn}.{i}") for i in range(rng.randint(1, 6))]
@@ -158,14 +160,14 @@ def run_writer(args: argparse.Namespace) -> int:
                     time.sleep(rng.random() * 0.01)  # think time: other writers interleave
             producer.flush()
             history.write(ev="sent", txn=txn)
-            if n == args.stall_at and args.stall_where == "sent":
+            if n == stall_at and args.stall_where == "sent":
                 history.write(ev="stall", txn=txn, where="sent")
                 while True:  # hang mid-transaction until the supervisor kills us
                     signal.pause()
-            decided = rng.random() < 0.7 or n == args.stall_at
+            decided = rng.random() < 0.7 or n == stall_at
             history.write(ev="decide", txn=txn, commit=decided)
             if decided:
-                if n == args.stall_at:
+                if n == stall_at:
                     stalling["txn"] = txn  # see complete_or_stall
                 producer.commit_transaction()
             else:
@@ -174,6 +176,12 @@ def run_writer(args: argparse.Namespace) -> int:
         except TxlogError as exc:  # e.g. fenced after a timeout: the outcome is not ours to know
             history.write(ev="error", txn=txn, decided=decided, error=repr(exc))
             producer = fresh_producer()
+            if n == stall_at:
+                # Aborted under us before it could stall (its timeout passed on a loaded
+                # machine, and another process aborted it): stall in the next one, or the
+                # planned kill would never come and the writer would exit by itself.
+                stalling["txn"] = None
+                stall_at, txns = stall_at + 1, txns + 1
     history.write(ev="finished")
     return 0
 
