@@ -40,7 +40,8 @@ def _break_claim_before_data() -> None:
     later: list[tuple[str, bytes]] = []
 
     def names_only(storage, payloads):  # type: ignore[no-untyped-def]
-        blob, offsets = encode_data_object(payloads)
+        pieces, _, offsets = encode_data_object(payloads)
+        blob = b"".join(pieces)
         path = data_object_path(os.urandom(16).hex())
         later.append((path, blob))
         now = time.monotonic()

@@ -40,6 +40,14 @@ def test_vectorised_partitioner_equals_the_scalar_one(num_partitions: int) -> No
     texts = ["k%d" % i for i in range(300)]
     assert partitions_for_keys(pa.array(texts), num_partitions).tolist() == [
         partition_for_key(t.encode(), num_partitions) for t in texts]
+    # Keys all of one length take another path (no sort by length): every tail size,
+    # and a slice whose first key is not at the start of the data buffer.
+    rng = random.Random(num_partitions)
+    for width in range(10):
+        same = [rng.randbytes(width) for _ in range(500)]
+        assert partitions_for_keys(pa.array(same, pa.binary()).slice(7), num_partitions
+                                   ).tolist() == [partition_for_key(k, num_partitions)
+                                                  for k in same[7:]], width
 
 
 def test_vectorised_partitioner_is_much_faster_than_the_scalar_loop() -> None:

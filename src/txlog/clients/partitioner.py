@@ -81,12 +81,25 @@ def _murmur2_many(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
     Rows are ordered by their number of 4-byte blocks, longest first, so
     that the rows still hashing blocks at step j are a prefix: the loop runs
     over block positions (up to the longest key / 4), never over records.
+    Keys all of one length (a numeric id as bytes, a UUID) need no order: they
+    are the rows of a 2-D view of the data, read a column of words at a time.
     """
     starts = offsets[:-1]
     lengths = offsets[1:] - starts
     m = np.uint32(_M)
     h = np.uint32(_SEED) ^ lengths.astype(np.uint32)
     blocks = lengths // 4
+    if len(lengths) and lengths.min() == lengths.max():
+        width, first = int(lengths[0]), int(starts[0])
+        rows = data[first:first + width * len(lengths)].reshape(len(lengths), width)
+        words = np.ascontiguousarray(rows[:, :4 * (width // 4)]).view(np.dtype("<u4"))
+        for j in range(width // 4):
+            k = words[:, j].astype(np.uint32)
+            k *= m
+            k ^= k >> np.uint32(24)
+            k *= m
+            h = (h * m) ^ k
+        return _murmur2_tails(h, starts, lengths, blocks, data)
     order = np.argsort(-blocks, kind="stable")
     sorted_blocks = blocks[order]
     sorted_starts = starts[order]
@@ -105,6 +118,13 @@ def _murmur2_many(offsets: np.ndarray, data: np.ndarray) -> np.ndarray:
         k *= m
         hs[:n] = (hs[:n] * m) ^ k
     h[order] = hs
+    return _murmur2_tails(h, starts, lengths, blocks, data)
+
+
+def _murmur2_tails(h: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                   blocks: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """The last 1 to 3 bytes of each key, then the final mix (``h`` after the blocks)."""
+    m = np.uint32(_M)
     tail = lengths % 4
     rest = starts + 4 * blocks
     for size, shift in ((3, 16), (2, 8)):

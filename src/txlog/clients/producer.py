@@ -365,22 +365,28 @@ class Producer:
             unkeyed = np.flatnonzero(parts < 0)
             if len(unkeyed):
                 parts[unkeyed] = self._sticky_partitions(topic, num_partitions, sizes[unkeyed])
-        order = np.argsort(parts, kind="stable")  # per partition, rows keep their input order
+        # Per partition, rows keep their input order (a stable sort; numpy's is a radix
+        # sort for 16-bit keys, over three times as fast as for int32 ones).
+        order = np.argsort(parts.astype(np.int16) if num_partitions <= 1 << 15 else parts,
+                           kind="stable")
         sorted_parts = parts[order]
         bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
-        groups = [(int(sorted_parts[lo]), order[lo:hi])
+        groups = [(int(sorted_parts[lo]), int(lo), int(hi))
                   for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, n], strict=True)]
-        self._join_partitions([(topic, p) for p, _ in groups])
+        self._join_partitions([(topic, p) for p, _, _ in groups])
+        # One take into partition order, then a slice per partition: the rows are
+        # copied once, in one pass (a take per partition scanned the table each time).
+        grouped = records.take(pa.array(order)) if len(groups) > 1 else records
         sent: list[SentBatch] = []
-        for p, rows in groups:
+        for p, first, end in groups:
             tp = (topic, p)
             self._drain(tp, write=False)  # records sent before, to this partition, go first
-            part_records = records.take(pa.array(rows))
-            row_sizes = sizes[rows]
+            part_records = grouped.slice(first, end - first)
+            row_sizes = sizes[order[first:end]]
             starts = np.cumsum(row_sizes) - row_sizes
             batch_ids = starts // self.batch_size
             cuts = np.flatnonzero(np.diff(batch_ids)) + 1
-            for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(rows)], strict=True):
+            for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, end - first], strict=True):
                 batch = part_records.slice(int(lo), int(hi - lo))
                 low, high = pc.min_max(batch.column("timestamp")).values()
                 self._stage_batch(tp, batch, low.as_py(), high.as_py(), done=lambda r, p=p:

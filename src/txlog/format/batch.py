@@ -338,20 +338,23 @@ def is_data_object_path(path: str) -> bool:
     return len(name) == 32 and all(c in "0123456789abcdef" for c in name)
 
 
-def encode_data_object(payloads: list[bytes]) -> tuple[bytes, list[int]]:
-    """The payloads of one flush back to back after the magic, and where each starts."""
+def encode_data_object(payloads: list[bytes | pa.Buffer]
+                       ) -> tuple[list[bytes | pa.Buffer], int, list[int]]:
+    """The payloads of one flush back to back after the magic: the pieces, their total
+    size and where each payload starts.  Pieces, not one joined object, so that local
+    disk writes them as they are (joining copied every payload once more)."""
     offsets = []
     position = len(DATA_MAGIC)
     for p in payloads:
         offsets.append(position)
         position += len(p)
-    return b"".join([DATA_MAGIC, *payloads]), offsets
+    return [DATA_MAGIC, *payloads], position, offsets
 
 
 # --- data batches ------------------------------------------------------------
 
 
-def encode_records(table: pa.Table, compression: str | None) -> bytes:
+def encode_records(table: pa.Table, compression: str | None) -> pa.Buffer:
     """Arrow IPC stream of the records, with Arrow's own buffer compression."""
     if compression not in COMPRESSION_CODES:
         raise InvalidConfigError(
@@ -361,7 +364,7 @@ def encode_records(table: pa.Table, compression: str | None) -> bytes:
     sink = pa.BufferOutputStream()
     with ipc.new_stream(sink, RECORD_SCHEMA, options=options) as writer:
         writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    return sink.getvalue()  # an Arrow buffer: copying it into bytes bought nothing
 
 
 def decode_records(payload: memoryview | pa.Buffer, header: BatchHeader, path: str) -> pa.Table:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import crc32c
+import pyarrow as pa
 
 from .. import clock
 from ..format.batch import (ABORT, CLAIM_BIT, COMMIT, CONTROL_BIT, LOG_APPEND_TIME,
@@ -59,7 +60,7 @@ class DataReference:
         return self.path, self.offset
 
 
-def write_data_object(storage: Storage, payloads: list[bytes]
+def write_data_object(storage: Storage, payloads: list[bytes | pa.Buffer]
                       ) -> list[tuple[str, int, float]]:
     """One data object holding ``payloads``: (path, offset, start time) of each.
 
@@ -68,9 +69,12 @@ def write_data_object(storage: Storage, payloads: list[bytes]
     crash could lose.
     """
     started = time.monotonic()
-    blob, offsets = encode_data_object(payloads)
+    pieces, size, offsets = encode_data_object(payloads)
     path = data_object_path(uuid.uuid4().hex)
-    if not storage.publish_if_absent(path, blob):  # a random 128-bit name: never taken
+    # One part as large as the object: one PUT on an object store, while local disk
+    # writes the pieces one after another without joining them first.  The name is
+    # random (128 bits), so it is never taken.
+    if not storage.publish_stream_if_absent(path, pieces, size, part_bytes=size):
         raise StorageError(f"data object {path} exists already")
     return [(path, offset, started) for offset in offsets]
 
