@@ -126,13 +126,14 @@ def _murmur2_tails(h: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
     """The last 1 to 3 bytes of each key, then the final mix (``h`` after the blocks)."""
     m = np.uint32(_M)
     tail = lengths % 4
-    rest = starts + 4 * blocks
-    for size, shift in ((3, 16), (2, 8)):
-        rows = np.flatnonzero(tail >= size)
-        h[rows] ^= data[rest[rows] + size - 1].astype(np.uint32) << np.uint32(shift)
-    rows = np.flatnonzero(tail >= 1)
-    h[rows] ^= data[rest[rows]].astype(np.uint32)
-    h[rows] *= m
+    if tail.any():
+        rest = starts + 4 * blocks
+        for size, shift in ((3, 16), (2, 8)):
+            rows = np.flatnonzero(tail >= size)
+            h[rows] ^= data[rest[rows] + size - 1].astype(np.uint32) << np.uint32(shift)
+        rows = np.flatnonzero(tail >= 1)
+        h[rows] ^= data[rest[rows]].astype(np.uint32)
+        h[rows] *= m
     h ^= h >> np.uint32(13)
     h *= m
     h ^= h >> np.uint32(15)
