@@ -187,18 +187,19 @@ def payload(records: int, record_bytes: int, seed: int) -> pa.Table:
     return pa.table({"key": column(KEY_BYTES), "value": column(record_bytes - KEY_BYTES)})
 
 
-def _coalesced(batches: Iterable[pa.RecordBatch], target: int) -> Iterator[pa.RecordBatch]:
-    """Spark's batches merged up to ``target`` bytes, as txlog.spark.writer does."""
+def _coalesced(batches: Iterable[pa.RecordBatch], target: int) -> Iterator[pa.Table]:
+    """Spark's batches gathered up to ``target`` bytes as chunks of one table, as
+    txlog.spark.writer does."""
     held: list[pa.RecordBatch] = []
     size = 0
     for batch in batches:
         held.append(batch)
         size += batch.nbytes
         if size >= target:
-            yield pa.concat_batches(held)
+            yield pa.Table.from_batches(held)
             held, size = [], 0
     if held:
-        yield pa.concat_batches(held)
+        yield pa.Table.from_batches(held)
 
 
 def send_like_spark(producer: Producer, topic: str, table: pa.Table) -> None:

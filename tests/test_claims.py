@@ -368,10 +368,10 @@ def test_thirty_two_writers_killed_at_random_lose_nothing_and_gc_keeps_what_clai
     assert visible() == seen
 
 
-def test_the_spark_writer_sizes_data_objects_for_the_store() -> None:
+def test_the_spark_writer_sizes_data_objects_for_a_task() -> None:
     from txlog.errors import InvalidConfigError
     from txlog.spark.options import WriteOptions
-    from txlog.spark.writer import OBJECT_STORE_DATA_OBJECT_BYTES, TxlogBatchWriter
+    from txlog.spark.writer import TASK_DATA_OBJECT_BYTES, TxlogBatchWriter
 
     def config(path: str, **extra: str) -> dict:
         options = WriteOptions.parse({"path": path, "topic": "t", **extra}, False)
@@ -379,8 +379,10 @@ def test_the_spark_writer_sizes_data_objects_for_the_store() -> None:
         writer.options = options
         return writer._producer_config()
 
-    assert config("/tmp/x")["data_object_bytes"] == producer_module.DEFAULT_DATA_OBJECT_BYTES
-    assert config("s3://b/x")["data_object_bytes"] == OBJECT_STORE_DATA_OBJECT_BYTES
+    # Larger than the core producer's default, on every store (fewer PUTs, fewer fsyncs).
+    assert TASK_DATA_OBJECT_BYTES > producer_module.DEFAULT_DATA_OBJECT_BYTES
+    assert config("/tmp/x")["data_object_bytes"] == TASK_DATA_OBJECT_BYTES
+    assert config("s3://b/x")["data_object_bytes"] == TASK_DATA_OBJECT_BYTES
     assert config("s3://b/x", dataObjectBytes="4m")["data_object_bytes"] == 4 << 20
     with pytest.raises(InvalidConfigError, match="dataObjectBytes"):
         config("/tmp/x", dataObjectBytes="2g")

@@ -142,15 +142,15 @@ def test_timestamp_column_of_another_type_is_refused(spark, root):
 
 
 def test_producer_settings_reach_the_producer():
-    from txlog.clients.producer import DEFAULT_BATCH_SIZE, DEFAULT_DATA_OBJECT_BYTES
+    from txlog.clients.producer import DEFAULT_BATCH_SIZE
     from txlog.spark.options import WriteOptions
-    from txlog.spark.writer import TxlogBatchWriter
+    from txlog.spark.writer import TASK_DATA_OBJECT_BYTES, TxlogBatchWriter
 
     def config(**options):
         opts = WriteOptions.parse({"path": "/p", "topic": "t", **options}, streaming=False)
         return TxlogBatchWriter(opts, None)._producer_config()
 
-    local = {"data_object_bytes": DEFAULT_DATA_OBJECT_BYTES}  # a local path's data objects
+    local = {"data_object_bytes": TASK_DATA_OBJECT_BYTES}  # a task's data objects
     assert config() == {"compression": "none", **local}
     assert config(**{"kafka.compression.type": "lz4", "kafka.linger.ms": "50",
                      "kafka.batch.size": "65536"}) == \

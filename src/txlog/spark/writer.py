@@ -76,15 +76,11 @@ def check_input_schema(schema: StructType, options: WriteOptions) -> None:
             "no topic to write to: set option 'topic' or give the DataFrame a 'topic' column")
 
 
-# A task's data objects on an object store: large enough that the request count per MB
-# stays small (each PUT costs a round trip), small enough that a task's memory stays
-# about twice this plus what it coalesces from Spark (docs/spark.md).
-OBJECT_STORE_DATA_OBJECT_BYTES = 32 << 20
-
-
-def _on_object_store(path: str) -> bool:
-    scheme = path.split("://", 1)[0].lower() if "://" in path else "file"
-    return scheme not in ("file", "memory")
+# A task's data objects: large enough that the request count per MB stays small on an
+# object store (each PUT costs a round trip) and that local disk pays few fsyncs, small
+# enough that a task's memory stays about twice this plus what it coalesces from Spark
+# (docs/spark.md).  Kafka's producer buffers up to buffer.memory, also 32 MiB.
+TASK_DATA_OBJECT_BYTES = 32 << 20
 
 
 class _Sending:
@@ -103,9 +99,7 @@ class _Sending:
             config["batch_size"] = batch_size
         if self.options.linger_ms is not None:
             config["linger_ms"] = self.options.linger_ms
-        config["data_object_bytes"] = self.options.data_object_bytes or (
-            OBJECT_STORE_DATA_OBJECT_BYTES if _on_object_store(self.options.path)
-            else DEFAULT_DATA_OBJECT_BYTES)
+        config["data_object_bytes"] = self.options.data_object_bytes or TASK_DATA_OBJECT_BYTES
         return config
 
     def _write_idempotent(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
@@ -129,7 +123,7 @@ class _Sending:
         return TxlogCommitMessage(member, records)
 
     def _send_all(self, log: Log, producer: Producer, iterator: Iterator[pa.RecordBatch]) -> int:
-        def send(batch: pa.RecordBatch) -> None:
+        def send(batch: pa.Table) -> None:
             for topic, table in self._by_topic(log, batch):
                 # Staged until a data object's worth has gathered (prepare/close write the rest).
                 producer.send_table(topic, table, wait=False)
@@ -149,7 +143,7 @@ class _Sending:
                 sending.result()
         return records
 
-    def _by_topic(self, log: Log, batch: pa.RecordBatch) -> Iterator[tuple[str, pa.Table]]:
+    def _by_topic(self, log: Log, batch: pa.Table) -> Iterator[tuple[str, pa.Table]]:
         table = _records(batch)
         if self.options.max_request_size is not None:
             _check_record_sizes(table, self.options.max_request_size)
@@ -333,15 +327,16 @@ def _check_write(options: WriteOptions, schema: StructType) -> None:
         _ensure_topic(_open(options), options, options.topic)
 
 
-def _coalesced(batches: Iterator[pa.RecordBatch], target_bytes: int
-               ) -> Iterator[pa.RecordBatch]:
-    """Spark's batches merged until they hold about ``target_bytes``.
+def _coalesced(batches: Iterator[pa.RecordBatch], target_bytes: int) -> Iterator[pa.Table]:
+    """Spark's batches gathered until they hold about ``target_bytes``.
 
     Spark hands the writer batches of maxRecordsPerBatch rows (10,000 by
     default, ~1 MB of 100-byte records); spread over a topic's partitions
-    that makes small log batches, each a file and an fsync.  Merging a few
-    first lets each partition's batch approach ``batch.size``.  Memory stays
-    bounded by the target plus one batch.
+    that makes small log batches.  Sending a few at once lets each
+    partition's batch approach ``batch.size``.  They stay separate chunks of
+    one table: the producer's grouping by partition copies the rows anyway,
+    so concatenating them first was a copy of its own.  Memory stays bounded
+    by the target plus one batch.
     """
     held: list[pa.RecordBatch] = []
     size = 0
@@ -349,13 +344,13 @@ def _coalesced(batches: Iterator[pa.RecordBatch], target_bytes: int
         held.append(batch)
         size += batch.nbytes
         if size >= target_bytes:
-            yield pa.concat_batches(held)
+            yield pa.Table.from_batches(held)
             held, size = [], 0
     if held:
-        yield pa.concat_batches(held)
+        yield pa.Table.from_batches(held)
 
 
-def _records(batch: pa.RecordBatch) -> pa.Table:
+def _records(batch: pa.Table) -> pa.Table:
     """The producer's columns from Spark's: text as bytes, nothing per record in Python.
 
     A ``timestamp`` column is each record's CreateTime: Spark's microseconds become
