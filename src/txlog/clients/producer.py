@@ -135,6 +135,13 @@ def _claim_pool() -> ThreadPoolExecutor:
         return _CLAIM_POOL
 
 
+def _runs(bounds: np.ndarray, n: int) -> list[tuple[int, int]]:
+    """The ``[lo, hi)`` runs of ``range(n)`` that ``bounds`` (ascending cut points) cut
+    it into, as Python ints (np.r_ cost more than the rest of a small send)."""
+    cuts = [0, *bounds.tolist(), n]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
 class Producer:
     """Kafka-style producer over a Log (see kafka-python's KafkaProducer).
 
@@ -371,8 +378,8 @@ class Producer:
                            kind="stable")
         sorted_parts = parts[order]
         bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
-        groups = [(int(sorted_parts[lo]), int(lo), int(hi))
-                  for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, n], strict=True)]
+        groups = [(int(sorted_parts[lo]), lo, hi)
+                  for lo, hi in _runs(bounds, n)]
         self._join_partitions([(topic, p) for p, _, _ in groups])
         # One take into partition order, then a slice per partition: the rows are
         # copied once, in one pass (a take per partition scanned the table each time).
@@ -386,8 +393,8 @@ class Producer:
             starts = np.cumsum(row_sizes) - row_sizes
             batch_ids = starts // self.batch_size
             cuts = np.flatnonzero(np.diff(batch_ids)) + 1
-            for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, end - first], strict=True):
-                batch = part_records.slice(int(lo), int(hi - lo))
+            for lo, hi in _runs(cuts, end - first):
+                batch = part_records.slice(lo, hi - lo)
                 low, high = pc.min_max(batch.column("timestamp")).values()
                 self._stage_batch(tp, batch, low.as_py(), high.as_py(), done=lambda r, p=p:
                                   sent.append(SentBatch(p, r.base_offset, r.last_offset)))
@@ -411,7 +418,7 @@ class Producer:
         chunk = (np.cumsum(sizes) - sizes) // self.batch_size
         out = np.empty(len(sizes), dtype=np.int32)
         bounds = np.flatnonzero(np.diff(chunk)) + 1
-        for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(sizes)], strict=True):
+        for lo, hi in _runs(bounds, len(sizes)):
             p = self._partitioner.partition(topic, num_partitions)
             out[lo:hi] = p
             self._partitioner.batch_sent(topic, p, num_partitions)
