@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import struct
 import tempfile
@@ -220,6 +221,9 @@ def main() -> None:
           f"(min {floor[0]:.3f}, max {floor[-1]:.3f})\n")
 
     live_latency(spark, log, root, scratch, args.live_rate, args.live_seconds, F)
+    spark.stop()
+    if not args.dir:  # about 750 MB of logs, files and checkpoints otherwise stay behind
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def live_latency(spark, log: Log, root: str, scratch: str, rate: int, seconds: int, F) -> None:
