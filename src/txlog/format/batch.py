@@ -330,6 +330,9 @@ def inline_batch(claim: bytes | pa.Buffer, header: BatchHeader, payload: bytes |
 # --- data objects ------------------------------------------------------------
 
 DATA_MAGIC = b"TXD\x01"
+# A batch's encoded records: an Arrow buffer from the IPC writer as it is (no copy into
+# bytes), or bytes where they come from elsewhere.
+Payload = bytes | pa.Buffer
 
 
 def is_data_object_path(path: str) -> bool:
@@ -338,8 +341,7 @@ def is_data_object_path(path: str) -> bool:
     return len(name) == 32 and all(c in "0123456789abcdef" for c in name)
 
 
-def encode_data_object(payloads: list[bytes | pa.Buffer]
-                       ) -> tuple[list[bytes | pa.Buffer], int, list[int]]:
+def encode_data_object(payloads: list[Payload]) -> tuple[list[Payload], int, list[int]]:
     """The payloads of one flush back to back after the magic: the pieces, their total
     size and where each payload starts.  Pieces, not one joined object, so that local
     disk writes them as they are (joining copied every payload once more)."""

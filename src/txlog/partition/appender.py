@@ -17,13 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import crc32c
-import pyarrow as pa
 
 from .. import clock
 from ..format.batch import (ABORT, CLAIM_BIT, COMMIT, CONTROL_BIT, LOG_APPEND_TIME,
                             MAX_CLAIM_PARTS, NO_SEQUENCE, PARTS_BIT, TIMESTAMP_TYPE_BIT,
                             TRANSACTIONAL_BIT, BatchHeader, ControlRecord, encode_control,
-                            encode_data_object, encode_header)
+                            Payload, encode_data_object, encode_header)
 from ..errors import StorageError, TxlogError
 from ..storage.backends import Storage
 from ..storage.paths import data_object_path
@@ -49,7 +48,7 @@ class DataReference:
         self.offset = offset
         self.started = started
 
-    def current(self, storage: Storage, payload: bytes | list[bytes]) -> tuple[str, int]:
+    def current(self, storage: Storage, payload: Payload | list[Payload]) -> tuple[str, int]:
         """The reference a claim may carry now: past the claim window, the payload (a
         multi-batch claim's parts, back to back) goes into a fresh data object of its own
         first (one more PUT, rare)."""
@@ -60,7 +59,7 @@ class DataReference:
         return self.path, self.offset
 
 
-def write_data_object(storage: Storage, payloads: list[bytes | pa.Buffer]
+def write_data_object(storage: Storage, payloads: list[Payload]
                       ) -> list[tuple[str, int, float]]:
     """One data object holding ``payloads``: (path, offset, start time) of each.
 
@@ -87,7 +86,7 @@ class AppendResult:
     log_append_time: int = -1  # the batch's timestamp on a LogAppendTime topic, else -1
 
 
-def combined_header(headers: list[BatchHeader], payloads: list[bytes]) -> BatchHeader:
+def combined_header(headers: list[BatchHeader], payloads: list[Payload]) -> BatchHeader:
     """The one claim header of consecutive batches of one producer (format.md, 2.7.1):
     counts and payloads summed, timestamps spanned, the first sequence, and a parts table.
 
@@ -141,7 +140,7 @@ class _Slot:
     control: ControlRecord | None = None
 
 
-def _slot(header: BatchHeader, payload: bytes = b"", control: ControlRecord | None = None
+def _slot(header: BatchHeader, payload: Payload = b"", control: ControlRecord | None = None
           ) -> _Slot:
     """The bytes to publish, and the header as they hold it: its length counts what the
     encoding added (a claim's reference, the append time), since the cached header is
@@ -245,7 +244,7 @@ class Appender:
                              max_timestamp=now)
         return placed
 
-    def append(self, header: BatchHeader, payload: bytes,
+    def append(self, header: BatchHeader, payload: Payload,
                log_append_time: bool = False, continuing: bool = False) -> AppendResult:
         """Append a data batch at the log end; the header's base offset is ignored.
 
@@ -264,7 +263,7 @@ class Appender:
         assert result is not None
         return result
 
-    def append_claim(self, header: BatchHeader, payload: bytes, reference: DataReference,
+    def append_claim(self, header: BatchHeader, payload: Payload, reference: DataReference,
                      log_append_time: bool = False, continuing: bool = False) -> AppendResult:
         """Append a data batch whose payload is already in a data object: only the small
         claim (header and reference) is published here, and retried if the slot is lost.
@@ -277,7 +276,7 @@ class Appender:
                          payload_length=len(payload), payload_crc=crc32c.crc32c(payload))
         return self._append_referenced(header, payload, reference, log_append_time, continuing)
 
-    def append_claims(self, headers: list[BatchHeader], payloads: list[bytes],
+    def append_claims(self, headers: list[BatchHeader], payloads: list[Payload],
                       reference: DataReference, log_append_time: bool = False,
                       continuing: bool = False) -> list[AppendResult]:
         """Append consecutive batches of one producer, whose payloads lie back to back in
@@ -297,7 +296,7 @@ class Appender:
                                          reference, log_append_time, continuing)
         return split_result(result, [h.record_count for h in headers])
 
-    def _append_referenced(self, header: BatchHeader, payload: bytes | list[bytes],
+    def _append_referenced(self, header: BatchHeader, payload: Payload | list[Payload],
                            reference: DataReference, log_append_time: bool,
                            continuing: bool) -> AppendResult:
         """Claim the next slot for ``header``, whose payload (one, or parts back to back)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..format.batch import BatchHeader
+from ..format.batch import BatchHeader, Payload
 from ..storage.backends import Storage
 from .appender import Appender, AppendResult, DataReference
 from .compaction import (DEFAULT_BUFFER_BYTES, DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted, compact,
@@ -108,7 +108,7 @@ class PartitionLog:
                                           state.end_offset if end is None else end,
                                           state.end_offset)
 
-    def append(self, header: BatchHeader, payload: bytes,
+    def append(self, header: BatchHeader, payload: Payload,
                log_append_time: bool = False, continuing: bool = False) -> AppendResult:
         """A data batch at the log end, or the offsets of the batch it duplicates (appender.py).
 
@@ -116,14 +116,14 @@ class PartitionLog:
         batch of one flush), so the slot is tried before refreshing."""
         return self._appender.append(header, payload, log_append_time, continuing)
 
-    def append_claim(self, header: BatchHeader, payload: bytes, reference: DataReference,
+    def append_claim(self, header: BatchHeader, payload: Payload, reference: DataReference,
                      log_append_time: bool = False, continuing: bool = False) -> AppendResult:
         """A data batch whose payload is already in a data object: only its claim is
         published at the log end (appender.py)."""
         return self._appender.append_claim(header, payload, reference, log_append_time,
                                            continuing)
 
-    def append_claims(self, headers: list[BatchHeader], payloads: list[bytes],
+    def append_claims(self, headers: list[BatchHeader], payloads: list[Payload],
                       reference: DataReference, log_append_time: bool = False,
                       continuing: bool = False) -> list[AppendResult]:
         """Consecutive batches of one producer under one claim: one slot, one small object
