@@ -133,6 +133,19 @@ def test_records_round_trip(compression: str | None) -> None:
     assert table.column("key").to_pylist() == keys
 
 
+@pytest.mark.parametrize("compression", [None, "lz4"])
+def test_an_encoded_payload_holds_no_more_memory_than_its_bytes(compression: str | None
+                                                                ) -> None:
+    """A producer stages payloads until its data object fills: what it holds must be
+    their size (docs/spark.md bounds a task's memory by dataObjectBytes), not a growing
+    stream's doubled allocation."""
+    values = [bytes([i % 251]) * 1000 for i in range(1100)]  # about 1.1 MB
+    before = pa.total_allocated_bytes()
+    payloads = [records_payload(values, compression=compression) for _ in range(10)]
+    held = pa.total_allocated_bytes() - before
+    assert held <= 1.05 * sum(len(p) for p in payloads) + 10 * 64
+
+
 def test_record_count_mismatch_is_corruption() -> None:
     payload = records_payload([b"a", b"b"])
     with pytest.raises(CorruptBatchError, match="2 records"):
