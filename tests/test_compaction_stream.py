@@ -27,7 +27,7 @@ from conftest import python_env
 from helpers_core import segment_files, tmp_files, wait_for
 from txlog import Log, StorageError
 from txlog.errors import CorruptBatchError
-from txlog.format.batch import decode_header
+from txlog.format.batch import decode_header, is_data_object_path
 from txlog.format.segment import (ABORTED_ENTRY, HEADER_SIZE, decode_head, encode_segment,
                                   read_aborted)
 from txlog.partition.isolation import READ_UNCOMMITTED
@@ -60,12 +60,16 @@ def _everything(log: Log, topic: str) -> tuple[pa.Table, pa.Table]:
 
 
 class _Recording(LocalStorage):
-    """The local backend, noting the size of every chunk a streamed publish hands it."""
+    """The local backend, noting the size of every chunk a streamed publish of a segment
+    hands it (producers stream their data objects too)."""
 
     chunks: list[int]
 
     def publish_stream_if_absent(self, path: str, chunks: Iterable, size: int,
                                  part_bytes: int = 0) -> bool:
+        if is_data_object_path(path):
+            return super().publish_stream_if_absent(path, chunks, size, part_bytes)
+
         def noted() -> Iterable:
             for chunk in chunks:
                 self.chunks.append(len(memoryview(chunk)))
