@@ -363,23 +363,24 @@ def encode_records(table: pa.Table, compression: str | None) -> pa.Buffer:
             f"compression {compression!r} is not supported (use None, 'lz4' or 'zstd')")
     codec = None if compression in (None, "none") else ("lz4" if compression == "lz4" else "zstd")
     options = ipc.IpcWriteOptions(compression=codec)
+
+    def write(sink: pa.NativeFile) -> None:
+        with ipc.new_stream(sink, RECORD_SCHEMA, options=options) as writer:
+            writer.write_table(table)
+
     if codec is not None:
         # Compressing twice to learn the size first would cost more than one copy of
         # the (smaller) result.
-        sink = pa.BufferOutputStream()
-        with ipc.new_stream(sink, RECORD_SCHEMA, options=options) as writer:
-            writer.write_table(table)
-        return pa.py_buffer(sink.getvalue().to_pybytes())
+        grown = pa.BufferOutputStream()
+        write(grown)
+        return pa.py_buffer(grown.getvalue().to_pybytes())
     # Sized first (a pass that copies nothing), then written into a buffer of exactly
     # that size: a growing stream's buffer keeps up to twice the payload allocated for
     # as long as the batch is staged, and copying it out costs a pass over the bytes.
     counted = pa.MockOutputStream()
-    with ipc.new_stream(counted, RECORD_SCHEMA, options=options) as writer:
-        writer.write_table(table)
+    write(counted)
     payload = pa.allocate_buffer(counted.size())
-    with ipc.new_stream(pa.FixedSizeBufferWriter(payload), RECORD_SCHEMA,
-                        options=options) as writer:
-        writer.write_table(table)
+    write(pa.FixedSizeBufferWriter(payload))
     return payload
 
 
