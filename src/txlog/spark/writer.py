@@ -109,10 +109,11 @@ class _Sending:
             records = self._send_all(log, producer, iterator)
         return TxlogCommitMessage(None, records)
 
-    def _write_in(self, job: SharedTransaction, key: str,
-                  iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
-        """Join ``job`` as participant ``key``, send everything, prepare."""
-        log = _open(self.options)
+    def _write_in(self, job: SharedTransaction, key: str, iterator: Iterator[pa.RecordBatch],
+                  log: Log | None = None) -> TxlogCommitMessage:
+        """Join ``job`` as participant ``key``, send everything, prepare (through ``log``
+        if the task opened one already)."""
+        log = _open(self.options) if log is None else log
         with job.keep_alive(log):
             producer = job.join(log, key, **self._producer_config())
             # A failure leaves this attempt's transaction open on purpose: aborting it
@@ -273,7 +274,8 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
             return self._write_idempotent(iterator)
         ctx = TaskContext.get()
         batch_id = _batch_id(ctx)
-        if self.sink.is_committed(_open(self.options), batch_id):
+        log = _open(self.options)
+        if self.sink.is_committed(log, batch_id):
             # A replay of a batch whose commit stands: its records are in the log.
             for _ in iterator:  # Spark's batches still have to be taken off its socket
                 pass
@@ -284,7 +286,7 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
         # attempt numbers), the second fences the first, which aborts the batch:
         # the query fails and its replay writes the batch once.
         key = f"{ctx.partitionId()}-{ctx.attemptNumber()}"
-        return self._write_in(self.job, key, iterator)
+        return self._write_in(self.job, key, iterator, log)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.sink is None or self.job is None:
