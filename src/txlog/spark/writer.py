@@ -25,7 +25,7 @@ from pyspark.sql.types import StructType
 from ..transactions.coordinator import TransactionMember
 from ..errors import InvalidConfigError, TopicExistsError, UnknownTopicError
 from ..log import Log
-from ..clients.producer import DEFAULT_BATCH_SIZE, DEFAULT_DATA_OBJECT_BYTES, Producer
+from ..clients.producer import DEFAULT_BATCH_SIZE, Producer
 from ..exactly_once.app_versions import AppVersions
 from ..exactly_once.shared_transaction import SharedTransaction
 from ..exactly_once.stream_sink import StreamSink
