@@ -397,7 +397,7 @@ class Producer:
             cuts = np.flatnonzero(np.diff(batch_ids)) + 1
             runs = _runs(cuts, end - first)
             part_times = times[first:end]
-            heads = np.array([lo for lo, _ in runs])
+            heads = np.concatenate(([0], cuts))  # where each run starts
             lows = np.minimum.reduceat(part_times, heads).tolist()
             highs = np.maximum.reduceat(part_times, heads).tolist()
             for (lo, hi), low, high in zip(runs, lows, highs, strict=True):
