@@ -6,6 +6,9 @@ ACK_FILE.ready, waits for GO_FILE, then writes to partitions 0 and 1 of topic ``
 * MODE ``txn``: transactions of RECORDS records (every third one aborted),
   each record's value ``w<writer>.t<txn>.r<i>.<c|a>|`` plus padding; after a
   commit returns, its values are appended to ACK_FILE;
+* MODE ``table``: the same transactions sent as the Spark writer sends them,
+  ``send_table(..., wait=False)``, so a full data object is written behind
+  while the next is staged (protocol.md 1.1);
 * MODE ``idem``: an idempotent producer, RECORDS records per flush, values
   ``w<writer>.s<n>.i|``; each flush's values are acknowledged after it returns.
 
@@ -76,7 +79,7 @@ def main(root: str, writer: str, mode: str, ack_file: str, go_file: str, seconds
     while not os.path.exists(go_file):  # a start barrier, so the writers overlap
         time.sleep(0.005)
     deadline = time.monotonic() + float(seconds)
-    if mode == "txn":
+    if mode in ("txn", "table"):
         producer = log.producer(transactional_id=f"w{writer}", **sizes)
         producer.init_transactions()
         txn = 0
@@ -85,8 +88,17 @@ def main(root: str, writer: str, mode: str, ack_file: str, go_file: str, seconds
             values = [f"w{writer}.t{txn}.r{i}.{'c' if commit else 'a'}|".encode()
                       for i in range(RECORDS)]
             producer.begin_transaction()
-            for i, value in enumerate(values):
-                producer.send("t", value + PAD, partition=i % 2)
+            if mode == "table":
+                import pyarrow as pa
+
+                half = RECORDS // 2  # two sends: the first fills a data object, the
+                for lo in (0, half):  # second stages while it is written behind
+                    producer.send_table("t", pa.table({
+                        "value": [v + PAD for v in values[lo:lo + half]],
+                        "partition": [i % 2 for i in range(lo, lo + half)]}), wait=False)
+            else:
+                for i, value in enumerate(values):
+                    producer.send("t", value + PAD, partition=i % 2)
             if commit:
                 producer.commit_transaction()
                 acks.write(json.dumps([v.decode() for v in values]) + "\n")

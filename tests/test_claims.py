@@ -242,8 +242,8 @@ def test_a_claim_never_points_into_a_data_object_older_than_the_window(
 
 def test_thirty_two_writers_killed_at_random_lose_nothing_and_gc_keeps_what_claims_need(
         tmp_path: Path) -> None:
-    """32 writer processes (half transactional, every third transaction aborted, half
-    idempotent) append to 2 partitions through data objects and claims; some are
+    """32 writer processes (half transactional, every third transaction aborted, half of
+    those sending tables with data objects written behind; half idempotent) append to 2 partitions through data objects and claims; some are
     SIGKILLed at random moments, while a reader reads everything over and over (every
     claim it meets must name bytes that exist).  Then: the chain has no gap (independent walk), no
     value twice, every acknowledged value visible, nothing aborted visible, each
@@ -258,7 +258,7 @@ def test_thirty_two_writers_killed_at_random_lose_nothing_and_gc_keeps_what_clai
     env = python_env()
     procs = []
     for w in range(writers):
-        mode = "txn" if w % 2 == 0 else "idem"
+        mode = ("txn", "idem", "table", "idem")[w % 4]
         procs.append(subprocess.Popen(
             [sys.executable, str(WRITER), str(root), str(w), mode, str(tmp_path / f"ack-{w}"),
              str(go), str(seconds)], stderr=subprocess.PIPE, env=env))
@@ -402,6 +402,84 @@ def test_data_object_bytes_bounds_what_a_producer_stages(memlog: Log) -> None:
     assert producer._staged_bytes == 0
     assert len(memlog.storage.list("data")) >= 5  # 400 KB in objects of about 64 KiB
     assert [memlog.read("t", p).num_rows for p in range(2)] == [100, 100]
+
+
+class HeldDataObjects(DelegatingStorage):
+    """Each data object's write waits for ``release``, then fails with ``fail`` if set."""
+
+    def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(inner)
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.fail: BaseException | None = None
+
+    def publish_stream_if_absent(self, path, chunks, size, part_bytes=1 << 30):  # type: ignore[no-untyped-def]
+        if path.startswith("data/"):
+            self.started.set()
+            assert self.release.wait(60), "the test never released the data object"
+            if self.fail is not None:
+                raise self.fail
+        return super().publish_stream_if_absent(path, chunks, size, part_bytes=part_bytes)
+
+
+def _held_log(tmp_path: Path) -> tuple[Log, HeldDataObjects]:
+    log = Log(tmp_path / "log")
+    store = HeldDataObjects(log.storage)
+    log.storage = store
+    log.create_topic("t", 2)
+    return log, store
+
+
+def _rows(first: int, n: int) -> pa.Table:
+    return pa.table({"value": [VALUE + b"%d" % i for i in range(first, first + n)],
+                     "partition": [i % 2 for i in range(first, first + n)]})
+
+
+def test_a_full_data_object_is_written_behind_while_the_caller_stages_the_next(
+        tmp_path: Path) -> None:
+    """protocol.md 1.1: send_table(wait=False) returns while its full data object is
+    still being written; the next write, the flush, waits for it and keeps the order."""
+    log, store = _held_log(tmp_path)
+    producer = log.producer(transactional_id="tx", batch_size=8 << 10,
+                            data_object_bytes=40 << 10)
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send_table("t", _rows(0, 30), wait=False)  # 60 KB: one object's worth is full
+    assert store.started.wait(10) and not store.release.is_set()
+    assert producer._behind is not None and producer._staged  # the rest is staging
+    producer.send_table("t", _rows(30, 2), wait=False)  # staging goes on meanwhile
+    store.release.set()
+    producer.commit_transaction()
+    for p in range(2):
+        assert log.read("t", p).column("value").to_pylist() == \
+            [VALUE + b"%d" % i for i in range(p, 32, 2)]
+
+
+def test_a_failed_write_behind_fails_its_partitions_later_batches_and_is_raised_next(
+        tmp_path: Path) -> None:
+    """The failure of a write behind is raised by the producer's next call; the
+    batches staged meanwhile for the failed partitions fail too (their sequences follow
+    the failed ones), so an idempotent producer goes on without a gap or a duplicate."""
+    log, store = _held_log(tmp_path)
+    producer = log.producer(batch_size=8 << 10, data_object_bytes=40 << 10)
+    sent = producer.send_table("t", _rows(0, 30), wait=False)
+    assert store.started.wait(10)
+    store.fail = OSError("the disk is full")
+    later = producer.send_table("t", _rows(30, 2), wait=False)  # staged behind it
+    assert producer._staged
+    store.release.set()
+    with pytest.raises(OSError, match="the disk is full"):
+        producer.flush()
+    assert sent == [] and later == [] and not producer._staged
+    store.fail = None
+    producer.send_table("t", _rows(100, 10))  # waits: written before it returns
+    producer.flush()
+    for p in range(2):
+        values = log.read("t", p).column("value").to_pylist()
+        assert len(values) == len(set(values))
+        assert [int(v[len(VALUE):]) for v in values] == \
+            [i for i in range(100, 110) if i % 2 == p], values  # a batch that failed is gone
+    assert producer.producer_id != -1
 
 
 # --- claims of several batches (format.md 2.7.1, protocol.md 1.1) ---------------------------

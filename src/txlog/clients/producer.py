@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
@@ -57,6 +57,7 @@ DEFAULT_DATA_OBJECT_BYTES = 8 << 20
 # through data objects.)
 INLINE_PAYLOAD_BYTES = int(os.environ.get("TXLOG_INLINE_PAYLOAD_BYTES", 4096))
 CLAIM_THREADS = 8  # partitions of one flush claimed at once
+WRITE_BEHIND_THREADS = 4  # producers of one process writing a full data object behind at once
 DEFAULT_LINGER_MS = 5
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 # How often a producer looks for expired or decided-but-unfinished transactions
@@ -124,6 +125,20 @@ _CLAIM_POOL: ThreadPoolExecutor | None = None
 _CLAIM_POOL_LOCK = threading.Lock()
 
 
+_WRITE_POOL: ThreadPoolExecutor | None = None
+
+
+def _write_pool() -> ThreadPoolExecutor:
+    """Threads that write a full data object and its claims while the producer's caller
+    stages the next (each producer has at most one such write at a time)."""
+    global _WRITE_POOL
+    with _CLAIM_POOL_LOCK:
+        if _WRITE_POOL is None:
+            _WRITE_POOL = ThreadPoolExecutor(WRITE_BEHIND_THREADS,
+                                             thread_name_prefix="txlog-write-behind")
+        return _WRITE_POOL
+
+
 def _claim_pool() -> ThreadPoolExecutor:
     """Threads that claim the partitions of one flush at once (each mostly waits on a
     conditional write and an anchor read)."""
@@ -183,6 +198,9 @@ class Producer:
         self._staged: list[_Staged] = []
         self._staged_bytes = 0
         self._staged_since = 0.0  # time.monotonic() when the oldest staged batch was staged
+        # A full data object being written behind (send_table(wait=False)): its batches and
+        # the write; settled, in this thread, before anything else is written or decided.
+        self._behind: tuple[list[_Staged], Future[None]] | None = None
         self.linger_ms = linger_ms
         self.enable_idempotence = enable_idempotence
         self.transactional_id = transactional_id
@@ -253,6 +271,7 @@ class Producer:
         ends or fences this transaction knows to mark it."""
         new = [tp for tp in tps if tp not in self._txn_partitions]
         if self.transactional_id is not None and new:
+            self._settle_behind()  # the coordinator's state changes one step at a time
             with self._abortable_on_expiry():
                 self.log.coordinator.add_partitions(self._member(), new)
             self._txn_partitions.update(new)
@@ -340,8 +359,10 @@ class Producer:
         Batches gather into data objects of ``data_object_bytes``; with
         ``wait=False`` the last, partly filled one stays staged for the next
         call, ``flush()`` or the commit (fewer, larger writes: the Spark
-        writer's way), and only the batches written during the call are
-        returned.
+        writer's way), a full one is written behind while the call returns
+        (docs/protocol.md 1.1: its failure is raised by the next call that
+        writes), and the returned list fills as the call's batches are
+        written, by this call or a later one.
         """
         self._check_can_send("send_table()")
         records, chosen, sizes = normalise_table(table, clock.now_ms())
@@ -404,7 +425,7 @@ class Producer:
                 batch = part_records.slice(lo, hi - lo)
                 self._stage_batch(tp, batch, low, high, done=lambda r, p=p:
                                   sent.append(SentBatch(p, r.base_offset, r.last_offset)))
-                self._write_if_full()
+                self._write_if_full(behind=not wait)
         if wait:
             self._write_staged()
         return sent
@@ -545,9 +566,12 @@ class Producer:
         self._staged_bytes += len(payload)
         self._partitioner.batch_sent(topic, partition, desc.partitions)
 
-    def _write_if_full(self) -> None:
+    def _write_if_full(self, behind: bool = False) -> None:
         if self._staged_bytes >= self.data_object_bytes:
-            self._write_staged()
+            if behind:
+                self._write_behind()
+            else:
+                self._write_staged()
 
     def _write_staged(self) -> None:
         """Write what is staged: one data object with every payload above
@@ -556,37 +580,45 @@ class Producer:
 
         Raises the first failure in staged order, after every batch's futures
         learnt its outcome; a failed batch stops its partition's later batches
-        (their sequences follow it), not the other partitions'.
+        (their sequences follow it), not the other partitions'.  A write behind
+        is settled first, so batches reach each partition in staged order.
         """
+        self._settle_behind()
         staged, self._staged, self._staged_bytes = self._staged, [], 0
-        if not staged:
+        if staged:
+            _publish(self.log, staged)
+            self._settle(staged)
+
+    def _write_behind(self) -> None:
+        """Write what is staged in a thread, and return: the caller encodes the next data
+        object while this one's bytes reach the disk or the store (Kafka's producer
+        leaves its sends to a sender thread for the same reason).  At most one write is
+        behind, so a producer holds at most two data objects' worth.  Its outcome is
+        settled, and its first failure raised, by the next write, flush or decision
+        (docs/protocol.md, section 1.1)."""
+        self._settle_behind()
+        staged, self._staged, self._staged_bytes = self._staged, [], 0
+        if staged:
+            self._behind = (staged, _write_pool().submit(_publish, self.log, staged))
+
+    def _settle_behind(self, raise_error: bool = True) -> None:
+        """Wait for the write behind, if any, and settle it here (the producer's state
+        is only ever changed by its caller's thread)."""
+        if self._behind is None:
             return
-        large = [b for b in staged if len(b.payload) > INLINE_PAYLOAD_BYTES]
-        # Each partition's payloads back to back in staged order, so that its batches of
-        # this flush form one byte range: one claim and one ranged read cover them.
-        order: dict[tuple[str, int], int] = {}
-        large.sort(key=lambda b: order.setdefault(b.tp, len(order)))
-        if large:
-            try:
-                placed = write_data_object(self.log.storage, [b.payload for b in large])
-            except BaseException as exc:
-                # No claim points at it: the batches are certainly not in the log,
-                # but their sequences were taken, so the usual rule decides what follows.
-                for b in staged:
+        staged, writing = self._behind
+        self._behind = None
+        try:
+            writing.result()
+        except BaseException as exc:  # _publish records failures; this is an interrupt
+            for b in staged:
+                if b.result is None and b.error is None:
                     b.error = exc
-                self._settle(staged)
+        try:
+            self._settle(staged)
+        except BaseException:
+            if raise_error:
                 raise
-            for b, (path, offset, started) in zip(large, placed, strict=True):
-                b.reference = DataReference(path, offset, started)
-        runs: dict[tuple[str, int], list[_Staged]] = {}
-        for b in staged:
-            runs.setdefault(b.tp, []).append(b)
-        flush = FlushVerification()  # one KIP-890 check per transaction per flush (2.6.1)
-        if len(runs) == 1:
-            flush.run(_claim_run, next(iter(runs.values())))
-        else:
-            list(_claim_pool().map(lambda run: flush.run(_claim_run, run), runs.values()))
-        self._settle(staged)
 
     def _settle(self, staged: list[_Staged]) -> None:
         """Tell each batch's futures its outcome and apply the outcome rules, in staged
@@ -611,6 +643,18 @@ class Producer:
                 first_error = first_error or exc
             if b.failed is not None:
                 b.failed(exc)
+        if failed_tps and self._staged:
+            # Staged while a write behind failed: a failed partition's later batches
+            # follow the failed one's sequence, so they fail too, as in one flush.
+            kept = []
+            for b in self._staged:
+                if b.tp in failed_tps:
+                    if b.failed is not None:
+                        b.failed(first_error or RuntimeError("batch was not written"))
+                else:
+                    kept.append(b)
+            self._staged = kept
+            self._staged_bytes = sum(len(b.payload) for b in kept)
         for tp in written_tps:
             self._maybe_abort_expired(tp)
         if first_error is not None:
@@ -691,6 +735,8 @@ class Producer:
             if self._fatal is None and not (self.transactional_id
                                             and self._state is _S.IN_TRANSACTION):
                 self.flush()
+            else:  # nothing more is written, but what is on its way is let finish
+                self._settle_behind(raise_error=False)
         finally:
             self._transition(_S.CLOSED)
 
@@ -763,6 +809,7 @@ class Producer:
         consumer that has not joined) it is a simple consumer's commit.
         """
         self._check_in_transaction("send_offsets_to_transaction()")
+        self._settle_behind()  # the coordinator's state changes one step at a time
         if generation == -1 and not member_id:
             generation = member_id = None  # Kafka's UNKNOWN_GENERATION_ID: no fencing
         if generation is not None or member_id is not None:
@@ -828,6 +875,8 @@ class Producer:
             raise self._fatal
         if self._state is not _S.IN_TRANSACTION:
             raise IllegalStateError("abort_transaction() outside a transaction")
+        # Its claims land before the markers, or would be refused by the bumped epoch.
+        self._settle_behind(raise_error=False)
         aborted = TransactionAbortedError(f"transaction of {self.transactional_id!r} aborted")
         for pending in self._pending.values():
             for f in pending.futures:
@@ -874,6 +923,36 @@ class Producer:
         # transaction, so this instance cannot go on without a new InitProducerId.
         self._transition(_S.PREPARED)
         return self._member()
+
+
+def _publish(log: Log, staged: list[_Staged]) -> None:
+    """Write one flush: its data object, then each partition's claims, the partitions at
+    once.  Each batch's ``result`` or ``error`` records its outcome; the producer settles
+    them (in its caller's thread, for a write behind)."""
+    large = [b for b in staged if len(b.payload) > INLINE_PAYLOAD_BYTES]
+    # Each partition's payloads back to back in staged order, so that its batches of
+    # this flush form one byte range: one claim and one ranged read cover them.
+    order: dict[tuple[str, int], int] = {}
+    large.sort(key=lambda b: order.setdefault(b.tp, len(order)))
+    if large:
+        try:
+            placed = write_data_object(log.storage, [b.payload for b in large])
+        except BaseException as exc:
+            # No claim points at it: the batches are certainly not in the log, but
+            # their sequences were taken, so the usual rule decides what follows.
+            for b in staged:
+                b.error = exc
+            return
+        for b, (path, offset, started) in zip(large, placed, strict=True):
+            b.reference = DataReference(path, offset, started)
+    runs: dict[tuple[str, int], list[_Staged]] = {}
+    for b in staged:
+        runs.setdefault(b.tp, []).append(b)
+    flush = FlushVerification()  # one KIP-890 check per transaction per flush (2.6.1)
+    if len(runs) == 1:
+        flush.run(_claim_run, next(iter(runs.values())))
+    else:
+        list(_claim_pool().map(lambda run: flush.run(_claim_run, run), runs.values()))
 
 
 def _claim_run(run: list[_Staged]) -> None:

@@ -129,9 +129,10 @@ class _Sending:
                 # Staged until a data object's worth has gathered (prepare/close write the rest).
                 producer.send_table(topic, table, wait=False)
 
-        # The producer encodes and fsyncs one merged batch in a thread while this
-        # one takes the next from Spark: the two mostly wait on different things
-        # (the disk, the JVM's socket), and at most two batches are held.
+        # The producer encodes one merged batch in a thread while this one takes the
+        # next from Spark, and writes each full data object behind on a thread of its
+        # own (protocol.md 1.1): the three wait on different things (the JVM's
+        # socket, the CPU, the disk or store); at most two batches are held here.
         records = 0
         with ThreadPoolExecutor(1, thread_name_prefix="txlog-send") as sender:
             sending: Future[None] | None = None
