@@ -482,6 +482,25 @@ def test_a_failed_write_behind_fails_its_partitions_later_batches_and_is_raised_
     assert producer.producer_id != -1
 
 
+def test_the_flush_that_raises_a_failed_write_behind_still_writes_the_other_partitions(
+        tmp_path: Path) -> None:
+    """As in one flush, a failure stops its own partition's later batches, not the
+    others': a batch staged for another partition behind the failed write is written."""
+    log, store = _held_log(tmp_path)
+    producer = log.producer(batch_size=8 << 10, data_object_bytes=40 << 10)
+    values = [VALUE + b"%d" % i for i in range(30)]
+    producer.send_table("t", pa.table({"value": values}), partition=0, wait=False)
+    assert store.started.wait(10)
+    store.fail = OSError("the disk is full")
+    other = producer.send_table("t", pa.table({"value": [b"small"]}), partition=1, wait=False)
+    store.release.set()
+    with pytest.raises(OSError, match="the disk is full"):
+        producer.flush()
+    assert log.read("t", 0).num_rows == 0
+    assert log.read("t", 1).column("value").to_pylist() == [b"small"]
+    assert [(b.partition, b.base_offset) for b in other] == [(1, 0)]
+
+
 # --- claims of several batches (format.md 2.7.1, protocol.md 1.1) ---------------------------
 
 

@@ -583,11 +583,20 @@ class Producer:
         (their sequences follow it), not the other partitions'.  A write behind
         is settled first, so batches reach each partition in staged order.
         """
-        self._settle_behind()
+        first_error: BaseException | None = None
+        try:
+            self._settle_behind()
+        except BaseException as exc:  # the other partitions' staged batches still go
+            first_error = exc
         staged, self._staged, self._staged_bytes = self._staged, [], 0
         if staged:
             _publish(self.log, staged)
-            self._settle(staged)
+            try:
+                self._settle(staged)
+            except BaseException as exc:
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
 
     def _write_behind(self) -> None:
         """Write what is staged in a thread, and return: the caller encodes the next data
