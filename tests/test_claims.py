@@ -412,14 +412,20 @@ class HeldDataObjects(DelegatingStorage):
         self.started = threading.Event()
         self.release = threading.Event()
         self.fail: BaseException | None = None
+        self.writing = 0  # data objects being written now
 
     def publish_stream_if_absent(self, path, chunks, size, part_bytes=1 << 30):  # type: ignore[no-untyped-def]
-        if path.startswith("data/"):
+        if not path.startswith("data/"):
+            return super().publish_stream_if_absent(path, chunks, size, part_bytes=part_bytes)
+        self.writing += 1
+        try:
             self.started.set()
             assert self.release.wait(60), "the test never released the data object"
             if self.fail is not None:
                 raise self.fail
-        return super().publish_stream_if_absent(path, chunks, size, part_bytes=part_bytes)
+            return super().publish_stream_if_absent(path, chunks, size, part_bytes=part_bytes)
+        finally:
+            self.writing -= 1
 
 
 def _held_log(tmp_path: Path) -> tuple[Log, HeldDataObjects]:
@@ -499,6 +505,24 @@ def test_the_flush_that_raises_a_failed_write_behind_still_writes_the_other_part
     assert log.read("t", 0).num_rows == 0
     assert log.read("t", 1).column("value").to_pylist() == [b"small"]
     assert [(b.partition, b.base_offset) for b in other] == [(1, 0)]
+
+
+def test_closing_a_producer_in_a_transaction_lets_its_write_behind_finish(
+        tmp_path: Path) -> None:
+    """A Spark task that fails closes its producer without deciding anything: the data
+    object behind is finished (here, it fails) before close returns, raising nothing, so
+    no write of this task runs on under the next task of a reused worker."""
+    log, store = _held_log(tmp_path)
+    producer = log.producer(transactional_id="tx", batch_size=8 << 10,
+                            data_object_bytes=40 << 10)
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send_table("t", _rows(0, 30), wait=False)
+    assert store.started.wait(10) and store.writing == 1
+    store.fail = OSError("the disk is full")
+    store.release.set()
+    producer.close()
+    assert store.writing == 0 and producer._behind is None
 
 
 # --- claims of several batches (format.md 2.7.1, protocol.md 1.1) ---------------------------

@@ -118,9 +118,14 @@ class _Sending:
             producer = job.join(log, key, **self._producer_config())
             # A failure leaves this attempt's transaction open on purpose: aborting it
             # here would decide the whole job's shared transaction.  It is not a member,
-            # so whoever ends the job aborts it (SharedTransaction.end_orphans).
-            records = self._send_all(log, producer, iterator)
-            member = producer.prepare_transaction()
+            # so whoever ends the job aborts it (SharedTransaction.end_orphans).  Closing
+            # lets a data object written behind finish within the task, not under the
+            # next task of a reused Python worker.
+            try:
+                records = self._send_all(log, producer, iterator)
+                member = producer.prepare_transaction()
+            finally:
+                producer.close()
         return TxlogCommitMessage(member, records)
 
     def _send_all(self, log: Log, producer: Producer, iterator: Iterator[pa.RecordBatch]) -> int:
