@@ -18,6 +18,9 @@ steady ``--live-rate`` records per second for ``--live-seconds``, the query
 runs with a processing-time trigger, and a watcher sees each sink record
 become visible under read_committed; the latency of a record is that moment
 minus its append time in the source (carried in the key).  p50 and p95.
+The same for the floor: a Python source whose records arrive at the same
+rate, into a sink that drops them; a record's latency is its micro-batch's
+commit on the driver minus its arrival (after a short warm-up run).
 
 Goal (issue 7): the txlog query's rate at least Parquet's (ratio >= 1).
 The script prints the figures; it does not judge them.
@@ -121,6 +124,92 @@ def floor_source(batches: int, per_batch: int):
     return Floor
 
 
+def floor_live_source(rate: int, t0: float, seconds: int, out_dir: str):
+    """The end-to-end latency floor of PySpark's Python streaming API: a source whose
+    records "arrive" at ``rate`` per second from ``t0`` (offset i at t0 + i / rate), a
+    sink that drops them, and the driver's commit writing each record's latency (commit
+    time minus arrival) to ``out_dir``: what txlog's live run measures, with no storage."""
+    from pyspark.sql.datasource import (DataSource, DataSourceStreamArrowWriter,
+                                        DataSourceStreamReader, InputPartition,
+                                        WriterCommitMessage)
+
+    total = rate * seconds
+
+    class Times(WriterCommitMessage):
+        def __init__(self, times: np.ndarray) -> None:
+            self.times = times
+
+    class LiveReader(DataSourceStreamReader):
+        def initialOffset(self):
+            return {"n": 0}
+
+        def latestOffset(self, start, limit):
+            return {"n": max(min(int((time.time() - t0) * rate), total), 0)}
+
+        def partitions(self, start, end):
+            lo, hi = start["n"], end["n"]
+            step = max(-(-(hi - lo) // PARTITIONS), 1)
+            return [InputPartition((a, min(a + step, hi))) for a in range(lo, hi, step)]
+
+        def read(self, partition):
+            lo, hi = partition.value
+            arrived = t0 + np.arange(lo, hi, dtype=np.float64) / rate
+            yield pa.record_batch([fixed_width(arrived.astype(">f8").tobytes(), 8, hi - lo),
+                                   fixed_width(b"x" * (100 * (hi - lo)), 100, hi - lo)],
+                                  names=["key", "value"])
+
+    class LiveWriter(DataSourceStreamArrowWriter):
+        def write(self, iterator):
+            times = [key_times(pa.chunked_array([b.column("key")])) for b in iterator]
+            return Times(np.concatenate(times) if times else np.zeros(0))
+
+        def commit(self, messages, batchId):
+            now = time.time()
+            times = [m.times for m in messages if m is not None]
+            if times:
+                np.save(os.path.join(out_dir, f"batch-{batchId}.npy"), now - np.concatenate(times))
+
+        def abort(self, messages, batchId):
+            pass
+
+    class Live(DataSource):
+        @classmethod
+        def name(cls):
+            return "floor-live"
+
+        def schema(self):
+            return "key binary, value binary"
+
+        def streamReader(self, schema):
+            return LiveReader()
+
+        def streamWriter(self, schema, overwrite):
+            return LiveWriter()
+
+    return Live
+
+
+def floor_live_latency(spark, scratch: str, rate: int, seconds: int) -> None:
+    """The same measurement as ``live_latency`` through the Python floor source and sink,
+    after a short run of its own (its first micro-batch starts Python workers cold and
+    takes seconds; txlog's live run comes after txlog's warm queries)."""
+    for run, length in (("warm-up", 5), ("measured", seconds)):
+        out_dir = os.path.join(scratch, f"floor-live-{run}")
+        os.makedirs(out_dir)
+        # The arrivals start once the query surely runs, so that none waits for its start.
+        spark.dataSource.register(floor_live_source(rate, time.time() + 5.0, length, out_dir))
+        query = spark.readStream.format("floor-live").load().writeStream \
+            .format("floor-live").trigger(processingTime="0 seconds") \
+            .option("checkpointLocation", os.path.join(scratch, f"ck-floor-live-{run}")).start()
+        time.sleep(length + 7.0)  # the arrivals start 5 s from now and run for ``length``
+        query.stop()
+    latencies = np.concatenate([np.load(os.path.join(out_dir, name))
+                                for name in os.listdir(out_dir)] or [np.zeros(0)]).tolist()
+    print(f"floor of the Python streaming API, same rate: p50 {percentile(latencies, 50):.3f} s, "
+          f"p95 {percentile(latencies, 95):.3f} s over {len(latencies)} records "
+          "(commit time on the driver)")
+
+
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.array(values), q)) if values else float("nan")
 
@@ -221,6 +310,7 @@ def main() -> None:
           f"(min {floor[0]:.3f}, max {floor[-1]:.3f})\n")
 
     live_latency(spark, log, root, scratch, args.live_rate, args.live_seconds, F)
+    floor_live_latency(spark, scratch, args.live_rate, args.live_seconds)
     spark.stop()
     if not args.dir:  # about 750 MB of logs, files and checkpoints otherwise stay behind
         shutil.rmtree(scratch, ignore_errors=True)
