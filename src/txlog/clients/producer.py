@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,6 +34,7 @@ from ..errors import (CommitFailedError, IllegalStateError, InvalidConfigError,
                       OutOfOrderSequenceError,
                       ProducerFencedError, TransactionAbortedError, TxlogError)
 from ..storage.names import validate_name
+from ..storage.pools import shared_pool
 from .membership import check_generation
 from .accumulator import (RECORD_OVERHEAD, FutureRecordMetadata, Pending, RecordMetadata,
                           as_bytes, normalise_table)
@@ -121,32 +121,16 @@ class _Staged:
     error: BaseException | None = None
 
 
-_CLAIM_POOL: ThreadPoolExecutor | None = None
-_CLAIM_POOL_LOCK = threading.Lock()
-
-
-_WRITE_POOL: ThreadPoolExecutor | None = None
-
-
 def _write_pool() -> ThreadPoolExecutor:
     """Threads that write a full data object and its claims while the producer's caller
     stages the next (each producer has at most one such write at a time)."""
-    global _WRITE_POOL
-    with _CLAIM_POOL_LOCK:
-        if _WRITE_POOL is None:
-            _WRITE_POOL = ThreadPoolExecutor(WRITE_BEHIND_THREADS,
-                                             thread_name_prefix="txlog-write-behind")
-        return _WRITE_POOL
+    return shared_pool("txlog-write-behind", WRITE_BEHIND_THREADS)
 
 
 def _claim_pool() -> ThreadPoolExecutor:
     """Threads that claim the partitions of one flush at once (each mostly waits on a
     conditional write and an anchor read)."""
-    global _CLAIM_POOL
-    with _CLAIM_POOL_LOCK:
-        if _CLAIM_POOL is None:
-            _CLAIM_POOL = ThreadPoolExecutor(CLAIM_THREADS, thread_name_prefix="txlog-claim")
-        return _CLAIM_POOL
+    return shared_pool("txlog-claim", CLAIM_THREADS)
 
 
 def _runs(bounds: np.ndarray, n: int) -> list[tuple[int, int]]:

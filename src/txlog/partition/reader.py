@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 import os
-import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,6 +25,7 @@ from ..format.arrays import counting, repeat
 from ..format.batch import (LOG_APPEND_TIME, BatchHeader, decode_header, decode_records,
                             payload_of, referenced_payload)
 from ..errors import CorruptBatchError, OffsetOutOfRangeError, StorageError
+from ..storage.pools import shared_pool
 from .producer_state import AbortedIndex, AbortedTransaction, OpenTransaction, ProducerState
 from .isolation import READ_COMMITTED, check_isolation_level, visible_end
 from .state_manager import StateManager
@@ -416,18 +416,9 @@ def _ahead(pool: ThreadPoolExecutor, fn: Callable[[_T], _R], items: Iterable[_T]
         yield running.popleft()[0].result()
 
 
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
-
-
 def _reader_pool() -> ThreadPoolExecutor:
     """Threads that load batches in parallel: ranged reads wait on storage, and
     memory-mapping, CRC-32C and Arrow decoding release the GIL, so a multi-batch
-    read overlaps its requests and uses every core."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            # As many threads as reads may be in flight: they mostly wait on storage.
-            _POOL = ThreadPoolExecutor(max_workers=READ_AHEAD_REQUESTS,
-                                       thread_name_prefix="txlog-read")
-        return _POOL
+    read overlaps its requests and uses every core.  As many threads as reads may be
+    in flight: they mostly wait on storage."""
+    return shared_pool("txlog-read", READ_AHEAD_REQUESTS)

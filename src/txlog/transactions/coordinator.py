@@ -34,6 +34,7 @@ from ..errors import (ConcurrentTransactionsError, DecisionConflictError, Invali
 from .groups import apply_transactional_offsets, check_offsets
 from ..storage.names import validate_name
 from ..storage.paths import DECISION_DIR, LEASE_DIR, TXN_DIR
+from ..storage.pools import shared_pool
 from ..partition.producer_state import OpenTransaction, ProducerState
 from ..format.batch import BatchHeader
 
@@ -45,18 +46,12 @@ logger = logging.getLogger(__name__)
 
 MAX_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
 MARKER_THREADS = 8  # partitions of one transaction marked at once (protocol.md, 4.6)
-_MARKER_POOL: ThreadPoolExecutor | None = None
-_MARKER_POOL_LOCK = threading.Lock()
 
 
 def _marker_pool() -> ThreadPoolExecutor:
     """Threads writing one transaction's markers at once: each partition's marker is an
     independent slot claim, so their requests need not wait on each other."""
-    global _MARKER_POOL
-    with _MARKER_POOL_LOCK:
-        if _MARKER_POOL is None:
-            _MARKER_POOL = ThreadPoolExecutor(MARKER_THREADS, thread_name_prefix="txlog-marker")
-        return _MARKER_POOL
+    return shared_pool("txlog-marker", MARKER_THREADS)
 
 
 MAX_EPOCH = 32767  # Short.MaxValue: an epoch this high is never handed to a producer
