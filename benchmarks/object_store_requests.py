@@ -16,11 +16,17 @@ Then it builds a partition of ``--end-batches`` small batches and counts what
 a fresh ``Log`` needs to find the partition's end
 (``Log(root).partition(t, p).end_offset()``).
 
+Last, it runs a stream-like job (``--micro-batches``): per micro-batch two
+tasks, each joining the batch's shared transaction and writing to a
+4-partition topic, once with a new ``Log`` per task and once with the
+worker's kept ``Log`` (spark/worker_logs.py), and prints requests per
+micro-batch.
+
 Counting happens in the server, so it covers everything the client sends
 (s3fs's own lookups and retries included).  Timing on moto says nothing about
 S3's latency and is not reported.
 
-    python benchmarks/object_store_requests.py [--batches N] [--end-batches N]
+    python benchmarks/object_store_requests.py [--batches N] [--end-batches N] [--micro-batches N]
 """
 
 from __future__ import annotations
@@ -116,6 +122,47 @@ def end_offset_cost(server: MotoS3, batches: int) -> None:
     print(f"  its listings: {tail_lists}")
 
 
+def micro_batch_tasks(server: MotoS3, micro_batches: int) -> None:
+    """Requests per micro-batch of a stream-like job: two tasks, each joining the batch's
+    shared transaction and writing 2,000 keyed records into a 4-partition topic, in a new
+    ``Log`` per task (how the Spark writer ran before) or in the worker's kept ``Log``
+    (spark/worker_logs.py, what it runs now)."""
+    import numpy as np
+
+    from txlog.exactly_once.shared_transaction import SharedTransaction
+    from txlog.spark.worker_logs import worker_log
+
+    rng = np.random.default_rng(0)
+    records = pa.table({"key": pa.array([rng.bytes(8) for _ in range(2000)], pa.binary()),
+                        "value": pa.array([b"v" * 100] * 2000, pa.binary())})
+    options = server.storage_options
+    for kept in (False, True):
+        root = f"s3://{server.create_bucket()}/log"
+        driver = Log(root, storage_options=options)
+        driver.create_topic("t", 4)
+        counts = []
+        for b in range(micro_batches):
+            job = SharedTransaction.start(driver, "q", 60_000)
+            server.reset_counts()
+            members = []
+            for task in range(2):
+                log = worker_log(root, options, create=False) if kept else \
+                    Log(root, storage_options=options, create=False)
+                with job.keep_alive(log):
+                    producer = job.join(log, f"{b}-{task}")
+                    try:
+                        producer.send_table("t", records, wait=False)
+                        members.append(producer.prepare_transaction())
+                    finally:
+                        producer.close()
+            counts.append(sum(server.counts.values()))
+            job.commit(driver, members)
+        every = max(1, micro_batches // 10)
+        where = "the worker's kept Log" if kept else "a new Log per task"
+        print(f"micro-batches of two tasks, {where}: median {int(np.median(counts))} requests, max {max(counts)}; "
+              f"every {every}th: {counts[::every]}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=int, default=20,
@@ -125,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--end-batches", type=int, default=2500,
                         help="batches in the partition whose end a fresh Log looks up "
                              "(default 2500: three listing pages); 0 skips it")
+    parser.add_argument("--micro-batches", type=int, default=100,
+                        help="micro-batches of the stream-like job, with a new Log per task "
+                             "and with the worker's (default 100); 0 skips it")
     args = parser.parse_args(argv)
     if args.batches < 1:
         parser.error("--batches must be at least 1")
@@ -141,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
             write_and_read(server, size, args.batches)
         if args.end_batches:
             end_offset_cost(server, args.end_batches)
+        if args.micro_batches:
+            micro_batch_tasks(server, args.micro_batches)
     finally:
         server.stop()
     return 0

@@ -378,3 +378,33 @@ def test_reads_of_a_compacted_topic_start_at_its_log_start(spark, tmp_path):
     lenient = read(spark, root, subscribe="events", failOnDataLoss="false",
                    startingOffsets=json.dumps({"events": {"0": 0}}))
     assert lenient.count() == 60 - start
+
+
+def test_jobs_in_reused_workers_see_partitions_topics_and_roots_made_since(spark, tmp_path):
+    """A Python worker keeps its Log from task to task (spark/worker_logs.py); each job
+    still sees what a newly opened Log would: partitions added, a topic deleted and
+    created anew, the whole root deleted and created anew."""
+    root = tmp_path / "log"
+    Log(root).create_topic("events", partitions=2)
+    write(rows(spark, 2_000), root, topic="events")
+    Log(root).create_partitions("events", 4)
+    write(rows(spark, 2_000), root, topic="events")
+    counts = {r.partition: r["count"] for r in
+              read(spark, root, subscribe="events").groupBy("partition").count().collect()}
+    assert sorted(counts) == [0, 1, 2, 3] and sum(counts.values()) == 4_000
+
+    log = Log(root)
+    log.delete_topic("events")
+    log.create_topic("events", partitions=3)
+    write(rows(spark, 1_000), root, topic="events")
+    assert read(spark, root, subscribe="events").count() == 1_000
+
+    import shutil
+    shutil.rmtree(root)
+    Log(root).create_topic("events", partitions=2)
+    with Log(root).producer() as producer:  # takes the new root's first producer ids
+        producer.send("events", b"first", partition=0)
+    write(rows(spark, 1_000), root, topic="events", deliveryGuarantee="at_least_once")
+    back = read(spark, root, subscribe="events")
+    assert back.count() == 1_001
+    assert back.select("value").distinct().count() == 1_001

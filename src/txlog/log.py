@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -135,9 +136,11 @@ class Log:
             if not create:
                 raise LogFormatError(f"{self.root} holds no txlog ({ROOT_MARKER} is missing)")
             marker = msgpack.packb({"format_version": FORMAT_VERSION,
-                                    "created_ms": clock.now_ms()})
+                                    "created_ms": clock.now_ms(),
+                                    "root_id": uuid.uuid4().hex})
             self.storage.publish_if_absent(ROOT_MARKER, marker)
             raw = self.storage.read(ROOT_MARKER)
+        self._root_marker = raw
         try:
             version = msgpack.unpackb(raw).get("format_version")
         except Exception as exc:
@@ -146,6 +149,30 @@ class Log:
             raise LogFormatError(
                 f"{self.root} has log format version {version}; this txlog reads version "
                 f"{FORMAT_VERSION}")
+
+    def revalidate(self) -> bool:
+        """Prepare a long-lived Log for a new unit of work, as if it were opened afresh.
+
+        A process that keeps its Log between tasks (a Spark worker, spark/worker_logs.py)
+        keeps the partitions' cached states, which every refresh proves still current
+        (docs/protocol.md 1), but must not keep what a new Log would look up again: the
+        root and the topics' descriptions (a partition added or a config altered since).
+        ``txlog.json`` is read again: other bytes mean the root was deleted and
+        created anew under this Log, whose caches (producer-id block included) then
+        belong to a log that no longer exists, so False is returned and the caller
+        opens a new Log.  True: the descriptions are dropped, and the next use of a
+        topic reads them as a new Log would.
+        """
+        try:
+            raw = self.storage.read(ROOT_MARKER)
+        except FileNotFoundError:
+            return False
+        if raw != self._root_marker:
+            return False
+        with self._lock:
+            self._topics.clear()
+            self._topic_chains.clear()
+        return True
 
     # --- topics ------------------------------------------------------------------
 
@@ -193,6 +220,10 @@ class Log:
                 raise UnknownTopicError(f"topic {name!r} does not exist in {self.root}")
             cached = TopicDescription(meta["name"], meta["partitions"], meta["config"],
                                       meta["created_ms"], topic_id_of(meta))
+            with self._lock:  # what was cached of an earlier incarnation is of a deleted topic
+                for key in [k for k, part in self._partitions.items()
+                            if k[0] == name and part.topic_id != cached.topic_id]:
+                    del self._partitions[key]
         elif not refresh:
             return cached
         count = self._partition_count(cached)

@@ -19,6 +19,7 @@ from . import planning
 from ..errors import InvalidConfigError
 from ..log import Log
 from .options import ReadOptions
+from .worker_logs import worker_log
 
 def spark_schema(include_headers: bool) -> StructType:
     """Spark's Kafka source columns, the fixed schema of every txlog read.
@@ -196,7 +197,7 @@ def read_ranges(options: ReadOptions, schema: pa.Schema, ranges: Sequence[planni
     """A task's planned ranges as record batches of exactly Spark's ``schema``."""
     if not ranges:
         return
-    log = Log(options.path, storage_options=options.storage_options, create=False)
+    log = worker_log(options.path, options.storage_options, create=False)
     for r in ranges:
         for batch in planning.read_range(log, r, options.isolation_level, options.include_headers):
             # Only the headers' list and struct field names and nullability differ

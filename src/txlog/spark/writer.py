@@ -31,6 +31,7 @@ from ..exactly_once.shared_transaction import SharedTransaction
 from ..exactly_once.stream_sink import StreamSink
 from .checkpoint import query_id, source_offsets
 from .options import WriteOptions
+from .worker_logs import worker_log
 
 EXACTLY_ONCE = "exactly_once"
 # Bytes of input merged per send, in producer batch sizes: enough for a
@@ -426,8 +427,7 @@ def _members(messages: list[WriterCommitMessage | None]) -> list[TransactionMemb
 
 
 def _open(options: WriteOptions) -> Log:
-    return Log(options.path, storage_options=options.storage_options,
-               create=options.create_topics)
+    return worker_log(options.path, options.storage_options, create=options.create_topics)
 
 
 def _ensure_topic(log: Log, options: WriteOptions, topic: str) -> None:

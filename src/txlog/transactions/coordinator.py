@@ -32,6 +32,7 @@ from ..errors import (ConcurrentTransactionsError, DecisionConflictError, Invali
                       InvalidTransactionTimeoutError, InvalidTxnStateError, ProducerFencedError,
                       TransactionAbortedError)
 from .groups import apply_transactional_offsets, check_offsets
+from ..storage.lru import LruDict
 from ..storage.names import validate_name
 from ..storage.paths import DECISION_DIR, LEASE_DIR, TXN_DIR
 from ..storage.pools import shared_pool
@@ -56,6 +57,7 @@ def _marker_pool() -> ThreadPoolExecutor:
 
 MAX_EPOCH = 32767  # Short.MaxValue: an epoch this high is never handed to a producer
 NO_PRODUCER_ID = -1
+CACHED_CHAINS = 4096  # transactional ids (and decisions) whose chains a process keeps cached
 
 
 class FlushVerification:
@@ -259,8 +261,10 @@ class TransactionCoordinator:
         self.storage = storage
         self._next_producer_id = next_producer_id
         self._partition = partition
-        self._chains: dict[str, VersionChain] = {}
-        self._decisions: dict[str, Decision] = {}
+        # Per transactional id or decision this process touched: bounded, since a
+        # process may live through many jobs (storage/lru.py); a dropped entry is read again.
+        self._chains: LruDict[str, VersionChain] = LruDict(CACHED_CHAINS)
+        self._decisions: LruDict[str, Decision] = LruDict(CACHED_CHAINS)
         self._local = threading.local()  # transactional ids this thread is ending itself
 
     def _ending(self) -> set[str]:
