@@ -274,6 +274,31 @@ def test_keep_alive_leaves_a_fresh_lease_and_renews_a_stale_one(topic_log: Log,
         assert log.coordinator.lease_ms(job.decision_id) == clock.now_ms
 
 
+def test_a_task_starting_soon_after_the_driver_reads_no_lease(topic_log: Log,
+                                                              clock: ManualClock) -> None:
+    """The driver's renewal travels with the job: a task within a quarter of the timeout
+    of it knows the lease is fresh without its LIST and GET; a later one, or a job whose
+    driver renewed nothing (a stream's batch), reads it as before."""
+    log = topic_log
+    job = SharedTransaction.start(log, "lease", 600_000)
+    assert job.lease_ms == log.coordinator.lease_ms(job.decision_id)
+    reads = []
+    renew = log.coordinator.renew_lease
+    log.coordinator.renew_lease = lambda *a, **k: reads.append(a) or renew(*a, **k)
+    clock.now_ms += 1_000
+    with job.keep_alive(log):
+        pass
+    assert reads == []
+    clock.now_ms += 150_000  # a quarter since the driver's renewal
+    with job.keep_alive(log):
+        pass
+    assert len(reads) == 1
+    unleased = SharedTransaction(job.prefix, job.decision_id, job.timeout_ms)
+    with unleased.keep_alive(log):
+        pass
+    assert len(reads) == 2
+
+
 def test_without_renewal_a_shared_transaction_is_aborted_after_its_timeout(
         topic_log: Log, clock: ManualClock) -> None:
     log = topic_log

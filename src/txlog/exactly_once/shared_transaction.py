@@ -39,7 +39,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import msgpack
@@ -82,6 +82,9 @@ class SharedTransaction:
     prefix: str
     decision_id: str
     timeout_ms: int
+    # When the driver renewed the lease (its clock), -1 if it did not: a task that starts
+    # within a quarter of the timeout of it need not read the lease (protocol.md 5).
+    lease_ms: int = -1
 
     @classmethod
     def start(cls, log: Log, prefix: str, timeout_ms: int) -> SharedTransaction:
@@ -89,8 +92,7 @@ class SharedTransaction:
         check_prefix(prefix)
         job = cls(prefix, f"{prefix}.{uuid.uuid4().hex}", timeout_ms)
         job.end_leftovers(log)
-        log.coordinator.renew_lease(job.decision_id)
-        return job
+        return replace(job, lease_ms=log.coordinator.renew_lease(job.decision_id))
 
     def transactional_id(self, key: str) -> str:
         return f"{self.prefix}-{key}"
@@ -117,9 +119,13 @@ class SharedTransaction:
         interval = max(self.timeout_ms / 4000, 0.05)
         # A lease renewed less than one interval ago (by the driver's start, or another
         # task) is left alone and renewed one interval after that renewal: the lease is
-        # then never older than two intervals, half the timeout (protocol.md 5).
-        renewed_ms = log.coordinator.renew_lease(self.decision_id,
-                                                 unless_younger_than_ms=int(interval * 1000))
+        # then never older than two intervals, half the timeout (protocol.md 5).  The
+        # driver's renewal, which travelled here with the job, is such a renewal, so a
+        # task starting within an interval of it needs no read to know it.
+        renewed_ms = self.lease_ms
+        if renewed_ms < 0 or not 0 <= clock.now_ms() - renewed_ms < interval * 1000:
+            renewed_ms = log.coordinator.renew_lease(
+                self.decision_id, unless_younger_than_ms=int(interval * 1000))
         first = min(interval, max(0.0, interval - (clock.now_ms() - renewed_ms) / 1000))
 
         def renew() -> None:
