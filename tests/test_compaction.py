@@ -179,6 +179,57 @@ def test_a_batch_published_into_a_compacted_slot_is_written_again(tmp_path: Path
     assert _table(Log(tmp_path).partition("t", 0), 0).column("value").to_pylist() == values
 
 
+def test_a_stray_past_the_cached_end_is_never_taken_for_the_log(tmp_path: Path) -> None:
+    """protocol.md 1.6: an appender reads the headers past its cached end and checks its
+    anchor only after its publish.  A stray (a late writer's publish into a slot
+    compaction retired) can lie past that end; read and applied, it makes the slot after
+    it look free.  The check after the publish must be of the anchor the state had
+    before that read (here gone with the compacted batches), not of the stray: shown to
+    catch it, with ``proven_by(proof)`` replaced by ``still_current()`` the writer is
+    told offset 2, a retired slot, and its record is lost."""
+    writer_log = Log(tmp_path, fsync=False)
+    writer_log.create_topic("t", 1)
+    writer = writer_log.producer()
+    writer.send("t", value=b"v0", partition=0)
+    writer.flush()  # the writer's cache ends at 1, anchored on batch 0
+    rival = Log(tmp_path).producer()
+    for value in (b"r1", b"r2"):
+        rival.send("t", value=value, partition=0)
+        rival.flush()
+    stray = tmp_path / "topics" / "t" / "0" / f"{1:020d}.batch"
+    late = stray.read_bytes()
+    Log(tmp_path).compact("t")  # batches 0 to 2 into a segment, their files deleted
+    assert not stray.exists()
+    stray.write_bytes(late)  # a late writer's publish into the retired slot 1
+    sent = writer.send("t", value=b"mine", partition=0)
+    writer.flush()
+    values = _table(Log(tmp_path).partition("t", 0), 0).column("value").to_pylist()
+    assert values == [b"v0", b"r1", b"r2", b"mine"]
+    assert sent.get().offset == 3
+
+
+def test_a_writer_whose_cache_the_log_start_passed_appends_at_the_end(tmp_path: Path) -> None:
+    """protocol.md 1.6: a writer's first try publishes at its cached end and checks after;
+    when DeleteRecords (or retention) moved the log start past that slot, the slot holds
+    nothing any more and the batch goes to the end (it raised OffsetOutOfRangeError,
+    found by test_maintenance_loop)."""
+    writer_log = Log(tmp_path, fsync=False)
+    writer_log.create_topic("t", 1, {"segment.bytes": 1024})  # a segment per batch
+    writer = writer_log.producer()
+    writer.send("t", value=b"v0", partition=0)
+    writer.flush()  # cached end 1
+    other = Log(tmp_path)
+    _fill(other, "t", 20, prefix="r")
+    other.compact("t")
+    other.delete_records({("t", 0): 15})
+    assert other.apply_retention("t")[0].log_start == 15  # the segments below 15 are gone
+    sent = writer.send("t", value=b"mine", partition=0)
+    writer.flush()
+    assert sent.get().offset == 21
+    values = _table(Log(tmp_path).partition("t", 0), 15).column("value").to_pylist()
+    assert values[-1] == b"mine" and values.count(b"mine") == 1
+
+
 def test_retention_deletes_whole_segments_and_moves_the_log_start(tmp_path: Path) -> None:
     log = Log(tmp_path, fsync=False)
     log.create_topic("t", 1, {"segment.bytes": 5000})

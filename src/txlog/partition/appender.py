@@ -32,6 +32,7 @@ from .state_manager import ANCHOR_BYTES, SnapshotGone, StateManager
 logger = logging.getLogger(__name__)
 
 PUBLISH_ATTEMPTS = 5  # tries of one slot when the storage fails ambiguously
+CURRENT = object()  # an append proven by the anchor its state has at the check
 # L of docs/protocol.md, section 8: a claim is never published pointing into a
 # data object whose write began longer ago than this (the payload is written
 # again into a fresh object instead), so gc may delete an unreferenced data
@@ -178,11 +179,21 @@ class Appender:
         """
         states = self._states
         failures = 0
-        fresh = not continuing
+        first = True
         with states.lock:
             while True:
-                state = states.state() if fresh else states.believed_state()
-                guessed, fresh = not fresh, True
+                # The first try is proven after its publish: by the anchor check it makes
+                # anyway, and for a fresh read (not a continuing one) by the anchor the
+                # state had before that read (StateManager.state_proven_after).  Tries
+                # after a lost slot, an error or an unproven answer refresh first.
+                proof: object = CURRENT
+                if not first:
+                    state = states.state()
+                elif continuing:
+                    state = states.believed_state()
+                else:
+                    state, proof = states.state_proven_after()
+                guessed, first = first, False
                 try:
                     # The producer entries are read before anything is published, so that
                     # applying the batch afterwards (an expiry among them) needs no read.
@@ -218,7 +229,7 @@ class Appender:
                 # the log end (compaction deletes in offset order, after its
                 # segment is published).  Else a compaction ran meanwhile: the
                 # batch counts only if the log, reloaded, holds it at the slot.
-                if states.still_current():
+                if states.still_current() if proof is CURRENT else states.proven_by(proof):
                     states.applied(step.header, step.control, step.data)
                 elif not states.holds(slot, step.data[:ANCHOR_BYTES]):
                     logger.info("%s-%d: offset %d was compacted away while this batch was "

@@ -23,7 +23,8 @@ from typing import NoReturn
 import crc32c
 import msgpack
 
-from ..errors import CorruptBatchError, InconsistentTopicIdError, StorageError, UnknownTopicError
+from ..errors import (CorruptBatchError, InconsistentTopicIdError, OffsetOutOfRangeError,
+                      StorageError, UnknownTopicError)
 from ..format.batch import BatchHeader, ControlRecord
 from ..format.segment import CorruptSegmentError, SegmentHead
 from ..format.snapshot_frame import frame, framed_length, is_framed, unframe
@@ -138,24 +139,63 @@ class StateManager:
                 if self._state is None:
                     self._state = self._load_state()
                 state = self._state
-                found = []
-                offset = state.end_offset
-                while (item := self.cache.read_header(offset)) is not None:
-                    found.append(item)
-                    offset = item[0].next_offset
-                if not self.still_current():
-                    continue
-                try:
-                    for header, control, head in found:
-                        self.applied(header, control, head)
-                except FileNotFoundError:  # an expiry needed entries whose source is gone
-                    self._drop_cache()
+                found = self._headers_past(state)
+                if not self.still_current() or not self._apply_all(found):
                     continue
                 if self._since_snapshot >= SNAPSHOT_INTERVAL and not self._write_snapshot(state):
                     continue  # its unread entries were gone: loaded again
                 return state
             raise StorageError(f"{self.topic}-{self.partition}: the log kept changing under "
                                f"this process ({RELOADS} reloads in one refresh)")
+
+    def state_proven_after(self) -> tuple[ProducerState, _Anchor | None]:
+        """The state past the headers that follow the cached end, for an appender that
+        proves it after its publish: returns it and the anchor that proof must find.
+
+        ``state()`` checks the cached prefix's anchor before applying what it read;
+        an appender checks the same anchor after its publish anyway (section 7 of
+        docs/protocol.md, "Appending into a retired slot"), and that later check
+        proves everything the earlier one would have: the anchor still in place
+        then means nothing at or after it was ever deleted, so no header read
+        here was a stray in a retired slot and the slot published was the end.
+        Only the incarnation cannot wait for it (a publish into a re-created topic
+        cannot be undone), so ``topic.json`` is read here instead, once for the
+        partitions a flush claims together (docs/protocol.md 1.6).  The caller holds
+        ``lock`` until that check: nothing else sees the unproven state, and on a
+        failed check the cache is dropped.  No snapshot is written from it.
+        """
+        with self.lock:
+            for _ in range(RELOADS):
+                if self._state is None:
+                    self._state = self._load_state()
+                state, proof = self._state, self._anchor
+                found = self._headers_past(state)
+                current = current_topic_id(self.storage, self.topic)
+                if current != self.topic_id:
+                    self._stale(current)
+                if not self._apply_all(found):
+                    continue
+                return state, proof
+            raise StorageError(f"{self.topic}-{self.partition}: the log kept changing under "
+                               f"this process ({RELOADS} reloads in one refresh)")
+
+    def _headers_past(self, state: ProducerState) -> list[tuple[BatchHeader, ControlRecord | None,
+                                                                  bytes]]:
+        found = []
+        offset = state.end_offset
+        while (item := self.cache.read_header(offset)) is not None:
+            found.append(item)
+            offset = item[0].next_offset
+        return found
+
+    def _apply_all(self, found: list[tuple[BatchHeader, ControlRecord | None, bytes]]) -> bool:
+        try:
+            for header, control, head in found:
+                self.applied(header, control, head)
+        except FileNotFoundError:  # an expiry needed entries whose source is gone
+            self._drop_cache()
+            return False
+        return True
 
     def believed_state(self) -> ProducerState:
         """The cached state without asking storage if it was proven current within
@@ -182,14 +222,18 @@ class StateManager:
                 self._write_snapshot(self._state)
 
     def still_current(self) -> bool:
-        """Whether the cached state still describes the log (one or two small reads).
+        """Whether the cached state still describes the log (one or two small reads)."""
+        return self.proven_by(self._anchor)
+
+    def proven_by(self, anchor: _Anchor | None) -> bool:
+        """Whether ``anchor`` (the cached state's, or the one ``state_proven_after``
+        returned) is still in place, which proves the cached state the log's own.
 
         On a mismatch, ``topic.json`` decides: another topic id, or none,
         raises (the topic was deleted, perhaps re-created); the same id means
         the anchor went away for another reason (compaction, retention, or
         damage): the cache is dropped and False returned, so the caller reloads.
         """
-        anchor = self._anchor
         checked = time.monotonic()
         if anchor is not None:
             try:
@@ -247,7 +291,9 @@ class StateManager:
 
         An appender asks after a publish whose slot may have been compacted
         away between its refresh and its publish: then its object is a stray
-        that no process reads, and the batch must be written again.
+        that no process reads, and the batch must be written again.  A slot
+        below the log start (a cache that retention or DeleteRecords passed,
+        docs/protocol.md 1.6) holds nothing any more.
         """
         with self.lock:
             state = self.state()
@@ -256,7 +302,7 @@ class StateManager:
             try:
                 ref = self.cache.ref_of(base)
                 return bytes(self.cache.load(ref, ANCHOR_BYTES)) == anchor
-            except CorruptBatchError:
+            except (CorruptBatchError, OffsetOutOfRangeError):
                 return False
 
     def segment_state(self, base: int) -> tuple[SegmentHead, ProducerState]:
