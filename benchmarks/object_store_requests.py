@@ -122,45 +122,56 @@ def end_offset_cost(server: MotoS3, batches: int) -> None:
     print(f"  its listings: {tail_lists}")
 
 
-def micro_batch_tasks(server: MotoS3, micro_batches: int) -> None:
-    """Requests per micro-batch of a stream-like job: two tasks, each joining the batch's
-    shared transaction and writing 2,000 keyed records into a 4-partition topic, in a new
-    ``Log`` per task (how the Spark writer ran before) or in the worker's kept ``Log``
-    (spark/worker_logs.py, what it runs now)."""
+def micro_batch_requests(server: MotoS3, kept: bool, micro_batches: int,
+                         partitions: int = 4, records: int = 2000) -> list[int]:
+    """Requests of each micro-batch of a stream-like job in a new root: two tasks, each
+    joining the batch's shared transaction and writing ``records`` keyed records, with a
+    new ``Log`` per task (how the Spark writer ran before) or the worker's kept one
+    (spark/worker_logs.py, what it runs now).  The driver's commit is not counted."""
     import numpy as np
 
     from txlog.exactly_once.shared_transaction import SharedTransaction
     from txlog.spark.worker_logs import worker_log
 
     rng = np.random.default_rng(0)
-    records = pa.table({"key": pa.array([rng.bytes(8) for _ in range(2000)], pa.binary()),
-                        "value": pa.array([b"v" * 100] * 2000, pa.binary())})
+    table = pa.table({"key": pa.array([rng.bytes(8) for _ in range(records)], pa.binary()),
+                      "value": pa.array([b"v" * 100] * records, pa.binary())})
     options = server.storage_options
+    root = f"s3://{server.create_bucket()}/log"
+    driver = Log(root, storage_options=options)
+    driver.create_topic("t", partitions)
+    counts = []
+    for b in range(micro_batches):
+        job = SharedTransaction.start(driver, "q", 60_000)
+        server.reset_counts()
+        members = []
+        for task in range(2):
+            log = worker_log(root, options, create=False) if kept else \
+                Log(root, storage_options=options, create=False)
+            with job.keep_alive(log):
+                producer = job.join(log, f"{b}-{task}")
+                try:
+                    producer.send_table("t", table, wait=False)
+                    members.append(producer.prepare_transaction())
+                finally:
+                    producer.close()
+        counts.append(sum(server.counts.values()))
+        job.commit(driver, members)
+    written = sum(driver.read("t", p).num_rows for p in range(partitions))
+    if written != 2 * records * micro_batches:
+        raise AssertionError(f"read {written} records, {2 * records * micro_batches} written")
+    return counts
+
+
+def micro_batch_tasks(server: MotoS3, micro_batches: int) -> None:
+    import numpy as np
+
     for kept in (False, True):
-        root = f"s3://{server.create_bucket()}/log"
-        driver = Log(root, storage_options=options)
-        driver.create_topic("t", 4)
-        counts = []
-        for b in range(micro_batches):
-            job = SharedTransaction.start(driver, "q", 60_000)
-            server.reset_counts()
-            members = []
-            for task in range(2):
-                log = worker_log(root, options, create=False) if kept else \
-                    Log(root, storage_options=options, create=False)
-                with job.keep_alive(log):
-                    producer = job.join(log, f"{b}-{task}")
-                    try:
-                        producer.send_table("t", records, wait=False)
-                        members.append(producer.prepare_transaction())
-                    finally:
-                        producer.close()
-            counts.append(sum(server.counts.values()))
-            job.commit(driver, members)
+        counts = micro_batch_requests(server, kept, micro_batches)
         every = max(1, micro_batches // 10)
         where = "the worker's kept Log" if kept else "a new Log per task"
-        print(f"micro-batches of two tasks, {where}: median {int(np.median(counts))} requests, max {max(counts)}; "
-              f"every {every}th: {counts[::every]}")
+        print(f"micro-batches of two tasks, {where}: median {int(np.median(counts))} "
+              f"requests, max {max(counts)}; every {every}th: {counts[::every]}")
 
 
 def main(argv: list[str] | None = None) -> int:
