@@ -3,9 +3,9 @@
 Spark reuses a Python worker for many tasks (``spark.python.worker.reuse``,
 on by default), as it reuses a Kafka producer per executor in its own Kafka
 sink.  A task that opened a new ``Log`` started cold: it read the root
-marker, fetched the store's conditional-write verdict, claimed a block of
-producer ids and loaded every partition's producer state from the newest
-snapshot or segment, reading the header of each batch since.  On an object
+marker and the topic's description, claimed a block of producer ids and
+loaded every partition's producer state from the newest snapshot or
+segment, reading the header of each batch since.  On an object
 store that is one request per batch appended since the last snapshot, per
 partition and per task; a stream's micro-batch paid it again every time.
 
