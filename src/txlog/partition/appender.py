@@ -32,7 +32,6 @@ from .state_manager import ANCHOR_BYTES, SnapshotGone, StateManager
 logger = logging.getLogger(__name__)
 
 PUBLISH_ATTEMPTS = 5  # tries of one slot when the storage fails ambiguously
-CURRENT = object()  # an append proven by the anchor its state has at the check
 # L of docs/protocol.md, section 8: a claim is never published pointing into a
 # data object whose write began longer ago than this (the payload is written
 # again into a fresh object instead), so gc may delete an unreferenced data
@@ -182,15 +181,15 @@ class Appender:
         first = True
         with states.lock:
             while True:
-                # The first try is proven after its publish: by the anchor check it makes
-                # anyway, and for a fresh read (not a continuing one) by the anchor the
-                # state had before that read (StateManager.state_proven_after).  Tries
-                # after a lost slot, an error or an unproven answer refresh first.
-                proof: object = CURRENT
+                # ``proof``: the anchor the check after the publish must find.  A refreshed
+                # or believed state's own; for a first try that read past the cached end
+                # unchecked, the one the state had before that read (state_proven_after,
+                # docs/protocol.md 1.6).  Tries after a lost slot, an error or an unproven
+                # answer refresh first.
                 if not first:
-                    state = states.state()
+                    state, proof = states.state(), states.anchor
                 elif continuing:
-                    state = states.believed_state()
+                    state, proof = states.believed_state(), states.anchor
                 else:
                     state, proof = states.state_proven_after()
                 guessed, first = first, False
@@ -229,7 +228,7 @@ class Appender:
                 # the log end (compaction deletes in offset order, after its
                 # segment is published).  Else a compaction ran meanwhile: the
                 # batch counts only if the log, reloaded, holds it at the slot.
-                if states.still_current() if proof is CURRENT else states.proven_by(proof):
+                if states.proven_by(proof):
                     states.applied(step.header, step.control, step.data)
                 elif not states.holds(slot, step.data[:ANCHOR_BYTES]):
                     logger.info("%s-%d: offset %d was compacted away while this batch was "

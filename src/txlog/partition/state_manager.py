@@ -221,6 +221,12 @@ class StateManager:
             if self._state is not None and self._since_snapshot >= SNAPSHOT_INTERVAL:
                 self._write_snapshot(self._state)
 
+    @property
+    def anchor(self) -> _Anchor | None:
+        """The last object of the cached state's prefix (None while the state is empty):
+        what ``proven_by`` must find in place to prove that state the log's own."""
+        return self._anchor
+
     def still_current(self) -> bool:
         """Whether the cached state still describes the log (one or two small reads)."""
         return self.proven_by(self._anchor)
