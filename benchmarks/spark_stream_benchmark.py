@@ -71,9 +71,8 @@ def key_times(keys: pa.ChunkedArray) -> np.ndarray:
 def floor_source(batches: int, per_batch: int):
     """The floor of PySpark's Python streaming API: a source that yields the same columns
     from memory and a sink that drops them, with the same micro-batches (no storage)."""
-    from pyspark.sql.datasource import (DataSource, DataSourceStreamArrowWriter,
-                                        DataSourceStreamReader, InputPartition,
-                                        WriterCommitMessage)
+    from pyspark.sql.datasource import (DataSourceStreamArrowWriter, DataSourceStreamReader,
+                                        InputPartition, WriterCommitMessage)
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
     class FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -107,21 +106,29 @@ def floor_source(batches: int, per_batch: int):
         def abort(self, messages, batchId):
             pass
 
-    class Floor(DataSource):
+    return _stream_source("floor", FloorReader, FloorWriter)
+
+
+def _stream_source(name: str, reader: type, writer: type) -> type:
+    """A Python streaming data source ``name`` of key and value columns, read by
+    ``reader()`` and written by ``writer()`` (the floors' reader and sink)."""
+    from pyspark.sql.datasource import DataSource
+
+    class Source(DataSource):
         @classmethod
         def name(cls):
-            return "floor"
+            return name
 
         def schema(self):
             return "key binary, value binary"
 
         def streamReader(self, schema):
-            return FloorReader()
+            return reader()
 
         def streamWriter(self, schema, overwrite):
-            return FloorWriter()
+            return writer()
 
-    return Floor
+    return Source
 
 
 def floor_live_source(rate: int, t0: float, seconds: int, out_dir: str):
@@ -129,9 +136,8 @@ def floor_live_source(rate: int, t0: float, seconds: int, out_dir: str):
     records "arrive" at ``rate`` per second from ``t0`` (offset i at t0 + i / rate), a
     sink that drops them, and the driver's commit writing each record's latency (commit
     time minus arrival) to ``out_dir``: what txlog's live run measures, with no storage."""
-    from pyspark.sql.datasource import (DataSource, DataSourceStreamArrowWriter,
-                                        DataSourceStreamReader, InputPartition,
-                                        WriterCommitMessage)
+    from pyspark.sql.datasource import (DataSourceStreamArrowWriter, DataSourceStreamReader,
+                                        InputPartition, WriterCommitMessage)
 
     total = rate * seconds
 
@@ -172,21 +178,7 @@ def floor_live_source(rate: int, t0: float, seconds: int, out_dir: str):
         def abort(self, messages, batchId):
             pass
 
-    class Live(DataSource):
-        @classmethod
-        def name(cls):
-            return "floor-live"
-
-        def schema(self):
-            return "key binary, value binary"
-
-        def streamReader(self, schema):
-            return LiveReader()
-
-        def streamWriter(self, schema, overwrite):
-            return LiveWriter()
-
-    return Live
+    return _stream_source("floor-live", LiveReader, LiveWriter)
 
 
 def floor_live_latency(spark, scratch: str, rate: int, seconds: int) -> None:
