@@ -328,7 +328,8 @@ class Bench:
         driver = Log(root, storage_options=driver_options)
         topic = f"t{uuid.uuid4().hex[:8]}"
         driver.create_topic(topic, partitions)
-        job = SharedTransaction.start(driver, f"bench{uuid.uuid4().hex[:8]}", TIMEOUT_MS)
+        job = SharedTransaction.start(driver, f"bench{uuid.uuid4().hex[:8]}", TIMEOUT_MS) \
+            .describing(driver, [topic])  # as the Spark writer's driver does
         server = self.server
         options: Callable[[int], dict | None] = (
             (lambda i: server.tagged_options(f"task-{i}")) if driver_options is not None and

@@ -77,7 +77,7 @@ class DelegatingStorage(Storage):
 
 
 class CountingStorage(DelegatingStorage):
-    """Records (method, path) of every read, to prove what a computation touched."""
+    """Records (method, path) of every read and listing, to prove what a computation touched."""
 
     def __init__(self, inner: Storage) -> None:
         super().__init__(inner)
@@ -94,6 +94,10 @@ class CountingStorage(DelegatingStorage):
     def read_buffer(self, path: str) -> pa.Buffer:
         self.calls.append(("read_buffer", path))
         return super().read_buffer(path)
+
+    def list(self, directory: str) -> list[str]:
+        self.calls.append(("list", directory))
+        return super().list(directory)
 
     def paths(self, method: str, suffix: str = BATCH_SUFFIX) -> list[str]:
         return [p for m, p in self.calls if m == method and p.endswith(suffix)]

@@ -12,11 +12,13 @@ from __future__ import annotations
 import pytest
 
 import txlog.exactly_once.shared_transaction as shared_module
-from helpers_core import ManualClock, manual_clock, wait_for
+from helpers_core import CountingStorage, ManualClock, manual_clock, wait_for
 from txlog import READ_COMMITTED, READ_UNCOMMITTED, Log
 from txlog.errors import (CommittedButIncompleteError, DecisionConflictError,
                           TransactionAbortedError, TxlogError)
 from txlog.exactly_once.shared_transaction import MAX_PREFIX_LENGTH, SharedTransaction, check_prefix
+from txlog.storage.backends import open_storage
+from txlog.storage.paths import partition_count_path, topic_config_path, topic_meta_path
 from txlog.transactions.coordinator import TxnState
 
 T = "t"
@@ -297,6 +299,65 @@ def test_a_task_starting_soon_after_the_driver_reads_no_lease(topic_log: Log,
     with unleased.keep_alive(log):
         pass
     assert len(reads) == 2
+
+
+def _task_log(driver: Log) -> tuple[Log, CountingStorage]:
+    """A task's own Log of the driver's root (another process's, as far as caches go)."""
+    storage = CountingStorage(open_storage(driver.root))
+    return Log(storage), storage
+
+
+def _description_reads(storage: CountingStorage) -> list[tuple[str, str]]:
+    looked_up = (topic_meta_path(T), partition_count_path(T), topic_config_path(T))
+    return [(m, p) for m, p in storage.calls if p.startswith(looked_up)]
+
+
+def test_a_task_takes_the_topic_descriptions_its_driver_read(topic_log: Log) -> None:
+    """The driver's descriptions travel with the job: a task reads neither topic chain
+    and topic.json only for its appends' checks (protocol.md 1.6), where a task of a job
+    without them first describes the topic itself (each task writes an empty partition,
+    whose checks are alike)."""
+    driver = topic_log
+    plain = SharedTransaction.start(driver, "plain", TIMEOUT_MS)
+    described = SharedTransaction.start(driver, "described", TIMEOUT_MS).describing(driver, [T])
+    assert described.topics == (driver.describe_topic(T),)
+    reads = {}
+    for partition, job in enumerate((plain, described), start=1):
+        log, storage = _task_log(driver)
+        job.commit(driver, [write(job, log, "0", partition, [job.prefix])])
+        reads[job.prefix] = _description_reads(storage)
+    assert ("list", partition_count_path(T)) in reads["plain"], reads
+    assert ("list", topic_config_path(T)) in reads["plain"], reads
+    assert set(reads["described"]) == {("read", topic_meta_path(T))}, reads
+    assert len(reads["described"]) == reads["plain"].count(("read", topic_meta_path(T))) - 1
+    assert visible(driver, 1) == ["plain"] and visible(driver, 2) == ["described"]
+
+
+def test_a_description_from_the_driver_never_writes_into_the_topic_created_anew(
+        topic_log: Log) -> None:
+    """The topic deleted and created again between the driver's description and the
+    task: the task's partitions are bound to the described topic id, which the check
+    before its publish finds gone, so nothing reaches the new topic."""
+    driver = topic_log
+    job = SharedTransaction.start(driver, "job", TIMEOUT_MS).describing(driver, [T])
+    driver.delete_topic(T)
+    driver.create_topic(T, 3)
+    log, _ = _task_log(driver)
+    with pytest.raises(TxlogError, match="deleted"):
+        write(job, log, "0", 1, ["stale"])
+    assert all(driver.read(T, p, 0, None, READ_UNCOMMITTED).num_rows == 0 for p in range(3))
+
+
+def test_a_partition_added_since_the_driver_described_the_topic_is_written(
+        topic_log: Log) -> None:
+    """As a Kafka producer with older metadata: a record sent to a partition the
+    description does not know makes the producer look again, and it lands there."""
+    driver = topic_log
+    job = SharedTransaction.start(driver, "job", TIMEOUT_MS).describing(driver, [T])
+    driver.create_partitions(T, 4)
+    log, _ = _task_log(driver)
+    job.commit(driver, [write(job, log, "0", 3, ["new"])])
+    assert visible(driver, 3) == ["new"]
 
 
 def test_without_renewal_a_shared_transaction_is_aborted_after_its_timeout(

@@ -220,10 +220,8 @@ class Log:
                 raise UnknownTopicError(f"topic {name!r} does not exist in {self.root}")
             cached = TopicDescription(meta["name"], meta["partitions"], meta["config"],
                                       meta["created_ms"], topic_id_of(meta))
-            with self._lock:  # what was cached of an earlier incarnation is of a deleted topic
-                for key in [k for k, part in self._partitions.items()
-                            if k[0] == name and part.topic_id != cached.topic_id]:
-                    del self._partitions[key]
+            with self._lock:
+                self._drop_other_incarnations(cached)
         elif not refresh:
             return cached
         count = self._partition_count(cached)
@@ -234,6 +232,30 @@ class Log:
         with self._lock:
             self._topics[name] = desc
         return desc
+
+    def adopt_description(self, desc: TopicDescription) -> None:
+        """Use ``desc``, read by another process a moment ago, as if this Log had read it.
+
+        A job's driver reads the descriptions of the topics it writes once and they
+        travel to its tasks (``SharedTransaction.describing``), so that a task does not
+        read ``topic.json`` and the partition-count and config chains again (three
+        requests on an object store).  Safe because a description is only ever used
+        with its topic id, which every append checks against ``topic.json`` before it
+        publishes (docs/protocol.md 1.6 and 5).  A description this Log holds already
+        (read since its last ``revalidate``) is kept: it is no older.
+        """
+        validate_name(desc.name, "topic")
+        with self._lock:
+            if desc.name not in self._topics:
+                self._drop_other_incarnations(desc)
+                self._topics[desc.name] = desc
+
+    def _drop_other_incarnations(self, desc: TopicDescription) -> None:
+        """Forget partitions cached of another incarnation of ``desc``'s topic: they
+        belong to a deleted topic (called with the lock held)."""
+        for key in [k for k, part in self._partitions.items()
+                    if k[0] == desc.name and part.topic_id != desc.topic_id]:
+            del self._partitions[key]
 
     def _topic_chain(self, name: str, path: str) -> VersionChain:
         with self._lock:

@@ -37,7 +37,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -52,7 +52,7 @@ from ..storage.names import validate_name
 from ..storage.paths import TXN_DIR, job_dir
 
 if TYPE_CHECKING:
-    from ..log import Log
+    from ..log import Log, TopicDescription
     from ..clients.producer import Producer
 
 logger = logging.getLogger(__name__)
@@ -85,6 +85,9 @@ class SharedTransaction:
     # When the driver renewed the lease (its clock), -1 if it did not: a task that starts
     # within a quarter of the timeout of it need not read the lease (protocol.md 5).
     lease_ms: int = -1
+    # The topics the job writes, as the driver described them (``describing``): a task
+    # takes them instead of reading each description again (protocol.md 5).
+    topics: tuple[TopicDescription, ...] = ()
 
     @classmethod
     def start(cls, log: Log, prefix: str, timeout_ms: int) -> SharedTransaction:
@@ -93,6 +96,10 @@ class SharedTransaction:
         job = cls(prefix, f"{prefix}.{uuid.uuid4().hex}", timeout_ms)
         job.end_leftovers(log)
         return replace(job, lease_ms=log.coordinator.renew_lease(job.decision_id))
+
+    def describing(self, log: Log, topics: Iterable[str]) -> SharedTransaction:
+        """This job, carrying the current descriptions of ``topics`` to its tasks."""
+        return replace(self, topics=tuple(log.describe_topic(t, refresh=True) for t in topics))
 
     def transactional_id(self, key: str) -> str:
         return f"{self.prefix}-{key}"
@@ -106,6 +113,8 @@ class SharedTransaction:
     def join(self, log: Log, key: str, **producer_config: object) -> Producer:
         """A transactional producer for participant ``key``, inside this job's transaction."""
         self.enlist(log, self.transactional_id(key))
+        for desc in self.topics:
+            log.adopt_description(desc)
         producer = log.producer(transactional_id=self.transactional_id(key),
                                 transaction_timeout_ms=self.timeout_ms, **producer_config)
         producer.init_transactions()

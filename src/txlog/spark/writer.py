@@ -199,12 +199,15 @@ class TxlogBatchWriter(_Sending, DataSourceArrowWriter):
             assert options.txn_version is not None and options.transactional_id_prefix
             app = AppVersions(options.txn_app_id, options.transactional_id_prefix,
                               options.transaction_timeout_ms)
-            job = app.start(_open(options), options.txn_version)
-            return cls(options, job, app, skip=job is None)
+            log = _open(options)
+            job = app.start(log, options.txn_version)
+            return cls(options, _described(job, log, options), app, skip=job is None)
         job = None
         if options.delivery_guarantee == EXACTLY_ONCE:
             prefix = options.transactional_id_prefix or f"spark-{uuid.uuid4().hex[:12]}"
-            job = SharedTransaction.start(_open(options), prefix, options.transaction_timeout_ms)
+            log = _open(options)
+            job = _described(SharedTransaction.start(log, prefix, options.transaction_timeout_ms),
+                             log, options)
         return cls(options, job)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
@@ -272,7 +275,7 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
         sink = StreamSink(options.transactional_id_prefix, options.transaction_timeout_ms,
                           query_id(options.checkpoint_location), options.take_over_from)
         sink.fence(log)
-        return cls(options, sink, sink.begin_batch())
+        return cls(options, sink, _described(sink.begin_batch(), log, options))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
         from pyspark import TaskContext
@@ -424,6 +427,13 @@ def _create_times(column: pa.Array) -> pa.Array:
 def _members(messages: list[WriterCommitMessage | None]) -> list[TransactionMember]:
     return [m.member for m in messages
             if isinstance(m, TxlogCommitMessage) and m.member is not None]
+
+
+def _described(job: SharedTransaction | None, log: Log,
+               options: WriteOptions) -> SharedTransaction | None:
+    """``job`` carrying its topic's description to the tasks, read once here on the driver
+    (with a ``topic`` column instead, each task describes the topics its rows name)."""
+    return job if job is None or options.topic is None else job.describing(log, [options.topic])
 
 
 def _open(options: WriteOptions) -> Log:
