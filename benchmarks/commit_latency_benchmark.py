@@ -13,9 +13,13 @@ not timed.
 The yardstick, taken in the same run on the same file system and interleaved
 with the commits so that drift of this shared machine hits both alike:
 creating a new file of the transaction's payload size, writing it, fsyncing
-it and closing it (no directory fsync).  The medians of ``--commits`` (default
-200) of each, after ``--warmup`` untimed ones, and their ratio are printed;
-the script does not judge them.
+it and closing it (no directory fsync).  Beside it, interleaved too, the
+floor of any commit that keeps the records durable before a decision that is
+durable when the call returns, as two objects: the payload written and
+fsynced as one file, then a small decision file written and fsynced, then one
+fsync of their directory (no Python protocol work at all).  The medians of
+``--commits`` (default 200) of each, after ``--warmup`` untimed ones, and
+their ratios are printed; the script does not judge them.
 
 ``--producer-option key=value`` (repeatable) is passed to ``Producer(...)``.
 
@@ -71,12 +75,29 @@ def one_commit(producer: Producer, topic: str, table: pa.Table, api: str) -> flo
     return time.perf_counter() - started
 
 
-def one_file(directory: str, data: bytes, n: int) -> float:
-    path = os.path.join(directory, f"f{n:06d}")
-    started = time.perf_counter()
+def _write_synced(path: str, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def one_file(directory: str, data: bytes, n: int) -> float:
+    started = time.perf_counter()
+    _write_synced(os.path.join(directory, f"f{n:06d}"), data)
+    return time.perf_counter() - started
+
+
+def durable_commit_floor(directory: str, data: bytes, n: int) -> float:
+    """Records durable, then a decision durable with its name: two fsyncs and the
+    directory's, in that order (a decision synced first could outlive the records)."""
+    started = time.perf_counter()
+    _write_synced(os.path.join(directory, f"d{n:06d}.data"), data)
+    _write_synced(os.path.join(directory, f"d{n:06d}.decision"), b"COMMIT")
+    fd = os.open(directory, os.O_RDONLY)
+    try:
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -107,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     scratch = tempfile.mkdtemp(prefix="txlog-commit-", dir=args.dir)
     try:
         files = os.path.join(scratch, "files")
+        floors = os.path.join(scratch, "floor")
         os.makedirs(files)
+        os.makedirs(floors)
         log = Log(os.path.join(scratch, "log"))  # fsync on, the default
         topic = "commits"
         log.create_topic(topic, args.partitions)
@@ -115,19 +138,21 @@ def main(argv: list[str] | None = None) -> int:
         producer.init_transactions()
         table = transaction_table(args.records, args.partitions, seed=1)
         data = os.urandom(table.column("key").nbytes + table.column("value").nbytes)
-        commits, writes = [], []
+        commits, writes, floor = [], [], []
         for n in range(args.warmup + args.commits):
             took_commit = one_commit(producer, topic, table, args.api)
             took_file = one_file(files, data, n)
+            took_floor = durable_commit_floor(floors, data, n)
             if n >= args.warmup:
                 commits.append(took_commit)
                 writes.append(took_file)
+                floor.append(took_floor)
         producer.close()
         expected = (args.warmup + args.commits) * args.records
         got = log.read(topic, 0).num_rows
         if got != expected:
             raise AssertionError(f"partition 0 holds {got} committed records, {expected} sent")
-        c, f = statistics.median(commits), statistics.median(writes)
+        c, f, d = statistics.median(commits), statistics.median(writes), statistics.median(floor)
         ratios = sorted(a / b for a, b in zip(commits, writes, strict=True))
         print(f"local disk, fsync on ({scratch}); {args.records} records x {args.partitions} "
               f"partitions per transaction ({len(data)} B of keys and values), {args.api}; "
@@ -136,8 +161,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{c * 1000:7.2f} ms   (p10 {_pct(commits, 10)}, p90 {_pct(commits, 90)})")
         print(f"  one small file: create, write {len(data)} B, fsync, close  "
               f"{f * 1000:7.2f} ms   (p10 {_pct(writes, 10)}, p90 {_pct(writes, 90)})")
+        print(f"  durable floor: {len(data)} B + a decision, 2 fsyncs + dir fsync  "
+              f"{d * 1000:7.2f} ms   (p10 {_pct(floor, 10)}, p90 {_pct(floor, 90)})")
         print(f"  ratio of the medians                                 {c / f:7.2f}   "
               f"(median of the paired ratios {statistics.median(ratios):.2f})")
+        print(f"  the durable floor against the one small file        {d / f:7.2f}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0
