@@ -142,7 +142,7 @@ def micro_batch_requests(server: MotoS3, kept: bool, micro_batches: int,
     driver.create_topic("t", partitions)
     counts = []
     for b in range(micro_batches):
-        job = SharedTransaction.start(driver, "q", 60_000).describing(driver, ["t"])
+        job = SharedTransaction.start(driver, "q", 60_000)
         server.reset_counts()
         members = []
         for task in range(2):

@@ -275,7 +275,10 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
         sink = StreamSink(options.transactional_id_prefix, options.transaction_timeout_ms,
                           query_id(options.checkpoint_location), options.take_over_from)
         sink.fence(log)
-        return cls(options, sink, _described(sink.begin_batch(), log, options))
+        # No descriptions travel with a micro-batch: Spark builds this writer twice per
+        # micro-batch (for the tasks, then for the commit), so reading them here would
+        # cost the driver's critical path two reads for the tasks' one (protocol.md 5).
+        return cls(options, sink, sink.begin_batch())
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
         from pyspark import TaskContext
