@@ -186,6 +186,9 @@ def test_stale_generation_commit_is_refused_and_static_member_replaces_itself(me
         producer.commit_transaction()  # abortable: the refusal stands until aborted
     producer.abort_transaction()
     assert memlog.committed("g") == {("t", 0): 1}
+    a.close()  # replaced: closing takes nothing from the member that replaced it
+    latest = GroupMembership(memlog.storage, "g").latest()
+    assert [m.member_id for m in latest.members] == [again.member_id]
     again.close()
 
 
@@ -722,6 +725,9 @@ def test_requests_per_heartbeat_and_per_rebalance_stay_flat_with_many_members(mo
     finally:
         for m in members:
             m._stop.set()
+        for m in members:
+            if m._thread is not None:
+                m._thread.join()
 
 
 def _count_requests_with_many_members(monkeypatch, storage, log, kw, members):
