@@ -176,8 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     job_ms: list[float] = []
     mb_ms: list[float] = []
     attempt = 0
-    started = time.perf_counter()
-    next_start = time.perf_counter()
+    started = next_start = time.perf_counter()
     for n in range(1, args.jobs + 1):
         if args.pace_ms > 0:  # no catching up in bursts: a late job only moves the next one
             time.sleep(max(0.0, next_start - time.perf_counter()))

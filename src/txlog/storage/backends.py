@@ -712,7 +712,13 @@ class FsspecStorage(Storage):
                 raise StorageError(_length_mismatch(path, total, size))
             if buffer:
                 send()
-            completed = self._complete_if_absent(path, call, upload, parts)
+            # A retried completion that meets its own earlier one is answered "taken"
+            # too: callers handle it as a lost race against an identical object, as
+            # ``_put_if_absent`` explains.
+            completed = self._created_unless_taken(
+                lambda: call("complete_multipart_upload", UploadId=upload,
+                             MultipartUpload={"Parts": parts}, IfNoneMatch="*"),
+                "completing the upload of", path)
             return completed
         finally:
             if not completed:
@@ -721,17 +727,6 @@ class FsspecStorage(Storage):
                 except Exception as exc:  # an incomplete upload: remove_temp_files aborts it
                     logger.warning("could not abort the upload of %s/%s: %s", self.url, path,
                                    redact(str(exc)))
-
-    def _complete_if_absent(self, path: str, call: Any, upload: str,
-                            parts: list[dict[str, Any]]) -> bool:
-        """The conditional completion: True if it made the object, False if the name was
-        taken (a retried completion that meets its own earlier one is answered "taken"
-        too, which callers handle as a lost race against an identical object, as
-        ``_put_if_absent`` explains)."""
-        return self._created_unless_taken(
-            lambda: call("complete_multipart_upload", UploadId=upload,
-                         MultipartUpload={"Parts": parts}, IfNoneMatch="*"),
-            "completing the upload of", path)
 
     def remove_temp_files(self, older_than_s: float) -> list[str]:
         """Abort the incomplete multipart uploads under the root older than ``older_than_s``
