@@ -39,6 +39,7 @@ zombie's batch is refused although the partition forgot its entry).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -49,6 +50,7 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 TOPIC = "e"
 PARTITIONS = 2
@@ -62,7 +64,10 @@ STALL_S = 5.0
 SELF = os.path.abspath(__file__)
 
 
-def run_writer(args: argparse.Namespace) -> int:
+@contextlib.contextmanager
+def _writing(args: argparse.Namespace) -> Iterator[tuple[random.Random, Any, Callable[..., None]]]:
+    """What both writer roles start from: a random stream of their own, the log, and
+    ``note``, which appends to the history a line at a time (the writer is SIGKILLed)."""
     from txlog import Log
 
     rng = random.Random(f"{args.seed}/{args.index}/{args.incarnation}")
@@ -71,13 +76,20 @@ def run_writer(args: argparse.Namespace) -> int:
         import pandas  # noqa: F401
     except ImportError:
         pass
-    deadline = time.time() + args.seconds
-    k = args.incarnation * 1000
     with open(args.history, "a", encoding="utf-8") as out:
         def note(**entry: object) -> None:
             out.write(json.dumps(entry) + "\n")
             out.flush()
 
+        yield rng, log, note
+
+
+def run_writer(args: argparse.Namespace) -> int:
+    from txlog import Log
+
+    deadline = time.time() + args.seconds
+    k = args.incarnation * 1000
+    with _writing(args) as (rng, log, note):
         while time.time() < deadline:
             k += 1
             txn = f"w{args.index}.{k}"
@@ -111,21 +123,11 @@ def run_writer(args: argparse.Namespace) -> int:
 
 
 def run_shared_writer(args: argparse.Namespace) -> int:
-    from txlog import Log, SharedTransaction
+    from txlog import SharedTransaction
 
-    rng = random.Random(f"{args.seed}/{args.index}/{args.incarnation}")
-    log = Log(args.root, fsync=False)
-    try:
-        import pandas  # noqa: F401
-    except ImportError:
-        pass
     deadline = time.time() + args.seconds
     k = args.incarnation * 1000
-    with open(args.history, "a", encoding="utf-8") as out:
-        def note(**entry: object) -> None:
-            out.write(json.dumps(entry) + "\n")
-            out.flush()
-
+    with _writing(args) as (rng, log, note):
         while time.time() < deadline:
             k += 1
             name = f"w{args.index}.{k}"
