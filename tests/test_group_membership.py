@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from txlog import (CommitFailedError, GroupNotEmptyError, Log, ProducerFencedError,
-                   TransactionAbortedError)
+                   TransactionAbortedError, clock)
 from txlog.clients.assignors import (range_assign, roundrobin_assign, select_protocol,
                                      sticky_assign)
 from txlog.clients.membership import GroupMember
@@ -742,10 +742,9 @@ def _count_requests_with_many_members(monkeypatch, storage, log, kw, members):
     storage.take()
     # A heartbeat within the millisecond of the join's own is the same object, so
     # nothing is written: step the clock past it, as the next beat always is.
-    import txlog.clock
     joined_at = int(last._heartbeat_name.rsplit(HEARTBEAT_SEPARATOR, 1)[1])
     with monkeypatch.context() as mp:
-        mp.setattr(txlog.clock, "now_ms", lambda: joined_at + 1)
+        mp.setattr(clock, "now_ms", lambda: joined_at + 1)
         last._heartbeat()
     heartbeat = storage.take()
     last._next_check = 0.0
