@@ -105,10 +105,10 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_sees_module_and_function_level_imports_but_not_type_checking_ones() -> None:
     graph = import_graph()
-    assert "txlog.partition.partition_log" in graph["txlog.log"]  # module level
-    assert "txlog.clients.producer" in graph["txlog.log"]  # inside Log.producer()
-    assert "txlog.log" not in graph["txlog.clients.producer"]  # under TYPE_CHECKING only
-    assert "txlog.log" in import_graph(runtime_only=False)["txlog.clients.producer"]
+    assert "txlog.partition.partition_log" in graph["txlog.api.log"]  # module level
+    assert "txlog.transactions.group_members" in graph["txlog.admin.gc"]  # inside a function
+    assert "txlog.api.log" not in graph["txlog.clients.consumer"]  # under TYPE_CHECKING only
+    assert "txlog.api.log" in import_graph(runtime_only=False)["txlog.clients.consumer"]
 
 
 def test_find_cycle_finds_a_cycle() -> None:

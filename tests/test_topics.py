@@ -12,7 +12,7 @@ import pytest
 
 from txlog import (InvalidConfigError, InvalidNameError, Log, LogFormatError, TopicExistsError,
                    UnknownPartitionError, UnknownTopicError)
-from txlog.log import MAX_PARTITIONS
+from txlog.root.topics import MAX_PARTITIONS
 
 
 def test_create_describe_list_delete(log: Log) -> None:

@@ -19,7 +19,8 @@ from .errors import (CommitFailedError, CommittedButIncompleteError, ConcurrentT
 from .errors import GroupNotEmptyError, InconsistentGroupProtocolError
 from .exactly_once.shared_transaction import SharedTransaction
 from .exactly_once.stream_sink import StreamSink
-from .log import Log, TopicDescription
+from .api.log import Log
+from .root.topics import TopicDescription
 from .partition.isolation import READ_COMMITTED, READ_UNCOMMITTED
 
 __version__ = "0.1.0"

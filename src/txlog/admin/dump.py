@@ -33,7 +33,7 @@ from ..storage.paths import (BATCH_SUFFIX, SEGMENT_SUFFIX, batch_path, named_off
                              listed_segment_names, segments_dir)
 
 if TYPE_CHECKING:
-    from ..log import Log
+    from ..api.log import Log
 
 RELISTS = 5  # listings of one partition in one dump before giving up (it keeps changing)
 

@@ -58,7 +58,7 @@ from ..exactly_once.shared_transaction import delete_finished_attempt
 from ..transactions.coordinator import COMPLETE, TxnState
 
 if TYPE_CHECKING:  # Log.gc calls collect: gc must not import log at run time
-    from ..log import Log
+    from ..api.log import Log
 
 DEFAULT_CHAIN_AGE_S = 3600.0
 DEFAULT_DECISION_AGE_S = 7 * 24 * 3600.0  # Kafka's transactional.id.expiration.ms

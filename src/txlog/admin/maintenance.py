@@ -26,7 +26,7 @@ from .gc import (DEFAULT_CHAIN_AGE_S, DEFAULT_DATA_AGE_S, DEFAULT_DECISION_AGE_S
                  DEFAULT_TEMP_AGE_S, DEFAULT_TXN_ID_EXPIRATION_MS)
 
 if TYPE_CHECKING:  # the maintainer is handed a Log: it must not import log at run time
-    from ..log import Log
+    from ..api.log import Log
 
 DEFAULT_COMPACT_INTERVAL_S = 60.0
 DEFAULT_RETENTION_INTERVAL_S = 300.0  # Kafka's log.retention.check.interval.ms

@@ -35,7 +35,7 @@ from ..partition.producer_state import PRODUCER_ID_EXPIRATION, ProducerState
 from ..partition.state_manager import SNAPSHOT_FORMATS_READ
 
 if TYPE_CHECKING:
-    from ..log import Log
+    from ..api.log import Log
 
 SHOWN_MISMATCHES = 3  # index entries named per segment; the rest are counted
 

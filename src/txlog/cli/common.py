@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ..log import Log
+from ..api.log import Log
 
 ROOT_ENV = "TXLOG_ROOT"
 

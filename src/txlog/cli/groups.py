@@ -12,7 +12,7 @@ from ..transactions.group_members import (GroupGeneration, GroupMembership, is_e
                                           last_seen_ms)
 from ..clients.positions import PartitionBounds, bounds
 from ..errors import UnknownPartitionError, UnknownTopicError
-from ..log import Log
+from ..api.log import Log
 from ..partition.isolation import READ_UNCOMMITTED
 from .common import (CommandError, LeafParser, datetime_ms, json_option, non_negative_int,
                      open_log, print_table, scoped_partitions, topic_partitions)

@@ -7,7 +7,8 @@ import json
 from typing import Any
 
 from ..clients.positions import bounds, read_limit
-from ..log import MAX_PARTITIONS, MIN_SEGMENT_BYTES, TOPIC_DEFAULTS, Log
+from ..api.log import Log
+from ..root.topics import MAX_PARTITIONS, MIN_SEGMENT_BYTES, TOPIC_DEFAULTS
 from ..partition.isolation import READ_COMMITTED, READ_UNCOMMITTED
 from ..storage.names import MAX_NAME_LENGTH
 from .common import (CommandError, LeafParser, config_item, json_option, open_log, positive_int,

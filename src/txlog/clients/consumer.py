@@ -15,7 +15,7 @@ from ..partition.isolation import READ_COMMITTED, check_isolation_level
 from .positions import read_limit
 
 if TYPE_CHECKING:
-    from ..log import Log
+    from ..api.log import Log
     from ..partition.reader import Piece
 
 TopicPartition = tuple[str, int]

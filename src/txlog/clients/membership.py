@@ -36,7 +36,7 @@ from ..transactions.groups import commit_offsets
 from .assignors import COOPERATIVE, assign, check_assignors, select_protocol
 
 if TYPE_CHECKING:
-    from ..log import Log
+    from ..api.log import Log
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import numpy as np
 from ..partition.isolation import READ_COMMITTED, READ_UNCOMMITTED, visible_end
 
 if TYPE_CHECKING:
-    from ..log import Log
+    from ..api.log import Log
     from ..partition.partition_log import PartitionLog
     from ..partition.producer_state import ProducerState
     from ..partition.reader import Piece

@@ -38,7 +38,7 @@ from .shared_transaction import MAX_PREFIX_LENGTH, SharedTransaction
 from .stream_sink import BATCH_TOPIC, StreamSink
 
 if TYPE_CHECKING:
-    from ..log import Log
+    from ..api.log import Log
 
 logger = logging.getLogger(__name__)
 

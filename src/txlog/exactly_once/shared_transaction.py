@@ -52,7 +52,8 @@ from ..storage.names import validate_name
 from ..storage.paths import TXN_DIR, job_dir
 
 if TYPE_CHECKING:
-    from ..log import Log, TopicDescription
+    from ..api.log import Log
+    from ..root.topics import TopicDescription
     from ..clients.producer import Producer
 
 logger = logging.getLogger(__name__)

@@ -58,7 +58,7 @@ from ..transactions.groups import committed_offsets, set_owner
 from .shared_transaction import SharedTransaction, check_prefix, end_open_jobs
 
 if TYPE_CHECKING:
-    from ..log import Log
+    from ..api.log import Log
     from ..clients.producer import Producer
 
 logger = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..clients.producer import DEFAULT_BATCH_SIZE, DEFAULT_LINGER_MS, DEFAULT_TRANSACTION_TIMEOUT_MS
-from ..log import Log
+from ..api.log import Log
 from .errors import KafkaConfigurationError, translated
 
 USED = "used"

@@ -40,7 +40,7 @@ from .structs import (ConsumerGroupMetadata, ConsumerRebalanceListener, Consumer
                       plain_offsets)
 
 if TYPE_CHECKING:
-    from ..log import Log
+    from ..api.log import Log
     from ..partition.reader import Piece
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..log import Log
+    from ..api.log import Log
 
 TopicPartition = tuple[str, int]
 Positions = dict[TopicPartition, int]

@@ -28,7 +28,7 @@ from ..partition.isolation import READ_COMMITTED, check_isolation_level
 from ..storage.names import validate_name
 
 if TYPE_CHECKING:
-    from ..log import Log
+    from ..api.log import Log
     from ..partition.partition_log import PartitionLog
 
 logger = logging.getLogger(__name__)

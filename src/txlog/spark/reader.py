@@ -17,7 +17,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
 from ..clients.positions import end_expired_transactions, offset_for_timestamp
 from . import planning
 from ..errors import InvalidConfigError
-from ..log import Log
+from ..api.log import Log
 from .options import ReadOptions
 from .worker_logs import worker_log
 

@@ -27,7 +27,7 @@ from .. import clock
 from ..clients.positions import bounds, end_expired_transactions, read_limit
 from . import planning
 from ..errors import OffsetOutOfRangeError, UnknownTopicError
-from ..log import Log
+from ..api.log import Log
 from . import admission
 from .options import ReadOptions
 from .reader import TxlogInputPartition, read_ranges

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..log import Log
+from ..api.log import Log
 from ..storage.lru import LruDict
 
 KEPT_LOGS = 8  # roots per worker; the least recently used is dropped beyond that

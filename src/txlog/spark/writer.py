@@ -24,7 +24,7 @@ from pyspark.sql.types import StructType
 
 from ..transactions.coordinator import TransactionMember
 from ..errors import InvalidConfigError, TopicExistsError, UnknownTopicError
-from ..log import Log
+from ..api.log import Log
 from ..clients.producer import DEFAULT_BATCH_SIZE, Producer
 from ..exactly_once.app_versions import AppVersions
 from ..exactly_once.shared_transaction import SharedTransaction

@@ -1,0 +1,306 @@
+"""``Root``: one log root's services, what every layer between the user and storage needs.
+
+The clients, the exactly-once jobs and the admin tools are handed a Root (by
+``txlog.api.log.Log``, or by whoever opened one) and reach storage, the coordinator,
+producer ids, topics and partitions through it.  Nothing here knows about the layers
+above: data walks down from a client through a Root, never back up into a Log.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import msgpack
+
+from .. import clock
+from ..errors import (InconsistentTopicIdError, LogFormatError, TopicExistsError,
+                      UnknownPartitionError, UnknownTopicError)
+from ..format.topic_ids import current_topic_id, new_topic_id, read_topic_meta, topic_id_of
+from ..partition.partition_log import PartitionLog
+from ..partition.producer_state import PRODUCER_ID_EXPIRATION
+from ..storage.backends import Storage, open_storage
+from ..storage.chain import VersionChain
+from ..storage.names import validate_name
+from ..storage.paths import (ROOT_MARKER, TOPICS_DIR, partition_count_path, topic_config_path,
+                             topic_dir, topic_meta_path)
+from ..transactions.coordinator import TransactionCoordinator
+from ..transactions.producer_ids import ProducerIdAllocator
+from .topics import (PartitionCount, TopicConfig, TopicDescription, check_alteration,
+                     check_new_topic)
+
+FORMAT_VERSION = 1
+
+
+class Root:
+    """A txlog root's services: a local directory, ``memory://name``, or an object-store URL.
+
+    Opening a root that does not hold a log yet creates it (``create=False``
+    refuses instead).  Every process that opens the same root sees the same
+    log; there is no server.
+    """
+
+    def __init__(self, root: str | os.PathLike[str] | Storage, *,
+                 storage_options: dict[str, Any] | None = None, fsync: bool = True,
+                 create: bool = True) -> None:
+        self.storage = open_storage(root, storage_options, fsync=fsync)
+        self.url = self.storage.url
+        self._root_marker = self._check_root(create)
+        self._lock = threading.Lock()
+        self._topics: dict[str, TopicDescription] = {}
+        # Per topic, by (topic, chain path): partitions added, config altered since creation.
+        self._topic_chains: dict[tuple[str, str], VersionChain] = {}
+        self._partitions: dict[tuple[str, int], PartitionLog] = {}
+        self.producer_ids = ProducerIdAllocator(self.storage)
+        self.coordinator = TransactionCoordinator(self.storage, self.producer_ids.next_id,
+                                                  self.partition)
+
+    def __repr__(self) -> str:
+        return f"Root({self.url!r})"
+
+    def _check_root(self, create: bool) -> bytes:
+        """The root marker's bytes, written first if ``create`` and there is none."""
+        try:
+            raw = self.storage.read(ROOT_MARKER)
+        except FileNotFoundError:
+            if not create:
+                raise LogFormatError(f"{self.url} holds no txlog ({ROOT_MARKER} is missing)")
+            marker = msgpack.packb({"format_version": FORMAT_VERSION,
+                                    "created_ms": clock.now_ms(),
+                                    "root_id": uuid.uuid4().hex})
+            self.storage.publish_if_absent(ROOT_MARKER, marker)
+            raw = self.storage.read(ROOT_MARKER)
+        try:
+            version = msgpack.unpackb(raw).get("format_version")
+        except Exception as exc:
+            raise LogFormatError(f"{self.url}/{ROOT_MARKER} is unreadable: {exc}") from exc
+        if version != FORMAT_VERSION:
+            raise LogFormatError(
+                f"{self.url} has log format version {version}; this txlog reads version "
+                f"{FORMAT_VERSION}")
+        return raw
+
+    def revalidate(self) -> bool:
+        """Prepare a long-lived root for a new unit of work, as if it were opened afresh.
+
+        A process that keeps its Log between tasks (a Spark worker, spark/worker_logs.py)
+        keeps the partitions' cached states, which every refresh proves still current
+        (docs/protocol.md 1), but must not keep what a new Log would look up again: the
+        root and the topics' descriptions (a partition added or a config altered since).
+        ``txlog.json`` is read again: other bytes mean the root was deleted and
+        created anew under this Log, whose caches (producer-id block included) then
+        belong to a log that no longer exists, so False is returned and the caller
+        opens a new Log.  True: the descriptions are dropped, and the next use of a
+        topic reads them as a new Log would.
+        """
+        try:
+            raw = self.storage.read(ROOT_MARKER)
+        except FileNotFoundError:
+            return False
+        if raw != self._root_marker:
+            return False
+        with self._lock:
+            self._topics.clear()
+            self._topic_chains.clear()
+        return True
+
+    # --- topics ------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int = 1,
+                     config: dict[str, Any] | None = None) -> TopicDescription:
+        validate_name(name, "topic")
+        checked = check_new_topic(name, partitions, config)
+        if self.storage.exists(topic_meta_path(name)):
+            raise TopicExistsError(f"topic {name!r} already exists in {self.url}")
+        if self.storage.list(topic_dir(name)):
+            # Never clear leftovers here: a concurrent creator may already own them.
+            raise TopicExistsError(
+                f"topic {name!r} in {self.url} still holds data of an unfinished delete; "
+                f"call delete_topic({name!r}) to finish it")
+        desc = TopicDescription(name, partitions, checked, clock.now_ms(),
+                                new_topic_id())
+        meta = msgpack.packb({"name": name, "partitions": partitions, "config": checked,
+                              "created_ms": desc.created_ms, "topic_id": desc.topic_id})
+        if not self.storage.publish_if_absent(topic_meta_path(name), meta):
+            raise TopicExistsError(f"topic {name!r} already exists in {self.url}")
+        return desc
+
+    def topics(self) -> list[str]:
+        return sorted(n for n in self.storage.list(TOPICS_DIR)
+                      if self.storage.exists(topic_meta_path(n)))
+
+    def describe_topic(self, name: str, refresh: bool = False) -> TopicDescription:
+        """The topic's description, cached; ``refresh`` re-reads its partition count.
+
+        A description is immutable except for partitions added since, which
+        a cached one does not show: like a Kafka client's metadata, it is
+        refreshed where growth matters (subscriptions, an unknown partition).
+        """
+        validate_name(name, "topic")
+        with self._lock:
+            cached = self._topics.get(name)
+        if cached is None:
+            meta = read_topic_meta(self.storage, name)
+            if meta is None:
+                raise UnknownTopicError(f"topic {name!r} does not exist in {self.url}")
+            cached = TopicDescription(meta["name"], meta["partitions"], meta["config"],
+                                      meta["created_ms"], topic_id_of(meta))
+            with self._lock:
+                self._drop_other_incarnations(cached)
+        elif not refresh:
+            return cached
+        added = PartitionCount.latest(cached, self._latest(name, partition_count_path(name)))
+        desc = cached if added is None or added.count <= cached.partitions else \
+            replace(cached, partitions=added.count)
+        altered = TopicConfig.latest(desc, self._latest(name, topic_config_path(name)))
+        if altered is not None:
+            desc = replace(desc, config=altered.config)
+        with self._lock:
+            self._topics[name] = desc
+        return desc
+
+    def adopt_description(self, desc: TopicDescription) -> None:
+        """Use ``desc``, read by another process a moment ago, as if this root had read it.
+
+        A job's driver reads the descriptions of the topics it writes once and they
+        travel to its tasks (``SharedTransaction.describing``), so that a task does not
+        read ``topic.json`` and the partition-count and config chains again (three
+        requests on an object store).  Safe because a description is only ever used
+        with its topic id, which every append checks against ``topic.json`` before it
+        publishes (docs/protocol.md 1.6 and 5).  A description this root holds already
+        (read since its last ``revalidate``) is kept: it is no older.
+        """
+        validate_name(desc.name, "topic")
+        with self._lock:
+            if desc.name not in self._topics:
+                self._drop_other_incarnations(desc)
+                self._topics[desc.name] = desc
+
+    def _drop_other_incarnations(self, desc: TopicDescription) -> None:
+        """Forget partitions cached of another incarnation of ``desc``'s topic: they
+        belong to a deleted topic (called with the lock held)."""
+        for key in [k for k, part in self._partitions.items()
+                    if k[0] == desc.name and part.topic_id != desc.topic_id]:
+            del self._partitions[key]
+
+    def _topic_chain(self, name: str, path: str) -> VersionChain:
+        with self._lock:
+            chain = self._topic_chains.get((name, path))
+            if chain is None:
+                chain = self._topic_chains[(name, path)] = VersionChain(self.storage, path)
+            return chain
+
+    def _latest(self, name: str, path: str) -> dict | None:
+        """The newest version of one of the topic's chains (of whichever incarnation)."""
+        return self._topic_chain(name, path).latest()[1]
+
+    def _update_chain(self, desc: TopicDescription, path: str, doing: str,
+                      step: Callable[[dict | None], dict[str, Any]]) -> TopicDescription:
+        """Publish ``step``'s next version of one of the topic's chains, unless the topic
+        was deleted meanwhile; the description after it."""
+        def guarded(version: int, value: dict | None) -> dict | None:
+            if current_topic_id(self.storage, desc.name) != desc.topic_id:
+                raise UnknownTopicError(f"topic {desc.name!r} was deleted while {doing}")
+            return step(value)
+
+        self._topic_chain(desc.name, path).update(guarded)
+        return self.describe_topic(desc.name, refresh=True)
+
+    def alter_topic_config(self, name: str, set: dict[str, Any] | None = None,
+                           delete: list[str] | tuple[str, ...] = ()) -> TopicDescription:
+        """Set or remove (back to Kafka's default) retention and segment settings of a
+        topic (kafka-configs --alter); each change is a new version of its config chain."""
+        set = dict(set or {})
+        checked = check_alteration(name, set, delete)
+        desc = self.describe_topic(name, refresh=True)
+        return self._update_chain(
+            desc, topic_config_path(name), "its config was being altered",
+            lambda value: TopicConfig.current(desc, value).altered(checked, delete).encode())
+
+    def create_partitions(self, name: str, total: int) -> TopicDescription:
+        """Grow topic ``name`` to ``total`` partitions (Kafka's CreatePartitions).
+
+        Partitions are only ever added: existing ones keep their records,
+        and as in Kafka, keyed records sent from now on may hash to a new
+        partition.  Readers that subscribe to the topic pick the new
+        partitions up when they next look (a stream at its next trigger).
+        """
+        desc = self.describe_topic(name, refresh=True)
+        desc.check_growth(total)
+        return self._update_chain(
+            desc, partition_count_path(name), "partitions were being added to it",
+            lambda value: PartitionCount.current(desc, value).grown_to(name, total).encode())
+
+    def delete_topic(self, name: str) -> None:
+        """Remove a topic: its description first, so no new writer starts, then its data.
+
+        Also finishes a delete that stopped half-way (description gone, data left).
+        """
+        validate_name(name, "topic")
+        if not self.storage.exists(topic_meta_path(name)) and \
+                not self.storage.list(topic_dir(name)):
+            raise UnknownTopicError(f"topic {name!r} does not exist in {self.url}")
+        self.storage.delete(topic_meta_path(name))
+        self.storage.delete_tree(topic_dir(name))
+        with self._lock:
+            self._topics.pop(name, None)
+            for key in [k for k in self._topic_chains if k[0] == name]:
+                del self._topic_chains[key]
+            for key in [k for k in self._partitions if k[0] == name]:
+                del self._partitions[key]
+
+    # --- partitions ------------------------------------------------------------------
+
+    def partition(self, topic: str, partition: int,
+                  topic_id: str | None = None) -> PartitionLog:
+        """The partition's log object (one per root, caching its producer state).
+
+        With ``topic_id`` (from a description or a planned offset range), the
+        partition must belong to that incarnation of the topic, else
+        ``InconsistentTopicIdError``: a range planned against a deleted topic is
+        never read from its successor.
+        """
+        key = (topic, partition)
+        with self._lock:
+            found = self._partitions.get(key)
+        if found is not None and (topic_id is None or found.topic_id == topic_id):
+            return found
+        if found is not None:  # perhaps this process has not noticed a re-create yet
+            self._forget_topic(topic, found.topic_id)
+        desc = self.describe_topic(topic)
+        if topic_id is not None and desc.topic_id != topic_id:
+            raise InconsistentTopicIdError(
+                f"topic {topic!r} is now topic id {desc.topic_id}, not {topic_id}: it was "
+                "deleted and re-created since the caller learnt about it")
+        if isinstance(partition, int) and partition >= desc.partitions:
+            desc = self.describe_topic(topic, refresh=True)  # perhaps added since
+        if not isinstance(partition, int) or not 0 <= partition < desc.partitions:
+            raise UnknownPartitionError(
+                f"topic {topic!r} has partitions 0 to {desc.partitions - 1}; "
+                f"partition {partition!r} does not exist")
+        with self._lock:
+            found = self._partitions.get(key)
+            if found is not None and found.topic_id != desc.topic_id:
+                del self._partitions[key]
+            return self._partitions.setdefault(
+                key, PartitionLog(self.storage, topic, partition, desc.topic_id,
+                                  self.coordinator.resolve, on_stale=self._forget_topic,
+                                  producer_expiration_ms=desc.setting(PRODUCER_ID_EXPIRATION),
+                                  verify=self.coordinator.verifier(
+                                      desc.setting(PRODUCER_ID_EXPIRATION))))
+
+    def _forget_topic(self, topic: str, topic_id: str) -> None:
+        """Drop what this root cached of one incarnation of ``topic`` (it is gone)."""
+        with self._lock:
+            desc = self._topics.get(topic)
+            if desc is not None and desc.topic_id == topic_id:
+                del self._topics[topic]
+                for key in [k for k in self._topic_chains if k[0] == topic]:
+                    del self._topic_chains[key]
+            for key in [k for k, part in self._partitions.items()
+                        if k[0] == topic and part.topic_id == topic_id]:
+                del self._partitions[key]
