@@ -69,19 +69,19 @@ def test_bytes_are_counted_by_batch(sized: Log) -> None:
     part = sized.partition("t", 0)
     batch_bytes = part.header(0).payload_length
     start, end = {A: 0}, {A: 100}
-    assert limit_bytes(sized, start, end, 3 * batch_bytes) == {A: 30}
-    assert limit_bytes(sized, start, end, 3 * batch_bytes + batch_bytes // 2) == {A: 30}
-    assert limit_bytes(sized, start, end, 100 * batch_bytes) == {A: 100}
+    assert limit_bytes(sized.services, start, end, 3 * batch_bytes) == {A: 30}
+    assert limit_bytes(sized.services, start, end, 3 * batch_bytes + batch_bytes // 2) == {A: 30}
+    assert limit_bytes(sized.services, start, end, 100 * batch_bytes) == {A: 100}
     # A range starting mid-batch counts only the part it reads, and stops at a batch end.
-    assert limit_bytes(sized, {A: 5}, end, batch_bytes) == {A: 10}
-    assert limit_bytes(sized, {A: 5}, end, 2 * batch_bytes) == {A: 20}
+    assert limit_bytes(sized.services, {A: 5}, end, batch_bytes) == {A: 10}
+    assert limit_bytes(sized.services, {A: 5}, end, 2 * batch_bytes) == {A: 20}
     # Less than one batch: a proportional part of it, at least one record.
-    assert limit_bytes(sized, start, end, batch_bytes // 2) == {A: 5}
-    assert limit_bytes(sized, start, end, 1) == {A: 1}
+    assert limit_bytes(sized.services, start, end, batch_bytes // 2) == {A: 5}
+    assert limit_bytes(sized.services, start, end, 1) == {A: 1}
 
 
 def test_bytes_are_shared_in_proportion_to_backlog(sized: Log) -> None:
     batch_bytes = sized.partition("t", 0).header(0).payload_length
     start, end = {A: 0, B: 0}, {A: 100, B: 10}
-    got = limit_bytes(sized, start, end, 11 * batch_bytes // 2)
+    got = limit_bytes(sized.services, start, end, 11 * batch_bytes // 2)
     assert got == {A: 50, B: 5}

@@ -306,7 +306,7 @@ def test_offsets_for_times_and_chunked_reads_across_segments(tmp_path: Path) -> 
     assert expected[10_250] == (25, 10_250)
     from txlog.spark.planning import OffsetRange, read_range
     topic_id = fresh.describe_topic("t").topic_id
-    batches = list(read_range(fresh, OffsetRange("t", 0, topic_id, 3, 47), chunk_rows=6))
+    batches = list(read_range(fresh.services, OffsetRange("t", 0, topic_id, 3, 47), chunk_rows=6))
     assert pa.Table.from_batches(batches).column("offset").to_pylist() == list(range(3, 47))
 
 

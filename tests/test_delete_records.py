@@ -187,8 +187,8 @@ def test_spark_planning_applies_fail_on_data_loss_below_the_log_start(tmp_path: 
     start = PositionSpec("offsets", offsets={("t", 0): 1})
     latest = PositionSpec("latest")
     with pytest.raises(OffsetOutOfRangeError, match=r"starting offset 1 of t-0 .*4 to 10"):
-        plan(log, [("t", 0)], start, latest)
-    [rng] = plan(log, [("t", 0)], start, latest, fail_on_data_loss=False)
+        plan(log.services, [("t", 0)], start, latest)
+    [rng] = plan(log.services, [("t", 0)], start, latest, fail_on_data_loss=False)
     assert (rng.start, rng.end) == (4, 10)
-    [rng] = plan(log, [("t", 0)], PositionSpec("earliest"), latest)
+    [rng] = plan(log.services, [("t", 0)], PositionSpec("earliest"), latest)
     assert (rng.start, rng.end) == (4, 10)

@@ -97,7 +97,7 @@ def test_a_maintainer_runs_each_step_on_its_jittered_interval(tmp_path: Path) ->
     fill_one_record_per_batch(log, "t", 12)
     settings = MaintenanceSettings(compact_interval_s=10, retention_interval_s=100,
                                    gc_interval_s=1000, jitter=0.5)
-    maintainer = Maintainer(log, settings)
+    maintainer = Maintainer(log.services, settings)
     first = maintainer.run_pass()
     assert first.steps == ["compact", "retention", "gc"] and first.segments_made >= 2
     assert first.objects == {"t-0": len(segment_files(tmp_path, "t", 0)), "t-1": 0}

@@ -118,27 +118,28 @@ def open_txn(memlog: Log):
 
 def test_bounds_stop_at_lso_under_read_committed_and_at_log_end_otherwise(open_txn) -> None:
     log, tx = open_txn
-    b = bounds(log, T, 0)
+    b = bounds(log.services, T, 0)
     assert (b.topic, b.partition, b.log_start, b.stable, b.end) == (T, 0, 0, 3, 7)
     assert b.topic_id == log.describe_topic(T).topic_id and b.topic_id
     assert b.limit(READ_COMMITTED) == 3
     assert b.limit(READ_UNCOMMITTED) == 7
-    assert read_limit(log, T, 0, READ_COMMITTED) == 3
-    assert read_limit(log, T, 0, READ_UNCOMMITTED) == 7
+    assert read_limit(log.services, T, 0, READ_COMMITTED) == 3
+    assert read_limit(log.services, T, 0, READ_UNCOMMITTED) == 7
 
     tx.commit_transaction()  # the COMMIT marker takes offset 7
-    b = bounds(log, T, 0)
+    b = bounds(log.services, T, 0)
     assert (b.stable, b.end) == (8, 8)
-    assert read_limit(log, T, 0, READ_COMMITTED) == read_limit(log, T, 0, READ_UNCOMMITTED) == 8
+    assert read_limit(log.services, T, 0, READ_COMMITTED) == \
+        read_limit(log.services, T, 0, READ_UNCOMMITTED) == 8
 
 
 @pytest.mark.parametrize("bad", ["read_commited", "READ_COMMITTED", "", "committed"])
 def test_isolation_level_errors_name_the_bad_value(open_txn, bad: str) -> None:
     log, _ = open_txn
     for call in (lambda: check_isolation_level(bad),
-                 lambda: bounds(log, T, 0).limit(bad),
-                 lambda: read_limit(log, T, 0, bad),
-                 lambda: plan(log, [(T, 0)], earliest(), latest(), isolation_level=bad)):
+                 lambda: bounds(log.services, T, 0).limit(bad),
+                 lambda: read_limit(log.services, T, 0, bad),
+                 lambda: plan(log.services, [(T, 0)], earliest(), latest(), isolation_level=bad)):
         with pytest.raises(InvalidConfigError) as err:
             call()
         assert repr(bad) in str(err.value)
@@ -151,11 +152,11 @@ def test_isolation_level_errors_name_the_bad_value(open_txn, bad: str) -> None:
 
 def test_plan_earliest_to_latest_covers_each_partition(two_parts: Log) -> None:
     log = two_parts
-    ranges = plan(log, [(T, 0), (T, 1)], earliest(), latest())
+    ranges = plan(log.services, [(T, 0), (T, 1)], earliest(), latest())
     assert ranges_by_tp(ranges) == {(T, 0): (0, 5), (T, 1): (0, 3)}
     assert {r.topic_id for r in ranges} == {log.describe_topic(T).topic_id}
     # latest -> latest: nothing to read yet, positioned at the end
-    assert ranges_by_tp(plan(log, [(T, 0), (T, 1)], latest(), latest())) == \
+    assert ranges_by_tp(plan(log.services, [(T, 0), (T, 1)], latest(), latest())) == \
         {(T, 0): (5, 5), (T, 1): (3, 3)}
 
 
@@ -164,16 +165,16 @@ def test_plan_per_partition_offsets_with_sentinels(two_parts: Log) -> None:
     tps = [(T, 0), (T, 1)]
     start = PositionSpec("offsets", offsets={(T, 0): 2, (T, 1): EARLIEST})
     end = PositionSpec("offsets", offsets={(T, 0): LATEST, (T, 1): 2})
-    assert ranges_by_tp(plan(log, tps, start, end)) == {(T, 0): (2, 5), (T, 1): (0, 2)}
+    assert ranges_by_tp(plan(log.services, tps, start, end)) == {(T, 0): (2, 5), (T, 1): (0, 2)}
     start = PositionSpec("offsets", offsets={(T, 0): LATEST, (T, 1): 1})
     end = PositionSpec("offsets", offsets={(T, 0): LATEST, (T, 1): EARLIEST})
     # an end before the start gives an empty range at the start, never a negative one
-    assert ranges_by_tp(plan(log, tps, start, end)) == {(T, 0): (5, 5), (T, 1): (1, 1)}
+    assert ranges_by_tp(plan(log.services, tps, start, end)) == {(T, 0): (5, 5), (T, 1): (1, 1)}
     # an end past the log end fails, or with failOnDataLoss false is capped there
     end = PositionSpec("offsets", offsets={(T, 0): 1000, (T, 1): 1000})
     with pytest.raises(OffsetOutOfRangeError, match="ending offset 1000 of t-0"):
-        plan(log, tps, earliest(), end)
-    assert ranges_by_tp(plan(log, tps, earliest(), end, fail_on_data_loss=False)) == \
+        plan(log.services, tps, earliest(), end)
+    assert ranges_by_tp(plan(log.services, tps, earliest(), end, fail_on_data_loss=False)) == \
         {(T, 0): (0, 5), (T, 1): (0, 3)}
 
 
@@ -182,11 +183,11 @@ def test_plan_refuses_negative_offsets_other_than_sentinels(two_parts: Log, bad:
     log = two_parts
     tps = [(T, 0), (T, 1)]
     with pytest.raises(InvalidConfigError) as err:
-        plan(log, tps, PositionSpec("offsets", offsets={(T, 0): 0, (T, 1): bad}), latest())
+        plan(log.services, tps, PositionSpec("offsets", offsets={(T, 0): 0, (T, 1): bad}), latest())
     assert f"offset {bad} for {T}-1" in str(err.value)
     assert "starting position" in str(err.value)
     with pytest.raises(InvalidConfigError) as err:
-        plan(log, tps, earliest(), PositionSpec("offsets", offsets={(T, 0): bad, (T, 1): 1}))
+        plan(log.services, tps, earliest(), PositionSpec("offsets", offsets={(T, 0): bad, (T, 1): 1}))
     assert f"offset {bad} for {T}-0" in str(err.value)
     assert "ending position" in str(err.value)
 
@@ -216,7 +217,7 @@ def timed(memlog: Log) -> Log:
 ])
 def test_plan_start_by_timestamp_is_first_offset_at_or_after(timed: Log, ts: int,
                                                              expected: dict) -> None:
-    ranges = plan(timed, [(T, 0), (T, 1)], PositionSpec("timestamp", timestamp=ts), latest())
+    ranges = plan(timed.services, [(T, 0), (T, 1)], PositionSpec("timestamp", timestamp=ts), latest())
     ends = {(T, 0): 6, (T, 1): 3}
     assert ranges_by_tp(ranges) == {tp: (expected[tp], ends[tp]) for tp in expected}
 
@@ -224,26 +225,26 @@ def test_plan_start_by_timestamp_is_first_offset_at_or_after(timed: Log, ts: int
 def test_plan_per_partition_timestamps_and_ending_timestamp(timed: Log) -> None:
     tps = [(T, 0), (T, 1)]
     start = PositionSpec("timestamps", timestamps={(T, 0): 2000, (T, 1): 600})
-    assert ranges_by_tp(plan(timed, tps, start, latest())) == {(T, 0): (2, 6), (T, 1): (1, 3)}
+    assert ranges_by_tp(plan(timed.services, tps, start, latest())) == {(T, 0): (2, 6), (T, 1): (1, 3)}
     # an ending timestamp is exclusive: records before it are read, not those at it
     end = PositionSpec("timestamps", timestamps={(T, 0): 3000, (T, 1): 2500})
-    assert ranges_by_tp(plan(timed, tps, earliest(), end)) == {(T, 0): (0, 3), (T, 1): (0, 1)}
+    assert ranges_by_tp(plan(timed.services, tps, earliest(), end)) == {(T, 0): (0, 3), (T, 1): (0, 1)}
     end = PositionSpec("timestamp", timestamp=1001)
-    assert ranges_by_tp(plan(timed, tps, earliest(), end)) == {(T, 0): (0, 2), (T, 1): (0, 1)}
+    assert ranges_by_tp(plan(timed.services, tps, earliest(), end)) == {(T, 0): (0, 2), (T, 1): (0, 1)}
 
 
 def test_plan_timestamp_without_a_late_enough_record(timed: Log) -> None:
     tps = [(T, 0), (T, 1)]
     late = PositionSpec("timestamp", timestamp=4001, if_none="latest")
-    assert ranges_by_tp(plan(timed, tps, late, latest())) == {(T, 0): (6, 6), (T, 1): (3, 3)}
+    assert ranges_by_tp(plan(timed.services, tps, late, latest())) == {(T, 0): (6, 6), (T, 1): (3, 3)}
     strict = PositionSpec("timestamps", timestamps={(T, 0): 100, (T, 1): 2501}, if_none="error")
     with pytest.raises(OffsetOutOfRangeError) as err:
-        plan(timed, tps, strict, latest())
+        plan(timed.services, tps, strict, latest())
     msg = str(err.value)
     assert f"{T}-1" in msg and "2501" in msg and "startingOffsetsByTimestampStrategy" in msg
     # the same map, but every partition has a late enough record: no error
     ok = PositionSpec("timestamps", timestamps={(T, 0): 100, (T, 1): 2500}, if_none="error")
-    assert ranges_by_tp(plan(timed, tps, ok, latest())) == {(T, 0): (0, 6), (T, 1): (1, 3)}
+    assert ranges_by_tp(plan(timed.services, tps, ok, latest())) == {(T, 0): (0, 6), (T, 1): (1, 3)}
 
 
 def test_timestamp_lookup_under_read_committed_ignores_records_past_the_lso(memlog: Log) -> None:
@@ -255,8 +256,8 @@ def test_timestamp_lookup_under_read_committed_ignores_records_past_the_lso(meml
     send_each(p, ["p1"], timestamps=[6000])   # offset 2, above the LSO
     spec = PositionSpec("timestamp", timestamp=2000, if_none="error")
     with pytest.raises(OffsetOutOfRangeError):
-        plan(memlog, [(T, 0)], spec, latest())
-    assert ranges_by_tp(plan(memlog, [(T, 0)], spec, latest(),
+        plan(memlog.services, [(T, 0)], spec, latest())
+    assert ranges_by_tp(plan(memlog.services, [(T, 0)], spec, latest(),
                              isolation_level=READ_UNCOMMITTED)) == {(T, 0): (1, 3)}
 
 
@@ -267,31 +268,31 @@ def test_plan_end_is_capped_at_the_lso_and_moves_once_the_transaction_commits(op
                                                                               caplog) -> None:
     log, tx = open_txn
     tps = [(T, 0)]
-    assert ranges_by_tp(plan(log, tps, earliest(), latest())) == {(T, 0): (0, 3)}
+    assert ranges_by_tp(plan(log.services, tps, earliest(), latest())) == {(T, 0): (0, 3)}
     # An explicit end past the LSO is not shortened without a word: it fails, or
     # (failOnDataLoss false) is clamped with a warning naming the partition.
     explicit_end = PositionSpec("offsets", offsets={(T, 0): 7})
     with pytest.raises(OffsetOutOfRangeError) as err:
-        plan(log, tps, earliest(), explicit_end)
+        plan(log.services, tps, earliest(), explicit_end)
     msg = str(err.value)
     assert "ending offset 7 of t-0" in msg and "0 to 3" in msg and "failOnDataLoss" in msg
     assert "held at 3 by an open transaction" in msg
     with caplog.at_level(logging.WARNING, logger="txlog.spark.planning"):
-        assert ranges_by_tp(plan(log, tps, earliest(), explicit_end,
+        assert ranges_by_tp(plan(log.services, tps, earliest(), explicit_end,
                                  fail_on_data_loss=False)) == {(T, 0): (0, 3)}
     assert any("ending offset 7 of t-0" in r.getMessage() and "reading up to 3" in
                r.getMessage() for r in caplog.records)
-    assert ranges_by_tp(plan(log, tps, earliest(), explicit_end,
+    assert ranges_by_tp(plan(log.services, tps, earliest(), explicit_end,
                              isolation_level=READ_UNCOMMITTED)) == {(T, 0): (0, 7)}
-    assert ranges_by_tp(plan(log, tps, earliest(), latest(),
+    assert ranges_by_tp(plan(log.services, tps, earliest(), latest(),
                              isolation_level=READ_UNCOMMITTED)) == {(T, 0): (0, 7)}
-    (rng,) = plan(log, tps, earliest(), latest())
-    assert values_of(list(read_range(log, rng))) == ["p0", "p1", "p2"]
+    (rng,) = plan(log.services, tps, earliest(), latest())
+    assert values_of(list(read_range(log.services, rng))) == ["p0", "p1", "p2"]
 
     tx.commit_transaction()
-    assert ranges_by_tp(plan(log, tps, earliest(), latest())) == {(T, 0): (0, 8)}
-    (rng,) = plan(log, tps, earliest(), latest())
-    assert values_of(list(read_range(log, rng))) == ["p0", "p1", "p2", "x0", "x1", "p3", "p4"]
+    assert ranges_by_tp(plan(log.services, tps, earliest(), latest())) == {(T, 0): (0, 8)}
+    (rng,) = plan(log.services, tps, earliest(), latest())
+    assert values_of(list(read_range(log.services, rng))) == ["p0", "p1", "p2", "x0", "x1", "p3", "p4"]
 
 
 def test_plan_start_past_the_visible_end(open_txn) -> None:
@@ -299,19 +300,19 @@ def test_plan_start_past_the_visible_end(open_txn) -> None:
     tps = [(T, 0)]
     start = PositionSpec("offsets", offsets={(T, 0): 5})
     with pytest.raises(OffsetOutOfRangeError) as err:
-        plan(log, tps, start, latest())  # 5 is past the LSO (3)
+        plan(log.services, tps, start, latest())  # 5 is past the LSO (3)
     msg = str(err.value)
     assert "starting offset 5" in msg and f"{T}-0" in msg and "0 to 3" in msg
     assert "failOnDataLoss" in msg
-    assert ranges_by_tp(plan(log, tps, start, latest(), fail_on_data_loss=False)) == \
+    assert ranges_by_tp(plan(log.services, tps, start, latest(), fail_on_data_loss=False)) == \
         {(T, 0): (3, 3)}
     # read_uncommitted may start there: 5 is below the log end
-    assert ranges_by_tp(plan(log, tps, start, latest(), isolation_level=READ_UNCOMMITTED)) == \
+    assert ranges_by_tp(plan(log.services, tps, start, latest(), isolation_level=READ_UNCOMMITTED)) == \
         {(T, 0): (5, 7)}
     far = PositionSpec("offsets", offsets={(T, 0): 1000})
     with pytest.raises(OffsetOutOfRangeError, match="starting offset 1000"):
-        plan(log, tps, far, latest(), isolation_level=READ_UNCOMMITTED)
-    assert ranges_by_tp(plan(log, tps, far, latest(), isolation_level=READ_UNCOMMITTED,
+        plan(log.services, tps, far, latest(), isolation_level=READ_UNCOMMITTED)
+    assert ranges_by_tp(plan(log.services, tps, far, latest(), isolation_level=READ_UNCOMMITTED,
                              fail_on_data_loss=False)) == {(T, 0): (7, 7)}
 
 
@@ -324,32 +325,32 @@ def test_exact_plan_refuses_maps_naming_too_few_or_extra_partitions(two_parts: L
     tps = [(T, 0), (T, 1)]
     too_few = PositionSpec("offsets", offsets={(T, 0): 1})
     with pytest.raises(InvalidConfigError) as err:
-        plan(log, tps, too_few, latest())
+        plan(log.services, tps, too_few, latest())
     msg = str(err.value)
     assert "'startingOffsets'" in msg and "missing from it: t-1" in msg and "not read: none" in msg
 
     extra = PositionSpec("timestamps", timestamps={(T, 0): 1, (T, 1): 1, ("u", 0): 1})
     with pytest.raises(InvalidConfigError) as err:
-        plan(log, tps, earliest(), extra)
+        plan(log.services, tps, earliest(), extra)
     msg = str(err.value)
     assert "'endingOffsetsByTimestamp'" in msg and "not read: u-0" in msg
     assert "missing from it: none" in msg
 
     with pytest.raises(InvalidConfigError, match="'endingOffsets'.*missing from it: t-0"):
-        plan(log, tps, earliest(), PositionSpec("offsets", offsets={(T, 1): 1}))
+        plan(log.services, tps, earliest(), PositionSpec("offsets", offsets={(T, 1): 1}))
     with pytest.raises(InvalidConfigError, match="'startingOffsetsByTimestamp'"):
-        plan(log, tps, PositionSpec("timestamps", timestamps={(T, 1): 1}), latest())
+        plan(log.services, tps, PositionSpec("timestamps", timestamps={(T, 1): 1}), latest())
 
     # A stream (exact=False): unnamed partitions take the default, extra names are ignored.
     start = PositionSpec("offsets", offsets={(T, 0): 1, ("u", 0): 0}, default="earliest")
-    assert ranges_by_tp(plan(log, tps, start, latest(), exact=False)) == \
+    assert ranges_by_tp(plan(log.services, tps, start, latest(), exact=False)) == \
         {(T, 0): (1, 5), (T, 1): (0, 3)}
     start = PositionSpec("offsets", offsets={(T, 0): 1}, default="latest")
-    assert ranges_by_tp(plan(log, tps, start, latest(), exact=False)) == \
+    assert ranges_by_tp(plan(log.services, tps, start, latest(), exact=False)) == \
         {(T, 0): (1, 5), (T, 1): (3, 3)}
     # a map naming exactly the partitions read is accepted
     exact = PositionSpec("offsets", offsets={(T, 0): 4, (T, 1): 2})
-    assert ranges_by_tp(plan(log, tps, exact, latest())) == {(T, 0): (4, 5), (T, 1): (2, 3)}
+    assert ranges_by_tp(plan(log.services, tps, exact, latest())) == {(T, 0): (4, 5), (T, 1): (2, 3)}
 
 
 # --- Subscription --------------------------------------------------------------------------
@@ -359,10 +360,10 @@ def test_subscribe_unknown_topic_names_it(memlog: Log) -> None:
     memlog.create_topic("known", 2)
     sub = Subscription.subscribe(["known", "nope", "gone"])
     with pytest.raises(UnknownTopicError) as err:
-        sub.partitions(memlog)
+        sub.partitions(memlog.services)
     assert "'nope'" in str(err.value) and "'gone'" in str(err.value)
     assert "'known'" not in str(err.value)
-    assert Subscription.subscribe(["known"]).partitions(memlog) == [("known", 0), ("known", 1)]
+    assert Subscription.subscribe(["known"]).partitions(memlog.services) == [("known", 0), ("known", 1)]
     with pytest.raises(InvalidConfigError):
         Subscription.subscribe([])
 
@@ -370,24 +371,24 @@ def test_subscribe_unknown_topic_names_it(memlog: Log) -> None:
 def test_subscribe_pattern_must_match_the_whole_name(memlog: Log) -> None:
     for name, n in (("orders", 2), ("orders-eu", 1), ("xorders", 1), ("order", 1)):
         memlog.create_topic(name, n)
-    assert Subscription.subscribe_pattern("orders").partitions(memlog) == \
+    assert Subscription.subscribe_pattern("orders").partitions(memlog.services) == \
         [("orders", 0), ("orders", 1)]
-    assert Subscription.subscribe_pattern("orders.*").partitions(memlog) == \
+    assert Subscription.subscribe_pattern("orders.*").partitions(memlog.services) == \
         [("orders", 0), ("orders", 1), ("orders-eu", 0)]
-    assert Subscription.subscribe_pattern(".*orders").partitions(memlog) == \
+    assert Subscription.subscribe_pattern(".*orders").partitions(memlog.services) == \
         [("orders", 0), ("orders", 1), ("xorders", 0)]
-    assert Subscription.subscribe_pattern("nothing.*").partitions(memlog) == []
+    assert Subscription.subscribe_pattern("nothing.*").partitions(memlog.services) == []
     with pytest.raises(InvalidConfigError, match=r"subscribePattern '\(orders'"):
         Subscription.subscribe_pattern("(orders")
 
 
 def test_assign_refuses_unknown_partitions_and_topics(memlog: Log) -> None:
     memlog.create_topic(T, 2)
-    assert Subscription.assign([(T, 1)]).partitions(memlog) == [(T, 1)]
+    assert Subscription.assign([(T, 1)]).partitions(memlog.services) == [(T, 1)]
     with pytest.raises(UnknownPartitionError, match="partition 2 does not exist"):
-        Subscription.assign([(T, 0), (T, 2)]).partitions(memlog)
+        Subscription.assign([(T, 0), (T, 2)]).partitions(memlog.services)
     with pytest.raises(UnknownTopicError, match="'other'"):
-        Subscription.assign([("other", 0)]).partitions(memlog)
+        Subscription.assign([("other", 0)]).partitions(memlog.services)
     with pytest.raises(InvalidConfigError, match="non-negative"):
         Subscription.assign([(T, -1)])
 
@@ -397,10 +398,10 @@ def test_subscriptions_drop_duplicates(memlog: Log) -> None:
     memlog.create_topic("b", 1)
     sub = Subscription.subscribe(["b", "a", "b", "a"])
     assert sub.topics == ("b", "a")
-    assert sub.partitions(memlog) == [("a", 0), ("a", 1), ("b", 0)]
+    assert sub.partitions(memlog.services) == [("a", 0), ("a", 1), ("b", 0)]
     sub = Subscription.assign([("b", 0), ("a", 1), ("b", 0), ("a", 1), ("a", 0)])
     assert sub.assignment == (("b", 0), ("a", 1), ("a", 0))
-    assert sub.partitions(memlog) == [("a", 0), ("a", 1), ("b", 0)]
+    assert sub.partitions(memlog.services) == [("a", 0), ("a", 1), ("b", 0)]
 
 
 # --- split() --------------------------------------------------------------------------------
@@ -538,7 +539,7 @@ def test_read_range_reads_exactly_the_planned_records_in_small_chunks(mixed, iso
                                                                       monkeypatch) -> None:
     log, committed, everything, offset_of = mixed
     expected = committed if isolation == READ_COMMITTED else everything
-    (whole,) = plan(log, [(T, 0)], earliest(), latest(), isolation_level=isolation)
+    (whole,) = plan(log.services, [(T, 0)], earliest(), latest(), isolation_level=isolation)
     assert whole.end == log.end_offset(T, 0)  # no transaction is open: the whole log
 
     chunks: list[tuple[int, int]] = []  # (start, end) of every partition read
@@ -549,7 +550,7 @@ def test_read_range_reads_exactly_the_planned_records_in_small_chunks(mixed, iso
         return real_read(self, start, end, *args, **kwargs)
 
     monkeypatch.setattr(PartitionLog, "read", spy)
-    batches = list(read_range(log, whole, isolation, chunk_rows=3))
+    batches = list(read_range(log.services, whole, isolation, chunk_rows=3))
     assert values_of(batches) == expected
     table = pa.Table.from_batches(batches)
     assert table.column("offset").to_pylist() == [offset_of[v] for v in expected]
@@ -569,7 +570,7 @@ def test_read_range_reads_exactly_the_planned_records_in_small_chunks(mixed, iso
     for max_records in (1, 2, 5, 11):
         got: list[str] = []
         for piece in split([whole], max_records=max_records):
-            piece_batches = list(read_range(log, piece, isolation, chunk_rows=3))
+            piece_batches = list(read_range(log.services, piece, isolation, chunk_rows=3))
             piece_table = log.read(T, 0, piece.start, piece.end, isolation)
             assert values_of(piece_batches) == values_of(piece_table)
             offsets = [o for b in piece_batches for o in b.column("offset").to_pylist()]
@@ -580,40 +581,40 @@ def test_read_range_reads_exactly_the_planned_records_in_small_chunks(mixed, iso
 
 def test_read_range_with_headers_and_large_chunks_match_log_read(mixed) -> None:
     log, committed, _, _ = mixed
-    (whole,) = plan(log, [(T, 0)], earliest(), latest())
+    (whole,) = plan(log.services, [(T, 0)], earliest(), latest())
     for chunk_rows in (1, 4, 1 << 16):
-        table = pa.Table.from_batches(list(read_range(log, whole, include_headers=True,
+        table = pa.Table.from_batches(list(read_range(log.services, whole, include_headers=True,
                                                       chunk_rows=chunk_rows)))
         assert table.equals(log.read(T, 0, whole.start, whole.end, include_headers=True))
         assert "headers" in table.column_names and values_of(table) == committed
 
 
 def test_read_range_of_an_empty_range_yields_nothing(two_parts: Log) -> None:
-    (r0, _) = plan(two_parts, [(T, 0), (T, 1)], latest(), latest())
-    assert r0.size == 0 and list(read_range(two_parts, r0, chunk_rows=3)) == []
+    (r0, _) = plan(two_parts.services, [(T, 0), (T, 1)], latest(), latest())
+    assert r0.size == 0 and list(read_range(two_parts.services, r0, chunk_rows=3)) == []
 
 
 def test_read_range_refuses_another_incarnation_of_the_topic(log: Log) -> None:
     log.create_topic(T, 1)
     send_each(plain(log), ["old0", "old1", "old2"])
-    (rng,) = plan(log, [(T, 0)], earliest(), latest())
-    assert values_of(list(read_range(log, rng))) == ["old0", "old1", "old2"]
+    (rng,) = plan(log.services, [(T, 0)], earliest(), latest())
+    assert values_of(list(read_range(log.services, rng))) == ["old0", "old1", "old2"]
 
     other = Log(log.root)  # another process deletes and re-creates the topic
     other.delete_topic(T)
     with pytest.raises(UnknownTopicError, match=f"'{T}'"):
-        list(read_range(Log(log.root), rng))
+        list(read_range(Log(log.root).services, rng))
     other.create_topic(T, 1)
     send_each(plain(other), ["new0", "new1", "new2", "new3"])
     assert other.describe_topic(T).topic_id != rng.topic_id
 
     for reader in (log, Log(log.root)):  # one that saw the old topic, and a fresh one
         with pytest.raises(InconsistentTopicIdError) as err:
-            list(read_range(reader, rng))
+            list(read_range(reader.services, rng))
         assert rng.topic_id in str(err.value)
     # planned again, the new incarnation is read
     (again,) = plan(Log(log.root), [(T, 0)], earliest(), latest())
-    assert values_of(list(read_range(log, again))) == ["new0", "new1", "new2", "new3"]
+    assert values_of(list(read_range(log.services, again))) == ["new0", "new1", "new2", "new3"]
 
 
 # --- readers end expired transactions -------------------------------------------------------
@@ -625,12 +626,12 @@ def test_a_reader_ends_an_expired_transaction_and_only_that(open_txn, monkeypatc
     from txlog.clients.positions import end_expired_transactions
 
     log, tx = open_txn
-    end_expired_transactions(log, [(T, 0)])
-    assert read_limit(log, T, 0, READ_COMMITTED) == 3  # not expired: left alone
+    end_expired_transactions(log.services, [(T, 0)])
+    assert read_limit(log.services, T, 0, READ_COMMITTED) == 3  # not expired: left alone
     later = clock_module.now_ms() + 10 * 60_000 + 1
     monkeypatch.setattr(clock_module, "now_ms", lambda: later)
-    end_expired_transactions(log, [(T, 0)])
-    assert read_limit(log, T, 0, READ_COMMITTED) == log.end_offset(T, 0)
+    end_expired_transactions(log.services, [(T, 0)])
+    assert read_limit(log.services, T, 0, READ_COMMITTED) == log.end_offset(T, 0)
     table = log.read(T, 0)
     assert values_of(table) == ["p0", "p1", "p2", "p3", "p4"]  # the aborted records stay hidden
 
@@ -650,7 +651,7 @@ def test_a_reader_that_may_not_write_only_logs_what_holds_it(open_txn, monkeypat
 
     monkeypatch.setattr(log.storage, "publish_if_absent", read_only)
     with caplog.at_level(logging.WARNING, logger="txlog.clients.positions"):
-        end_expired_transactions(log, [(T, 0)])
-    assert read_limit(log, T, 0, READ_COMMITTED) == 3
+        end_expired_transactions(log.services, [(T, 0)])
+    assert read_limit(log.services, T, 0, READ_COMMITTED) == 3
     assert any("t-0" in r.getMessage() and "may not write" in r.getMessage()
                for r in caplog.records)

@@ -82,7 +82,7 @@ def test_a_merged_log_reads_as_before(tmp_path: Path) -> None:
     assert after[-1] == plain[-1]  # the newest segment is never merged
     assert _view(log) == before
     assert _view(Log(tmp_path)) == before  # a fresh process: state from the newest segment
-    report = verify_partition(log, "t", 0)  # every section checked against a replay
+    report = verify_partition(log.services, "t", 0)  # every section checked against a replay
     assert report.problems == [] and report.segments == len(after)
     # appending and compacting go on from the merged log
     producer = log.producer()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 import crc32c
 
@@ -28,12 +27,10 @@ from ..format.snapshot_frame import is_framed, unframe
 from ..format.segment import (ABORTED_ENTRY, HEADER_SIZE, OFFSET_ENTRY, SEGMENT_MAGIC, TIME_ENTRY,
                               SegmentHead, decode_head)
 from ..partition.state_manager import ANCHOR_BYTES
+from ..root.root import Root
 from ..storage.backends import Storage
 from ..storage.paths import (BATCH_SUFFIX, SEGMENT_SUFFIX, batch_path, named_offsets, partition_dir,
                              listed_segment_names, segments_dir)
-
-if TYPE_CHECKING:
-    from ..api.log import Log
 
 RELISTS = 5  # listings of one partition in one dump before giving up (it keeps changing)
 
@@ -350,7 +347,7 @@ def _list(storage: Storage, directory: str) -> _Listing:
     return _Listing(segments, paths, end, batches)
 
 
-def dump_partition(log: Log, topic: str, partition: int, start: int = 0,
+def dump_partition(root: Root, topic: str, partition: int, start: int = 0,
                    max_batches: int | None = None, with_records: bool = False
                    ) -> Iterator[BatchDump | SegmentDump | StrayDump]:
     """The partition's log from the batch holding ``start``: each segment (with its
@@ -361,9 +358,9 @@ def dump_partition(log: Log, topic: str, partition: int, start: int = 0,
     that vanishes while being read (compaction or retention ran) makes the
     partition be listed again and the dump go on from where it was.
     """
-    log.describe_topic(topic)  # a clear error for an unknown topic
+    root.describe_topic(topic)  # a clear error for an unknown topic
     directory = partition_dir(topic, partition)
-    storage = log.storage
+    storage = root.storage
     position = start
     budget = max_batches
     for _ in range(RELISTS):

@@ -42,8 +42,6 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
 import msgpack
 
 from .. import clock
@@ -55,10 +53,8 @@ from ..storage.paths import (BATCH_SUFFIX, BLOCK_DIR, DATA_DIR, DECISION_DIR, GR
                              batch_path, generations_dir, heartbeats_dir, named_offsets,
                              partition_dir, topic_dir)
 from ..exactly_once.shared_transaction import delete_finished_attempt
+from ..root.root import Root
 from ..transactions.coordinator import COMPLETE, TxnState
-
-if TYPE_CHECKING:  # Log.gc calls collect: gc must not import log at run time
-    from ..api.log import Log
 
 DEFAULT_CHAIN_AGE_S = 3600.0
 DEFAULT_DECISION_AGE_S = 7 * 24 * 3600.0  # Kafka's transactional.id.expiration.ms
@@ -89,7 +85,7 @@ class GcReport:
         return len(self.removed.get(kind, []))
 
 
-def collect(log: Log, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
+def collect(root: Root, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
             decision_age_s: float = DEFAULT_DECISION_AGE_S,
             temp_age_s: float = DEFAULT_TEMP_AGE_S, now_ms: int | None = None,
             data_age_s: float = DEFAULT_DATA_AGE_S,
@@ -101,22 +97,22 @@ def collect(log: Log, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
     """
     now_ms = clock.now_ms() if now_ms is None else now_ms
     report = GcReport()
-    storage = log.storage
+    storage = root.storage
     # Decisions are listed before the chains are read: a decision published after this
     # listing is not deleted by this collection, and one published before it belongs to a
     # transaction whose chain, read below, still names it outside a finished state unless
     # its markers are all written (docs/protocol.md, section 8).
     decision_ids = storage.list(DECISION_DIR)
     needed: set[str] = set()
-    coordinator = log.coordinator
+    coordinator = root.coordinator
     dead_before = now_ms - max(chain_age_s, MIN_DEAD_AGE_S) * 1000
     for tid in storage.list(TXN_DIR):
-        finished = delete_finished_attempt(log, tid)
+        finished = delete_finished_attempt(root, tid)
         if finished:
             for path in finished:
                 report.add("transactional id chains (finished job attempts)", path)
             continue
-        latest = _trim_chain(log, f"{TXN_DIR}/{tid}", "update_ms", chain_age_s, now_ms, report,
+        latest = _trim_chain(root, f"{TXN_DIR}/{tid}", "update_ms", chain_age_s, now_ms, report,
                              "transaction metadata versions")
         if latest is None:
             continue
@@ -130,12 +126,12 @@ def collect(log: Log, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
                 coordinator.expire_idle(tid, txn_id_expiration_ms):
             report.add("transactional ids expired (Dead)", f"{TXN_DIR}/{tid}")
     for group in storage.list(GROUP_DIR):
-        _trim_chain(log, f"{GROUP_DIR}/{group}", "time_ms", chain_age_s, now_ms, report,
+        _trim_chain(root, f"{GROUP_DIR}/{group}", "time_ms", chain_age_s, now_ms, report,
                     "group offset versions")
     for group in storage.list(MEMBERS_DIR):
-        _trim_chain(log, generations_dir(group), "time_ms", chain_age_s, now_ms, report,
+        _trim_chain(root, generations_dir(group), "time_ms", chain_age_s, now_ms, report,
                     "group generation versions")
-        _remove_stray_heartbeats(log, group, now_ms - chain_age_s * 1000, report)
+        _remove_stray_heartbeats(root, group, now_ms - chain_age_s * 1000, report)
     decided = set()
     for decision_id in decision_ids:
         path = f"{DECISION_DIR}/{decision_id}"
@@ -153,44 +149,44 @@ def collect(log: Log, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
             report.add("decisions", path)
     for decision_id in storage.list(LEASE_DIR):
         if decision_id in decided or (decision_id not in needed and _chain_older_than(
-                log, f"{LEASE_DIR}/{decision_id}", "time_ms", now_ms - decision_age_s * 1000)):
-            for path in _versions(log, f"{LEASE_DIR}/{decision_id}"):
+                root, f"{LEASE_DIR}/{decision_id}", "time_ms", now_ms - decision_age_s * 1000)):
+            for path in _versions(root, f"{LEASE_DIR}/{decision_id}"):
                 storage.delete(path)
                 report.add("lease versions", path)
             storage.delete(f"{LEASE_DIR}/{decision_id}")
         else:
-            _trim_chain(log, f"{LEASE_DIR}/{decision_id}", "time_ms", chain_age_s, now_ms,
+            _trim_chain(root, f"{LEASE_DIR}/{decision_id}", "time_ms", chain_age_s, now_ms,
                         report, "lease versions")
     blocks = sorted(n for n in storage.list(BLOCK_DIR) if n.isdigit())
     for name in blocks[:-1]:
         storage.delete(f"{BLOCK_DIR}/{name}")
         report.add("producer-id blocks", f"{BLOCK_DIR}/{name}")
-    for topic in log.topics():
-        for p in range(log.describe_topic(topic, refresh=True).partitions):
-            for path in log.partition(topic, p).remove_leftovers():
+    for topic in root.topics():
+        for p in range(root.describe_topic(topic, refresh=True).partitions):
+            for path in root.partition(topic, p).remove_leftovers():
                 report.add("batch and snapshot objects segments hold", path)
     for path in storage.remove_temp_files(temp_age_s):
         report.add("temp files", path)
-    for path in unreferenced_data_objects(log, data_age_s):
+    for path in unreferenced_data_objects(root, data_age_s):
         storage.delete(path)
         report.add("unreferenced data objects", path)
     return report
 
 
-def _remove_stray_heartbeats(log: Log, group: str, cutoff_ms: float, report: GcReport) -> None:
+def _remove_stray_heartbeats(root: Root, group: str, cutoff_ms: float, report: GcReport) -> None:
     from ..transactions.group_members import GroupMembership, HEARTBEAT_SEPARATOR
 
-    members = {m.member_id for m in GroupMembership(log.storage, group).latest().members}
+    members = {m.member_id for m in GroupMembership(root.storage, group).latest().members}
     directory = heartbeats_dir(group)
-    for name in log.storage.list(directory):
+    for name in root.storage.list(directory):
         parts = name.split(HEARTBEAT_SEPARATOR)
         if len(parts) == 3 and parts[0] not in members and parts[2].isdigit() and \
                 int(parts[2]) < cutoff_ms:
-            log.storage.delete(f"{directory}/{name}")
+            root.storage.delete(f"{directory}/{name}")
             report.add("stray heartbeats", f"{directory}/{name}")
 
 
-def unreferenced_data_objects(log: Log, age_s: float) -> list[str]:
+def unreferenced_data_objects(root: Root, age_s: float) -> list[str]:
     """Data objects older than ``age_s`` (at the start of this call, by the store's
     clock) that no claim in the log points into.
 
@@ -200,7 +196,7 @@ def unreferenced_data_objects(log: Log, age_s: float) -> list[str]:
     (docs/protocol.md, section 8).  A claim that cannot be decoded stops the
     collection (what it points to is unknown).
     """
-    storage = log.storage
+    storage = root.storage
     started = time.time()
     old = {f"{DATA_DIR}/{name}" for name, created in storage.list_times(DATA_DIR)
            if created < started - age_s}
@@ -229,27 +225,27 @@ def unreferenced_data_objects(log: Log, age_s: float) -> list[str]:
     return sorted(old - referenced)
 
 
-def _versions(log: Log, directory: str) -> list[str]:
-    names = sorted(n for n in log.storage.list(directory)
+def _versions(root: Root, directory: str) -> list[str]:
+    names = sorted(n for n in root.storage.list(directory)
                    if n.isdigit() and len(n) == VERSION_DIGITS)
     return [f"{directory}/{n}" for n in names]
 
 
-def _time_of(log: Log, path: str, key: str) -> int | None:
+def _time_of(root: Root, path: str, key: str) -> int | None:
     try:
-        value = msgpack.unpackb(log.storage.read(path), strict_map_key=False)
+        value = msgpack.unpackb(root.storage.read(path), strict_map_key=False)
     except FileNotFoundError:
         return None
     return value.get(key) if isinstance(value, dict) else None
 
 
-def _chain_older_than(log: Log, directory: str, key: str, cutoff_ms: float) -> bool:
-    paths = _versions(log, directory)
-    newest = _time_of(log, paths[-1], key) if paths else None
+def _chain_older_than(root: Root, directory: str, key: str, cutoff_ms: float) -> bool:
+    paths = _versions(root, directory)
+    newest = _time_of(root, paths[-1], key) if paths else None
     return newest is not None and newest < cutoff_ms
 
 
-def _trim_chain(log: Log, directory: str, key: str, age_s: float, now_ms: int,
+def _trim_chain(root: Root, directory: str, key: str, age_s: float, now_ms: int,
                 report: GcReport, kind: str) -> dict | None:
     """Delete the versions of a chain superseded more than ``age_s`` ago (oldest first);
     returns the newest version's value.
@@ -259,11 +255,11 @@ def _trim_chain(log: Log, directory: str, key: str, age_s: float, now_ms: int,
     never pulls a predecessor from under a writer that is not stalled for
     that long, and the newest version, having no successor, always stays.
     """
-    paths = _versions(log, directory)
+    paths = _versions(root, directory)
     if not paths:
         return None
     try:
-        latest = msgpack.unpackb(log.storage.read(paths[-1]), strict_map_key=False)
+        latest = msgpack.unpackb(root.storage.read(paths[-1]), strict_map_key=False)
     except FileNotFoundError:
         return None
     cutoff = now_ms - age_s * 1000
@@ -271,12 +267,12 @@ def _trim_chain(log: Log, directory: str, key: str, age_s: float, now_ms: int,
     lo, hi = 0, len(paths)
     while lo < hi:
         mid = (lo + hi) // 2
-        written = _time_of(log, paths[mid], key)
+        written = _time_of(root, paths[mid], key)
         if written is not None and written >= cutoff:
             hi = mid
         else:
             lo = mid + 1
     for path in paths[:max(min(lo - 1, len(paths) - 1), 0)]:
-        log.storage.delete(path)
+        root.storage.delete(path)
         report.add(kind, path)
     return latest

@@ -17,16 +17,14 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
 
 from .. import clock
 from ..errors import TxlogError
 from ..partition.compaction import DEFAULT_BUFFER_BYTES
+from ..root.root import Root
+from . import upkeep
 from .gc import (DEFAULT_CHAIN_AGE_S, DEFAULT_DATA_AGE_S, DEFAULT_DECISION_AGE_S,
-                 DEFAULT_TEMP_AGE_S, DEFAULT_TXN_ID_EXPIRATION_MS)
-
-if TYPE_CHECKING:  # the maintainer is handed a Log: it must not import log at run time
-    from ..api.log import Log
+                 DEFAULT_TEMP_AGE_S, DEFAULT_TXN_ID_EXPIRATION_MS, collect)
 
 DEFAULT_COMPACT_INTERVAL_S = 60.0
 DEFAULT_RETENTION_INTERVAL_S = 300.0  # Kafka's log.retention.check.interval.ms
@@ -81,7 +79,7 @@ class PassReport:
 
 
 class Maintainer:
-    """Runs compaction, retention and gc on ``log`` on their intervals, jittered.
+    """Runs compaction, retention and gc on ``root`` on their intervals, jittered.
 
     ``progress(step, done, total)`` is told how far a step has got through
     its partitions (for a terminal).  A step that fails on one partition is
@@ -89,12 +87,12 @@ class Maintainer:
     long-lived, and one damaged partition must not stop the rest.
     """
 
-    def __init__(self, log: Log, settings: MaintenanceSettings,
+    def __init__(self, root: Root, settings: MaintenanceSettings,
                  rng: random.Random | None = None,
                  progress: Callable[[str, int, int], None] | None = None) -> None:
         if not 0 <= settings.jitter < 1:
             raise ValueError(f"jitter must be at least 0 and below 1, not {settings.jitter}")
-        self.log = log
+        self.root = root
         self.settings = settings
         self._rng = rng or random.Random()
         self._progress = progress or (lambda step, done, total: None)
@@ -124,7 +122,7 @@ class Maintainer:
             self._next_due[step] = time.monotonic() + self._jittered(self.settings.interval(step))
         for topic, p in partitions:
             try:
-                segments, _, batches, _ = self.log.partition(topic, p).stored()
+                segments, _, batches, _ = self.root.partition(topic, p).stored()
                 report.objects[f"{topic}-{p}"] = segments + batches
             except (TxlogError, OSError):
                 continue  # deleted meanwhile: nothing to count
@@ -143,13 +141,13 @@ class Maintainer:
     def _partitions(self, report: PassReport) -> list[tuple[str, int]]:
         out = []
         try:
-            topics = list(self.settings.topics) if self.settings.topics else self.log.topics()
+            topics = list(self.settings.topics) if self.settings.topics else self.root.topics()
         except (TxlogError, OSError) as exc:
             report.errors.append(f"listing topics: {exc}")
             return []
         for topic in topics:
             try:
-                count = self.log.describe_topic(topic, refresh=True).partitions
+                count = self.root.describe_topic(topic, refresh=True).partitions
             except (TxlogError, OSError) as exc:
                 report.errors.append(f"topic {topic}: {exc}")
                 continue
@@ -169,18 +167,18 @@ class Maintainer:
         s = self.settings
 
         def work(topic: str, p: int) -> None:
-            for made in self.log.compact(topic, [p], s.min_batches, s.lag,
-                                         s.compaction_buffer_bytes, merge=False)[p]:
+            for made in upkeep.compact(self.root, topic, [p], s.min_batches, s.lag,
+                                       s.compaction_buffer_bytes, merge=False)[p]:
                 report.segments_made += 1
                 report.batches_merged += made.batches
                 report.bytes_compacted += made.bytes
             report.segments_merged += len(
-                self.log.merge_segments(topic, [p], s.compaction_buffer_bytes)[p])
+                upkeep.merge_segments(self.root, topic, [p], s.compaction_buffer_bytes)[p])
         self._each("compact", partitions, report, work)
 
     def _retention(self, partitions: list[tuple[str, int]], report: PassReport) -> None:
         def work(topic: str, p: int) -> None:
-            done = self.log.apply_retention(topic, [p])[p]
+            done = upkeep.apply_retention(self.root, topic, [p])[p]
             report.segments_deleted += done.segments_deleted
             report.bytes_deleted += done.bytes_deleted
         self._each("retention", partitions, report, work)
@@ -188,9 +186,9 @@ class Maintainer:
     def _gc(self, partitions: list[tuple[str, int]], report: PassReport) -> None:
         s = self.settings
         try:
-            removed = self.log.gc(chain_age_s=s.chain_age_s, decision_age_s=s.decision_age_s,
-                                  temp_age_s=s.temp_age_s, data_age_s=s.data_age_s,
-                                  txn_id_expiration_ms=s.txn_id_expiration_ms)
+            removed = collect(self.root, chain_age_s=s.chain_age_s,
+                              decision_age_s=s.decision_age_s, temp_age_s=s.temp_age_s,
+                              data_age_s=s.data_age_s, txn_id_expiration_ms=s.txn_id_expiration_ms)
             report.gc_removed = sum(len(paths) for paths in removed.removed.values())
         except (TxlogError, OSError) as exc:
             report.errors.append(f"gc: {exc}")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,9 +32,7 @@ from .dump import BatchDump, SegmentDump, StrayDump, dump_partition
 from ..errors import TxlogError
 from ..partition.producer_state import PRODUCER_ID_EXPIRATION, ProducerState
 from ..partition.state_manager import SNAPSHOT_FORMATS_READ
-
-if TYPE_CHECKING:
-    from ..api.log import Log
+from ..root.root import Root
 
 SHOWN_MISMATCHES = 3  # index entries named per segment; the rest are counted
 
@@ -54,8 +51,8 @@ class PartitionReport:
 class _Replay:
     """The producer state replayed so far and the checks each batch is held to."""
 
-    def __init__(self, log: Log, report: PartitionReport) -> None:
-        self.log = log
+    def __init__(self, root: Root, report: PartitionReport) -> None:
+        self.root = root
         self.report = report
         self.state: ProducerState | None = None  # None before the first object
         self.known = True  # False while the state before the log start is unknown
@@ -64,7 +61,7 @@ class _Replay:
         """Begin the replay at the log start: the first segment's base, else offset 0 (a
         partition without segments never lost its start, so its first batch must be 0)."""
         if self.state is None:
-            self.state = ProducerState(offset, self.log.describe_topic(
+            self.state = ProducerState(offset, self.root.describe_topic(
                 self.report.topic).setting(PRODUCER_ID_EXPIRATION))
             self.known = offset == 0
 
@@ -86,7 +83,7 @@ class _Replay:
             return False
         if d.control is not None:
             if d.control.type == COMMIT:
-                decision = self.log.coordinator.decision(h.decision_id)
+                decision = self.root.coordinator.decision(h.decision_id)
                 if decision is None or not decision.commits(h.producer_id, h.producer_epoch - 1):
                     report.problems.append(
                         f"{d.where}: COMMIT marker of producer {h.producer_id} but decision "
@@ -117,7 +114,7 @@ class _Replay:
         head = s.head
         if head is None:
             return False
-        if head.topic_id != self.log.describe_topic(report.topic).topic_id:
+        if head.topic_id != self.root.describe_topic(report.topic).topic_id:
             report.problems.append(f"{s.path}: belongs to topic id {head.topic_id}, not this "
                                    "topic's")
         self.start_at(head.base_offset)
@@ -250,11 +247,11 @@ def _check_time_index(s: SegmentDump, problems: list[str]) -> None:
                                if len(wrong) > 1 else ""))
 
 
-def verify_partition(log: Log, topic: str, partition: int) -> PartitionReport:
+def verify_partition(root: Root, topic: str, partition: int) -> PartitionReport:
     report = PartitionReport(topic, partition)
-    replay = _Replay(log, report)
+    replay = _Replay(root, report)
     placed = True
-    for item in dump_partition(log, topic, partition, with_records=True):
+    for item in dump_partition(root, topic, partition, with_records=True):
         if isinstance(item, StrayDump):
             report.strays += 1
         elif not placed:
@@ -266,15 +263,15 @@ def verify_partition(log: Log, topic: str, partition: int) -> PartitionReport:
     return report
 
 
-def verify(log: Log, topics: list[str] | None = None,
+def verify(root: Root, topics: list[str] | None = None,
            progress: Callable[[int, int], None] | None = None) -> list[PartitionReport]:
     """Reports for every partition of ``topics`` (default: every topic); ``progress`` is
     told (partitions done, partitions in all) as it goes."""
-    partitions = [(topic, p) for topic in topics or log.topics()
-                  for p in range(log.describe_topic(topic, refresh=True).partitions)]
+    partitions = [(topic, p) for topic in topics or root.topics()
+                  for p in range(root.describe_topic(topic, refresh=True).partitions)]
     reports = []
     for tp in partitions:
-        reports.append(verify_partition(log, *tp))
+        reports.append(verify_partition(root, *tp))
         if progress is not None:
             progress(len(reports), len(partitions))
     return reports

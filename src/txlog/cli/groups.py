@@ -116,7 +116,7 @@ def _describe(log: Log, args: argparse.Namespace) -> None:
     for topic, partition in sorted(set(committed) | set(owners)):
         offset = committed.get((topic, partition), "-")
         try:
-            b = bounds(log, topic, partition)
+            b = bounds(log.services, topic, partition)
         except (UnknownTopicError, UnknownPartitionError):  # e.g. a stream sink's batch key
             row: tuple = (topic, partition, offset, "-", "-", "-")
         else:
@@ -203,7 +203,7 @@ def _reset_offsets(log: Log, args: argparse.Namespace) -> None:
     else:
         scope = list(dict.fromkeys(tp for topic, parts in args.topic
                                    for tp in scoped_partitions(log, topic, parts)))
-    found = {tp: bounds(log, *tp) for tp in scope}
+    found = {tp: bounds(log.services, *tp) for tp in scope}
     targets = {tp: _target(log, args, b) for tp, b in found.items()}
 
     def plan(current: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:

@@ -79,7 +79,7 @@ def run_dump(args: argparse.Namespace) -> None:
         raise CommandError("give TOPIC and PARTITION (or --object PATH)")
     else:
         log.partition(args.topic, args.partition)  # a clear error for an unknown partition
-        dumps = dump_partition(log, args.topic, args.partition, args.start, args.max_batches,
+        dumps = dump_partition(log.services, args.topic, args.partition, args.start, args.max_batches,
                                args.records)
     damaged = {"segment": 0, "batch": 0}
     done = 0
@@ -139,7 +139,7 @@ def run_verify(args: argparse.Namespace) -> None:
 
     log = open_log(args.root)
     with Progress("verified", "partitions") as progress:
-        reports = verify(log, args.topic, progress.update)
+        reports = verify(log.services, args.topic, progress.update)
     if args.json:
         for r in reports:
             print(json.dumps({"topic": r.topic, "partition": r.partition,

@@ -125,7 +125,7 @@ def run_maintain(args: argparse.Namespace) -> None:
             progress.verb = f"pass {maintainer.passes}: {step}"
             progress.update(done, total)
 
-        maintainer = Maintainer(log, settings, progress=show)
+        maintainer = Maintainer(log.services, settings, progress=show)
 
         def on_pass(report: PassReport) -> None:
             nonlocal failed

@@ -146,7 +146,7 @@ def _offset_rows(log: Log, topic: str, partitions: list[int], sizes: bool = Fals
     (see ``_stored``)."""
     rows: list[tuple[Any, ...]] = []
     for p in partitions:
-        b = bounds(log, topic, p)
+        b = bounds(log.services, topic, p)
         if not sizes:
             rows.append((p, b.end, b.stable))
             continue
@@ -174,7 +174,7 @@ def run_offsets(args: argparse.Namespace) -> None:
         if args.time == "earliest":
             rows.append((p, log.partition(topic, p).log_start(), "-"))
         elif args.time == "latest":
-            rows.append((p, read_limit(log, topic, p, args.isolation_level), "-"))
+            rows.append((p, read_limit(log.services, topic, p, args.isolation_level), "-"))
         else:
             hit = log.offsets_for_times(topic, p, args.time, args.isolation_level)
             rows.append((p, *(hit if hit is not None else ("-", "-"))))

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import IllegalStateError, InvalidConfigError, OffsetOutOfRangeError
 from ..partition.isolation import READ_COMMITTED, check_isolation_level
-from .positions import read_limit
+from ..transactions.groups import commit_offsets, committed_offsets
+from .positions import offset_for_timestamp, read_limit
 
 if TYPE_CHECKING:
     from ..api.log import Log
@@ -52,7 +53,7 @@ class Consumer:
         if not isinstance(max_poll_records, int) or max_poll_records < 1:
             raise InvalidConfigError(
                 f"max_poll_records must be a positive int, not {max_poll_records!r}")
-        self.log = log
+        self._root = log.services
         self.isolation_level = isolation_level
         self.group_id = group_id
         self.auto_offset_reset = auto_offset_reset
@@ -70,7 +71,7 @@ class Consumer:
         checked = []
         for tp in partitions:
             topic, partition = tp
-            self.log.partition(topic, partition)  # raises for unknown topics and partitions
+            self._root.partition(topic, partition)  # raises for unknown topics and partitions
             checked.append((topic, partition))
         self._assignment = checked
         self._positions = {tp: o for tp, o in self._positions.items() if tp in checked}
@@ -117,7 +118,7 @@ class Consumer:
 
     def _initial_position(self, tp: TopicPartition) -> int:
         if self.group_id is not None:
-            committed = self.log.committed(self.group_id, [tp])
+            committed = committed_offsets(self._root.storage, self.group_id, [tp])
             if tp in committed:
                 return committed[tp]
         return self._reset_position(tp, IllegalStateError(
@@ -136,27 +137,28 @@ class Consumer:
     def end_offsets(self, partitions: list[TopicPartition] | None = None
                     ) -> dict[TopicPartition, int]:
         """The LSO under read_committed, the log end offset otherwise (as Kafka)."""
-        return {(topic, partition): read_limit(self.log, topic, partition, self.isolation_level)
+        return {(topic, partition): read_limit(self._root, topic, partition, self.isolation_level)
                 for topic, partition in partitions or self._assignment}
 
     def beginning_offsets(self, partitions: list[TopicPartition] | None = None
                           ) -> dict[TopicPartition, int]:
         """The log start offsets: 0 until retention deletes a partition's oldest segments."""
-        return {(t, p): self.log.partition(t, p).log_start()
+        return {(t, p): self._root.partition(t, p).log_start()
                 for t, p in partitions or self._assignment}
 
     def offsets_for_times(self, timestamps: dict[TopicPartition, int]
                           ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         result: dict[TopicPartition, OffsetAndTimestamp | None] = {}
         for (topic, partition), ts in timestamps.items():
-            found = self.log.offsets_for_times(topic, partition, ts, self.isolation_level)
+            found = offset_for_timestamp(self._root, topic, partition, ts, self.isolation_level)
             result[(topic, partition)] = None if found is None else OffsetAndTimestamp(*found)
         return result
 
     def committed(self, topic: str, partition: int) -> int | None:
         if self.group_id is None:
             raise IllegalStateError("committed() needs a group_id")
-        return self.log.committed(self.group_id, [(topic, partition)]).get((topic, partition))
+        return committed_offsets(self._root.storage, self.group_id, [(topic, partition)]).get(
+            (topic, partition))
 
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         """Commit positions (or ``offsets``) for the group, outside any transaction."""
@@ -164,7 +166,7 @@ class Consumer:
             raise IllegalStateError("commit() needs a group_id")
         if offsets is None:
             offsets = {tp: self.position(*tp) for tp in self._assignment}
-        self.log.commit_offsets(self.group_id, offsets)
+        commit_offsets(self._root.storage, self.group_id, offsets)
 
     # --- polling -------------------------------------------------------------------------
 
@@ -207,11 +209,11 @@ class Consumer:
     def _fetch_partition(self, tp: TopicPartition, budget: int) -> list[Piece]:
         topic, partition = tp
         if self.abort_expired_transactions:
-            self.log.coordinator.abort_expired_in(topic, partition)
+            self._root.coordinator.abort_expired_in(topic, partition)
         while True:
             start = self.position(topic, partition)
             try:
-                pieces, next_position = self.log.partition(topic, partition).read(
+                pieces, next_position = self._root.partition(topic, partition).read(
                     start, start + budget, self.isolation_level)
             except OffsetOutOfRangeError as exc:
                 # Kafka's consumer: a position retention deleted (or past the end)

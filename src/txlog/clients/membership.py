@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import clock
 from ..errors import CommitFailedError, IllegalStateError, InvalidConfigError, UnknownTopicError
+from ..root.root import Root
 from ..storage.names import validate_name
 from ..transactions.group_members import (GroupGeneration, GroupMembership, Heartbeat,
                                           MemberInfo, is_expired, take_over)
@@ -74,7 +75,7 @@ def _positive_ms(name: str, value: Any) -> int:
     return value
 
 
-def check_generation(log: Log, group_id: str, member_id: str | None, generation: int) -> None:
+def check_generation(root: Root, group_id: str, member_id: str | None, generation: int) -> None:
     """The send-time check of a commit (one probe of the generation chain): refuse
     (CommitFailedError) a member that is no longer in the group, or a generation the
     group never reached.
@@ -85,7 +86,7 @@ def check_generation(log: Log, group_id: str, member_id: str | None, generation:
     the current generation while a rebalance is only being prepared, so that
     ``on_partitions_revoked`` can commit what it hands over.
     """
-    state = GroupMembership(log.storage, group_id).latest()
+    state = GroupMembership(root.storage, group_id).latest()
     if member_id and state.member(member_id) is None:
         raise CommitFailedError(
             f"commit for group {group_id!r} refused: member {member_id!r} of generation "
@@ -98,10 +99,11 @@ def check_generation(log: Log, group_id: str, member_id: str | None, generation:
             f"this group's (it is at generation {state.generation})")
 
 
-class GroupMember:
-    """One consumer's membership of ``group_id``, subscribed to ``topics``."""
+class RootMember:
+    """One consumer's membership of ``group_id``, subscribed to ``topics``, over a Root: the
+    member a layer that holds the root and no Log joins with (txlog.kafka's consumer)."""
 
-    def __init__(self, log: Log, group_id: str, topics: Sequence[str], *,
+    def __init__(self, root: Root, group_id: str, topics: Sequence[str], *,
                  assignors: Sequence[str] = ("range", "cooperative-sticky"),
                  session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 3000,
                  max_poll_interval_ms: int = 300000, group_instance_id: str | None = None,
@@ -123,7 +125,7 @@ class GroupMember:
             raise InvalidConfigError(
                 f"heartbeat_interval_ms ({heartbeat_interval_ms}) must be lower than "
                 f"session_timeout_ms ({session_timeout_ms})")
-        self.log = log
+        self._root = root
         self.group_id = group_id
         self.topics = tuple(dict.fromkeys(topics))
         self.assignors = check_assignors(assignors)
@@ -132,7 +134,7 @@ class GroupMember:
         self.listener = listener
         self.member_id = ""  # Kafka's UNKNOWN_MEMBER_ID until the first join
         self.generation = -1
-        self._membership = GroupMembership(log.storage, group_id)
+        self._membership = GroupMembership(self._root.storage, group_id)
         self._state: GroupGeneration | None = None
         self._owned: set[TopicPartition] = set()  # handed to the application
         self._target: set[TopicPartition] = set()  # assigned in self.generation
@@ -207,8 +209,8 @@ class GroupMember:
                 raise CommitFailedError(
                     f"commit for group {self.group_id!r} refused: this consumer is not a member "
                     "of the group (poll() first, or rejoin after it was removed)")
-            check_generation(self.log, self.group_id, self.member_id, self.generation)
-            commit_offsets(self.log.storage, self.group_id,
+            check_generation(self._root, self.group_id, self.member_id, self.generation)
+            commit_offsets(self._root.storage, self.group_id,
                            {(t, p): o for (t, p), o in offsets.items()},
                            generation=self.generation)
 
@@ -229,7 +231,7 @@ class GroupMember:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
 
-    def __enter__(self) -> GroupMember:
+    def __enter__(self) -> RootMember:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -241,7 +243,7 @@ class GroupMember:
         counts = {}
         for topic in sorted(topics):
             try:
-                counts[topic] = self.log.describe_topic(topic, refresh=True).partitions
+                counts[topic] = self._root.describe_topic(topic, refresh=True).partitions
             except UnknownTopicError:
                 counts[topic] = 0  # nothing to assign until it exists
         return counts
@@ -356,7 +358,7 @@ class GroupMember:
             return
         moved = [tp for tp in free if tp not in self._kept]
         if moved:
-            take_over(self.log.storage, self.log.coordinator, self.group_id, state.generation,
+            take_over(self._root.storage, self._root.coordinator, self.group_id, state.generation,
                       moved)
         self._kept.difference_update(free)
         self._owned.update(free)
@@ -453,3 +455,19 @@ class GroupMember:
             self._leave("exceeded max.poll.interval.ms")
             self._left = True
             self._next_check = 0.0  # poll() finds itself gone, revokes (lost) and rejoins
+
+
+class GroupMember(RootMember):
+    """One consumer's membership of ``group_id``, subscribed to ``topics``, in the user's Log."""
+
+    def __init__(self, log: Log, group_id: str, topics: Sequence[str], *,
+                 assignors: Sequence[str] = ("range", "cooperative-sticky"),
+                 session_timeout_ms: int = 45000, heartbeat_interval_ms: int = 3000,
+                 max_poll_interval_ms: int = 300000, group_instance_id: str | None = None,
+                 client_id: str = "txlog", listener: RebalanceListener | None = None) -> None:
+        super().__init__(log.services, group_id, topics, assignors=assignors,
+                         session_timeout_ms=session_timeout_ms,
+                         heartbeat_interval_ms=heartbeat_interval_ms,
+                         max_poll_interval_ms=max_poll_interval_ms,
+                         group_instance_id=group_instance_id, client_id=client_id,
+                         listener=listener)

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..partition.isolation import READ_COMMITTED, READ_UNCOMMITTED, visible_end
+from ..root.root import Root
 
 if TYPE_CHECKING:
-    from ..api.log import Log
     from ..partition.partition_log import PartitionLog
     from ..partition.producer_state import ProducerState
     from ..partition.reader import Piece
@@ -40,8 +40,8 @@ class PartitionBounds:
         return visible_end(isolation_level, self.end, lambda: self.stable)
 
 
-def bounds(log: Log, topic: str, partition: int) -> PartitionBounds:
-    part = log.partition(topic, partition)
+def bounds(root: Root, topic: str, partition: int) -> PartitionBounds:
+    part = root.partition(topic, partition)
     state = part.state()
     log_start = part.log_start()
     # A transaction left open below a log start delete-records moved holds nothing a
@@ -50,7 +50,7 @@ def bounds(log: Log, topic: str, partition: int) -> PartitionBounds:
                            max(part.last_stable_offset(state), log_start), state.end_offset)
 
 
-def end_expired_transactions(log: Log, partitions: list[tuple[str, int]]) -> None:
+def end_expired_transactions(root: Root, partitions: list[tuple[str, int]]) -> None:
     """End the expired transactions that hold back these partitions' LSO.
 
     A transaction whose producer died holds every read_committed reader
@@ -62,12 +62,12 @@ def end_expired_transactions(log: Log, partitions: list[tuple[str, int]]) -> Non
     to the log only logs what holds it.
     """
     for topic, partition in partitions:
-        part = log.partition(topic, partition)
+        part = root.partition(topic, partition)
         state = part.state()
         if part.last_stable_offset(state) >= state.end_offset:
             continue  # nothing undecided holds it: the common case costs no request
         try:
-            log.coordinator.abort_expired_in(topic, partition)
+            root.coordinator.abort_expired_in(topic, partition)
         except PermissionError as exc:
             logger.warning("%s-%d: its last stable offset is held by an open transaction, and "
                            "this reader may not write to the log to end it if it has expired "
@@ -78,13 +78,13 @@ def _partition_limit(part: PartitionLog, state: ProducerState, isolation_level: 
     return visible_end(isolation_level, state.end_offset, lambda: part.last_stable_offset(state))
 
 
-def read_limit(log: Log, topic: str, partition: int, isolation_level: str) -> int:
+def read_limit(root: Root, topic: str, partition: int, isolation_level: str) -> int:
     """The offset a reader at ``isolation_level`` reads up to (exclusive) right now."""
-    part = log.partition(topic, partition)
+    part = root.partition(topic, partition)
     return _partition_limit(part, part.state(), isolation_level)
 
 
-def offset_for_timestamp(log: Log, topic: str, partition: int, timestamp_ms: int,
+def offset_for_timestamp(root: Root, topic: str, partition: int, timestamp_ms: int,
                          isolation_level: str = READ_COMMITTED) -> tuple[int, int] | None:
     """Earliest (offset, timestamp) whose timestamp is >= ``timestamp_ms``, or None.
 
@@ -93,7 +93,7 @@ def offset_for_timestamp(log: Log, topic: str, partition: int, timestamp_ms: int
     indexes, then the headers of the batch objects after them; only that
     batch is decoded and searched, as written (aborted records included).
     """
-    part = log.partition(topic, partition)
+    part = root.partition(topic, partition)
     state = part.state()
     limit = _partition_limit(part, state, isolation_level)
     base = part.first_batch_reaching(timestamp_ms, limit)

@@ -50,11 +50,12 @@ from ..transactions.coordinator import (COMPLETE, PREPARED, Decision, Transactio
 from ..errors import CommittedButIncompleteError, InvalidConfigError, TransactionAbortedError
 from ..storage.names import validate_name
 from ..storage.paths import TXN_DIR, job_dir
+from ..clients.producer import Producer
+from ..root.root import Root
 
 if TYPE_CHECKING:
     from ..api.log import Log
     from ..root.topics import TopicDescription
-    from ..clients.producer import Producer
 
 logger = logging.getLogger(__name__)
 
@@ -96,11 +97,12 @@ class SharedTransaction:
         check_prefix(prefix)
         job = cls(prefix, f"{prefix}.{uuid.uuid4().hex}", timeout_ms)
         job.end_leftovers(log)
-        return replace(job, lease_ms=log.coordinator.renew_lease(job.decision_id))
+        return replace(job, lease_ms=log.services.coordinator.renew_lease(job.decision_id))
 
     def describing(self, log: Log, topics: Iterable[str]) -> SharedTransaction:
         """This job, carrying the current descriptions of ``topics`` to its tasks."""
-        return replace(self, topics=tuple(log.describe_topic(t, refresh=True) for t in topics))
+        return replace(self, topics=tuple(log.services.describe_topic(t, refresh=True)
+                                              for t in topics))
 
     def transactional_id(self, key: str) -> str:
         return f"{self.prefix}-{key}"
@@ -109,15 +111,15 @@ class SharedTransaction:
         """Record a participant in the job index, before it can open a transaction: whoever
         ends the job or its prefix then finds every participant that may hold an LSO."""
         path = f"{job_dir(self.prefix, self.decision_id)}/{transactional_id}"
-        log.storage.publish_if_absent(path, msgpack.packb({"time_ms": clock.now_ms()}))
+        log.services.storage.publish_if_absent(path, msgpack.packb({"time_ms": clock.now_ms()}))
 
     def join(self, log: Log, key: str, **producer_config: object) -> Producer:
         """A transactional producer for participant ``key``, inside this job's transaction."""
         self.enlist(log, self.transactional_id(key))
         for desc in self.topics:
-            log.adopt_description(desc)
-        producer = log.producer(transactional_id=self.transactional_id(key),
-                                transaction_timeout_ms=self.timeout_ms, **producer_config)
+            log.services.adopt_description(desc)
+        producer = Producer(log, transactional_id=self.transactional_id(key),
+                            transaction_timeout_ms=self.timeout_ms, **producer_config)
         producer.init_transactions()
         producer.begin_transaction(self.decision_id)
         return producer
@@ -125,6 +127,7 @@ class SharedTransaction:
     @contextmanager
     def keep_alive(self, log: Log) -> Iterator[None]:
         """Renew the job's lease while the body runs (a participant at work)."""
+        coordinator = log.services.coordinator
         stop = threading.Event()
         interval = max(self.timeout_ms / 4000, 0.05)
         # A lease renewed less than one interval ago (by the driver's start, or another
@@ -134,7 +137,7 @@ class SharedTransaction:
         # task starting within an interval of it needs no read to know it.
         renewed_ms = self.lease_ms
         if renewed_ms < 0 or not 0 <= clock.now_ms() - renewed_ms < interval * 1000:
-            renewed_ms = log.coordinator.renew_lease(
+            renewed_ms = coordinator.renew_lease(
                 self.decision_id, unless_younger_than_ms=int(interval * 1000))
         first = min(interval, max(0.0, interval - (clock.now_ms() - renewed_ms) / 1000))
 
@@ -143,7 +146,7 @@ class SharedTransaction:
             while not stop.wait(wait):
                 wait = interval
                 try:
-                    log.coordinator.renew_lease(self.decision_id)
+                    coordinator.renew_lease(self.decision_id)
                 except Exception:  # a missed renewal only shortens the lease
                     logger.warning("renewing the lease of %s failed", self.decision_id,
                                    exc_info=True)
@@ -166,16 +169,18 @@ class SharedTransaction:
         job, which a user would run again and so duplicate.  Should it keep
         failing, the error says the records are committed.
         """
+        root = log.services
         delay = COMPLETE_FIRST_BACKOFF_S
         for attempt in range(1, COMPLETE_ATTEMPTS + 1):
             try:
-                decision = log.coordinator.end_shared_transaction(self.decision_id, members, True)
-                self.end_orphans(log)
+                decision = root.coordinator.end_shared_transaction(self.decision_id, members,
+                                                                   True)
+                _end_job(root, self.prefix, self.decision_id, None)
                 break
             except TransactionAbortedError:
                 raise  # DecisionConflictError among them: nothing is committed
             except Exception as exc:
-                if not self._commit_stands(log, members):
+                if not self._commit_stands(root, members):
                     raise  # undecided, or unknowable: the caller's failure, as before
                 if attempt == COMPLETE_ATTEMPTS:
                     raise CommittedButIncompleteError(
@@ -196,9 +201,9 @@ class SharedTransaction:
                 f"({decision.reason or 'aborted'})")
         return decision
 
-    def _commit_stands(self, log: Log, members: list[TransactionMember]) -> bool:
+    def _commit_stands(self, root: Root, members: list[TransactionMember]) -> bool:
         try:
-            decision = log.coordinator.decision(self.decision_id)
+            decision = root.coordinator.decision(self.decision_id)
         except Exception:
             return False
         return decision is not None and \
@@ -206,8 +211,9 @@ class SharedTransaction:
 
     def abort(self, log: Log, members: list[TransactionMember]) -> Decision:
         """Abort the job (a no-op answer if its commit already stands)."""
-        decision = log.coordinator.end_shared_transaction(self.decision_id, members, False)
-        self.end_orphans(log)
+        root = log.services
+        decision = root.coordinator.end_shared_transaction(self.decision_id, members, False)
+        _end_job(root, self.prefix, self.decision_id, None)
         return decision
 
     def end_orphans(self, log: Log) -> None:
@@ -216,7 +222,7 @@ class SharedTransaction:
         The decision stands by now, and it does not name them, so they end
         aborted.  The job's index entries go with them.
         """
-        _end_job(log, self.prefix, self.decision_id, None)
+        _end_job(log.services, self.prefix, self.decision_id, None)
 
     def end_leftovers(self, log: Log) -> None:
         """Abort transactions an earlier job of this prefix left open (its driver died).
@@ -225,11 +231,11 @@ class SharedTransaction:
         producers must not share a transactional id: the newer one fences
         the older.
         """
-        end_open_jobs(log, self.prefix, "left open by an earlier job of its prefix",
+        end_open_jobs(log.services, self.prefix, "left open by an earlier job of its prefix",
                       keep=self.decision_id)
 
 
-def _end_job(log: Log, prefix: str, decision_id: str, reason: str | None) -> list[str]:
+def _end_job(root: Root, prefix: str, decision_id: str, reason: str | None) -> list[str]:
     """End the participants of one job found in the index, then drop its entries.
 
     With ``reason``, an undecided job is aborted first (its open attempts,
@@ -241,9 +247,9 @@ def _end_job(log: Log, prefix: str, decision_id: str, reason: str | None) -> lis
     takes none) and rolled forward by whoever meets it, and it indexes
     itself again, so the next job of the prefix ends it.
     """
-    coordinator = log.coordinator
+    coordinator = root.coordinator
     directory = job_dir(prefix, decision_id)
-    participants = log.storage.list(directory)
+    participants = root.storage.list(directory)
     ended = []
     for txn_id in participants:
         meta = coordinator.metadata(txn_id)
@@ -265,12 +271,12 @@ def _end_job(log: Log, prefix: str, decision_id: str, reason: str | None) -> lis
         coordinator.abort_decision(decision_id, reason)
     if coordinator.decision(decision_id) is not None:
         for txn_id in participants:
-            log.storage.delete(f"{directory}/{txn_id}")
-        log.storage.delete(directory)
+            root.storage.delete(f"{directory}/{txn_id}")
+        root.storage.delete(directory)
     return ended
 
 
-def delete_finished_attempt(log: Log, transactional_id: str) -> list[str]:
+def delete_finished_attempt(root: Root, transactional_id: str) -> list[str]:
     """Delete the whole metadata chain of a shared transaction's participant whose
     transaction is finished; returns the paths deleted (docs/protocol.md 5.3).
 
@@ -300,7 +306,7 @@ def delete_finished_attempt(log: Log, transactional_id: str) -> list[str]:
     predecessor gone and reads the chain again (storage/chain.py checks the
     predecessor's bytes).
     """
-    storage = log.storage
+    storage = root.storage
     directory = f"{TXN_DIR}/{validate_name(transactional_id, 'transactional id')}"
     names = sorted(n for n in storage.list(directory) if n.isdigit())
     if len(names) < 2 or int(names[-2]) + 1 != int(names[-1]):
@@ -321,11 +327,11 @@ def delete_finished_attempt(log: Log, transactional_id: str) -> list[str]:
         storage.delete(f"{directory}/{name}")
         deleted.append(f"{directory}/{name}")
     storage.delete(directory)
-    log.coordinator.forget(transactional_id)
+    root.coordinator.forget(transactional_id)
     return deleted
 
 
-def end_open_jobs(log: Log, prefix: str, reason: str, keep: str | None = None) -> list[str]:
+def end_open_jobs(root: Root, prefix: str, reason: str, keep: str | None = None) -> list[str]:
     """End every unfinished job of ``prefix`` (but decision ``keep``'s); returns the
     transactional ids of the attempts it aborted.
 
@@ -337,7 +343,7 @@ def end_open_jobs(log: Log, prefix: str, reason: str, keep: str | None = None) -
     the prefix's index: the cost is that of the unfinished jobs, not of the log.
     """
     ended = []
-    for decision_id in log.storage.list(job_dir(prefix)):
+    for decision_id in root.storage.list(job_dir(prefix)):
         if decision_id != keep:
-            ended += _end_job(log, prefix, decision_id, reason)
+            ended += _end_job(root, prefix, decision_id, reason)
     return ended

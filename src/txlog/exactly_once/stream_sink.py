@@ -51,6 +51,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..clients.producer import Producer
 from ..errors import SinkOwnerError
 from ..storage.names import validate_name
 from ..transactions.coordinator import TransactionMember
@@ -59,7 +60,6 @@ from .shared_transaction import SharedTransaction, check_prefix, end_open_jobs
 
 if TYPE_CHECKING:
     from ..api.log import Log
-    from ..clients.producer import Producer
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class StreamSink:
                 return self.query_id, offsets
             raise self._owned_by(owner)
 
-        set_owner(log.storage, self.sink_id, step)
+        set_owner(log.services.storage, self.sink_id, step)
 
     def _owned_by(self, owner: str) -> SinkOwnerError:
         return SinkOwnerError(
@@ -152,9 +152,10 @@ class StreamSink:
         A commit whose decision stands but whose completion was cut short is
         rolled forward first, so its batch counts as committed.
         """
-        log.coordinator.complete(self.sink_id)
+        root = log.services
+        root.coordinator.complete(self.sink_id)
         key = batch_key(self.query_id)
-        return committed_offsets(log.storage, self.sink_id, [key]).get(key, 0)
+        return committed_offsets(root.storage, self.sink_id, [key]).get(key, 0)
 
     def is_committed(self, log: Log, batch_id: int) -> bool:
         return batch_id < self.next_batch(log)
@@ -217,10 +218,10 @@ class StreamSink:
         self.claim(log)
         if job is not None:
             job.abort(log, members)
-        end_open_jobs(log, self.prefix, "its micro-batch failed")
+        end_open_jobs(log.services, self.prefix, "its micro-batch failed")
 
     def _sink_producer(self, log: Log) -> Producer:
-        producer = log.producer(transactional_id=self.sink_id,
-                                transaction_timeout_ms=self.timeout_ms)
+        producer = Producer(log, transactional_id=self.sink_id,
+                            transaction_timeout_ms=self.timeout_ms)
         producer.init_transactions()
         return producer

@@ -7,7 +7,7 @@ only then turned into kafka-python's ``ConsumerRecord``s, column by column
 the deserializers applied per record as kafka-python applies them.
 
 Group membership (``subscribe`` with a ``group_id``) goes through one
-object, ``self._member``, the core's ``GroupMember`` made by ``_join_group``:
+object, ``self._member``, the core's group member made by ``_join_group``:
 its ``poll()``, ``assignment()``, ``metadata()``, ``commit()`` and
 ``close()`` are every call this class makes for the group, so the rules
 (generations, heartbeats, assignors, fencing) live in the core only.
@@ -28,10 +28,12 @@ import pyarrow.compute as pc
 
 from ..clients.assignors import ASSIGNORS
 from ..clients.consumer import Consumer
-from ..clients.membership import GroupMember
+from ..clients.membership import RootMember
 from ..clients.positions import end_expired_transactions
 from ..clients.producer import EXPIRY_CHECK_INTERVAL_S
 from ..partition.isolation import READ_COMMITTED
+from ..root.root import Root
+from ..transactions.groups import commit_offsets, committed_offsets
 from .config import CONSUMER_CONFIG, Codec, codec, open_log, resolve
 from .errors import (IllegalStateError, KafkaConfigurationError, KafkaError, translated,
                      translating)
@@ -40,7 +42,6 @@ from .structs import (ConsumerGroupMetadata, ConsumerRebalanceListener, Consumer
                       plain_offsets)
 
 if TYPE_CHECKING:
-    from ..api.log import Log
     from ..partition.reader import Piece
 
 logger = logging.getLogger(__name__)
@@ -66,12 +67,12 @@ def _assignor_names(strategy: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _join_group(log: Log, group_id: str, topics: list[str], config: dict[str, Any],
-                listener: Any) -> GroupMember:
+def _join_group(root: Root, group_id: str, topics: list[str], config: dict[str, Any],
+                listener: Any) -> RootMember:
     """The group member that ``subscribe`` with a ``group_id`` works through:
     the core's membership (join, heartbeats, assignors, generation fencing)."""
-    return GroupMember(
-        log, group_id, topics,
+    return RootMember(
+        root, group_id, topics,
         assignors=_assignor_names(config["partition_assignment_strategy"]),
         session_timeout_ms=config["session_timeout_ms"],
         heartbeat_interval_ms=config["heartbeat_interval_ms"],
@@ -158,10 +159,10 @@ class KafkaConsumer:
                                        "key_deserializer")
         self._value_deserializer = codec(config["value_deserializer"], "deserialize",
                                          "value_deserializer")
-        self._log = open_log("KafkaConsumer", config["bootstrap_servers"],
-                             config["storage_options"])
+        log = open_log("KafkaConsumer", config["bootstrap_servers"], config["storage_options"])
+        self._root = log.services
         with translated():
-            self._core = Consumer(self._log, isolation_level=config["isolation_level"],
+            self._core = Consumer(log, isolation_level=config["isolation_level"],
                                   group_id=config["group_id"],
                                   auto_offset_reset=config["auto_offset_reset"],
                                   max_poll_records=config["max_poll_records"])
@@ -224,7 +225,7 @@ class KafkaConsumer:
                 self._member.close()
                 self._member = None
             try:
-                self._member = _join_group(self._log, self.config["group_id"],
+                self._member = _join_group(self._root, self.config["group_id"],
                                            sorted(self._subscription), self.config,
                                            _Listener(self, listener))
             except BaseException:
@@ -256,11 +257,11 @@ class KafkaConsumer:
             return
         self._metadata_checked = now
         if self._pattern is not None:
-            self._subscription = {t for t in self._log.topics() if self._pattern.match(t)}
+            self._subscription = {t for t in self._root.topics() if self._pattern.match(t)}
         if self._member is not None or self.config["group_id"] is not None:
             return  # the group's assignment decides
         wanted = [TopicPartition(t, p) for t in sorted(self._subscription)
-                  for p in range(self._log.describe_topic(t, refresh=True).partitions)]
+                  for p in range(self._root.describe_topic(t, refresh=True).partitions)]
         if set(wanted) != self.assignment():
             self._set_assignment(wanted)
 
@@ -287,13 +288,13 @@ class KafkaConsumer:
 
     @translating
     def topics(self) -> set[str]:
-        return set(self._log.topics())
+        return set(self._root.topics())
 
     @translating
     def partitions_for_topic(self, topic: str) -> set[int]:
-        if topic not in self._log.topics():
+        if topic not in self._root.topics():
             return set()
-        return set(range(self._log.describe_topic(topic, refresh=True).partitions))
+        return set(range(self._root.describe_topic(topic, refresh=True).partitions))
 
     # --- positions ------------------------------------------------------------------------
 
@@ -310,7 +311,7 @@ class KafkaConsumer:
         if tp not in self.assignment():
             raise IllegalStateError("Partition is not assigned")
         with translated():
-            return self._log.end_offset(tp.topic, tp.partition)
+            return self._root.partition(tp.topic, tp.partition).end_offset()
 
     @translating
     def seek(self, partition: TopicPartition, offset: int) -> None:
@@ -408,7 +409,7 @@ class KafkaConsumer:
         """The group's committed offset for the partition, or None."""
         group_id = self._require_group()
         tp = _check_tp(partition)
-        offset = self._log.committed(group_id, [(tp.topic, tp.partition)]).get(
+        offset = committed_offsets(self._root.storage, group_id, [(tp.topic, tp.partition)]).get(
             (tp.topic, tp.partition))
         if offset is None:
             return None
@@ -428,7 +429,7 @@ class KafkaConsumer:
         if self._member is not None:
             self._member.commit(native)
         else:
-            self._log.commit_offsets(group_id, native)
+            commit_offsets(self._root.storage, group_id, native)
 
     def commit_async(self, offsets: dict[TopicPartition, OffsetAndMetadata] | None = None,
                      callback: Callable[[Any, Any], Any] | None = None) -> _CommitFuture:
@@ -529,7 +530,7 @@ class KafkaConsumer:
         if now - self._expiry_checked < EXPIRY_CHECK_INTERVAL_S:
             return
         self._expiry_checked = now
-        end_expired_transactions(self._log, partitions)
+        end_expired_transactions(self._root, partitions)
 
     def _records(self, topic: str, partition: int, pieces: list[Piece]) -> list[ConsumerRecord]:
         """kafka-python's records from the reader's pieces, a column at a time."""

@@ -156,12 +156,12 @@ class KafkaProducer:
                                      "key_serializer")
         self._value_serializer = codec(self.config["value_serializer"], "serialize",
                                        "value_serializer")
-        self._log = open_log("KafkaProducer", self.config["bootstrap_servers"],
-                             self.config["storage_options"])
+        log = open_log("KafkaProducer", self.config["bootstrap_servers"],
+                       self.config["storage_options"])
         compression = self.config["compression_type"]
         with translated():
             self._core = Producer(
-                self._log, enable_idempotence=self.config["enable_idempotence"],
+                log, enable_idempotence=self.config["enable_idempotence"],
                 transactional_id=self.config["transactional_id"],
                 transaction_timeout_ms=self.config["transaction_timeout_ms"],
                 batch_size=self.config["batch_size"], linger_ms=self.config["linger_ms"],

@@ -13,10 +13,7 @@ it is exact to a batch.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ..api.log import Log
+from ..root.root import Root
 
 TopicPartition = tuple[str, int]
 Positions = dict[TopicPartition, int]
@@ -46,7 +43,7 @@ def limit_rows(start: Positions, end: Positions, max_rows: int) -> Positions:
     return {tp: min(e, start[tp] + shares[tp]) if tp in shares else e for tp, e in end.items()}
 
 
-def limit_bytes(log: Log, start: Positions, end: Positions, max_bytes: int) -> Positions:
+def limit_bytes(root: Root, start: Positions, end: Positions, max_bytes: int) -> Positions:
     """``end`` moved back so that the batches read hold about ``max_bytes`` in all."""
     sizes = backlog(start, end)
     if not sizes:
@@ -54,14 +51,14 @@ def limit_bytes(log: Log, start: Positions, end: Positions, max_bytes: int) -> P
     shares = _shares(max_bytes, sizes)
     out = dict(end)
     for tp, share in shares.items():
-        out[tp] = _offset_after_bytes(log, tp, start[tp], end[tp], share)
+        out[tp] = _offset_after_bytes(root, tp, start[tp], end[tp], share)
     return out
 
 
-def _offset_after_bytes(log: Log, tp: TopicPartition, start: int, end: int, budget: int) -> int:
+def _offset_after_bytes(root: Root, tp: TopicPartition, start: int, end: int, budget: int) -> int:
     """The end of the whole batches from ``start`` that fit ``budget`` bytes (at least one
     record: a first batch larger than the budget is read in proportion)."""
-    part = log.partition(*tp)
+    part = root.partition(*tp)
     used, pos = 0, start
     for ref in part.batch_refs(start, end):
         header = part.header(ref.base)

@@ -25,10 +25,10 @@ from ..clients.columns import to_spark_table
 from ..clients.positions import PartitionBounds, bounds, offset_for_timestamp
 from ..errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicError
 from ..partition.isolation import READ_COMMITTED, check_isolation_level
+from ..root.root import Root
 from ..storage.names import validate_name
 
 if TYPE_CHECKING:
-    from ..api.log import Log
     from ..partition.partition_log import PartitionLog
 
 logger = logging.getLogger(__name__)
@@ -79,24 +79,24 @@ class Subscription:
                     f"assign: partition {p!r} of topic {t!r} must be a non-negative integer")
         return Subscription("assign", assignment=tuple(dict.fromkeys(assignment)))
 
-    def partitions(self, log: Log) -> list[TopicPartition]:
+    def partitions(self, root: Root) -> list[TopicPartition]:
         """The topic partitions this subscription covers now, sorted."""
         if self.kind == "assign":
             for topic, partition in self.assignment:
-                log.partition(topic, partition)  # raises for unknown topics and partitions
+                root.partition(topic, partition)  # raises for unknown topics and partitions
             return sorted(self.assignment)
         if self.kind == "pattern":
             regex = re.compile(self.pattern)
-            topics = [t for t in log.topics() if regex.fullmatch(t)]
+            topics = [t for t in root.topics() if regex.fullmatch(t)]
         else:
             topics = list(self.topics)
-            missing = [t for t in topics if t not in log.topics()]
+            missing = [t for t in topics if t not in root.topics()]
             if missing:
                 raise UnknownTopicError(
                     f"subscribe: topic(s) {', '.join(map(repr, missing))} do not exist in "
-                    f"{log.root}")
+                    f"{root.url}")
         return sorted((t, p) for t in topics
-                      for p in range(log.describe_topic(t, refresh=True).partitions))
+                      for p in range(root.describe_topic(t, refresh=True).partitions))
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class OffsetRange:
         return self.end - self.start
 
 
-def _resolve(log: Log, b: PartitionBounds, spec: PositionSpec, isolation_level: str,
+def _resolve(root: Root, b: PartitionBounds, spec: PositionSpec, isolation_level: str,
              what: str) -> int:
     """One partition's position under ``spec``; ``what`` names the option in errors."""
     tp = (b.topic, b.partition)
@@ -146,7 +146,7 @@ def _resolve(log: Log, b: PartitionBounds, spec: PositionSpec, isolation_level: 
         return limit
     if kind == "offsets":
         if tp not in spec.offsets:
-            return _resolve(log, b, PositionSpec(spec.default), isolation_level, what)
+            return _resolve(root, b, PositionSpec(spec.default), isolation_level, what)
         offset = spec.offsets[tp]
         if offset == EARLIEST:
             return b.log_start
@@ -162,9 +162,9 @@ def _resolve(log: Log, b: PartitionBounds, spec: PositionSpec, isolation_level: 
         ts = spec.timestamp
     else:
         if tp not in spec.timestamps:
-            return _resolve(log, b, PositionSpec(spec.default), isolation_level, what)
+            return _resolve(root, b, PositionSpec(spec.default), isolation_level, what)
         ts = spec.timestamps[tp]
-    found = offset_for_timestamp(log, b.topic, b.partition, ts, isolation_level)
+    found = offset_for_timestamp(root, b.topic, b.partition, ts, isolation_level)
     if found is not None:
         return found[0]
     if spec.if_none == "latest":
@@ -174,7 +174,7 @@ def _resolve(log: Log, b: PartitionBounds, spec: PositionSpec, isolation_level: 
         "(set startingOffsetsByTimestampStrategy to 'latest' to start at the end instead)")
 
 
-def plan(log: Log, partitions: list[TopicPartition], start: PositionSpec,
+def plan(root: Root, partitions: list[TopicPartition], start: PositionSpec,
          end: PositionSpec, isolation_level: str = READ_COMMITTED,
          fail_on_data_loss: bool = True, exact: bool = True) -> list[OffsetRange]:
     """Fix ``[start, end)`` for each partition, ``end`` capped at what the reader may see.
@@ -197,10 +197,10 @@ def plan(log: Log, partitions: list[TopicPartition], start: PositionSpec,
             check_named_partitions(spec, partitions, what)
     ranges = []
     for topic, partition in partitions:
-        b = bounds(log, topic, partition)
+        b = bounds(root, topic, partition)
         limit = b.limit(isolation_level)
-        lo = _resolve(log, b, start, isolation_level, "starting position")
-        hi = _resolve(log, b, end, isolation_level, "ending position")
+        lo = _resolve(root, b, start, isolation_level, "starting position")
+        hi = _resolve(root, b, end, isolation_level, "ending position")
         if hi > limit:
             # Only an explicit ending offset can lie past the cap; a shorter range
             # must not come back without a word (Spark's Kafka source fails or warns).
@@ -275,7 +275,7 @@ def _cut(r: OffsetRange, parts: int) -> list[OffsetRange]:
     return out
 
 
-def read_range(log: Log, rng: OffsetRange, isolation_level: str = READ_COMMITTED,
+def read_range(root: Root, rng: OffsetRange, isolation_level: str = READ_COMMITTED,
                include_headers: bool = False, chunk_rows: int = CHUNK_ROWS
                ) -> Iterator[pa.RecordBatch]:
     """The records of a planned range as record batches in Spark's Kafka columns.
@@ -285,7 +285,7 @@ def read_range(log: Log, rng: OffsetRange, isolation_level: str = READ_COMMITTED
     under read_committed.  A range planned against another incarnation of
     the topic is refused.
     """
-    part = log.partition(rng.topic, rng.partition, topic_id=rng.topic_id)
+    part = root.partition(rng.topic, rng.partition, topic_id=rng.topic_id)
     pos = rng.start
     while pos < rng.end:
         pieces, nxt = part.read(pos, _chunk_end(part, pos, rng.end, chunk_rows), isolation_level)

@@ -17,9 +17,10 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
 from ..clients.positions import end_expired_transactions, offset_for_timestamp
 from . import planning
 from ..errors import InvalidConfigError
-from ..api.log import Log
+from ..root.root import Root
 from .options import ReadOptions
 from .worker_logs import worker_log
+
 
 def spark_schema(include_headers: bool) -> StructType:
     """Spark's Kafka source columns, the fixed schema of every txlog read.
@@ -161,27 +162,27 @@ class TxlogBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         o = self.options
-        log = Log(o.path, storage_options=o.storage_options, create=False)
-        subscribed = o.subscription.partitions(log)
+        root = Root(o.path, storage_options=o.storage_options, create=False)
+        subscribed = o.subscription.partitions(root)
         for spec, what in ((o.starting, "starting"), (o.ending, "ending")):
             planning.check_named_partitions(spec, subscribed, what)
         tps = [tp for tp in subscribed if self.pruning.keeps(tp)]
         if o.abort_expired_transactions and o.isolation_level == planning.READ_COMMITTED:
-            end_expired_transactions(log, tps)
-        ranges = planning.plan(log, tps, o.starting, o.ending, o.isolation_level,
+            end_expired_transactions(root, tps)
+        ranges = planning.plan(root, tps, o.starting, o.ending, o.isolation_level,
                            o.fail_on_data_loss, exact=False)
-        ranges = [self._clip(log, r) for r in ranges]
+        ranges = [self._clip(root, r) for r in ranges]
         pieces = planning.split([r for r in ranges if r.size > 0], o.min_partitions,
                             o.max_records_per_partition)
         if not pieces:
             return [TxlogInputPartition(())]
         return [TxlogInputPartition((r,)) for r in pieces]
 
-    def _clip(self, log: Log, r: planning.OffsetRange) -> planning.OffsetRange:
+    def _clip(self, root: Root, r: planning.OffsetRange) -> planning.OffsetRange:
         r = self.pruning.clip(r)
         ms = self.pruning.min_timestamp_ms
         if ms is not None and r.size > 0:
-            found = offset_for_timestamp(log, r.topic, r.partition, ms,
+            found = offset_for_timestamp(root, r.topic, r.partition, ms,
                                          self.options.isolation_level)
             start = r.end if found is None else max(r.start, min(found[0], r.end))
             r = replace(r, start=start)
@@ -197,9 +198,9 @@ def read_ranges(options: ReadOptions, schema: pa.Schema, ranges: Sequence[planni
     """A task's planned ranges as record batches of exactly Spark's ``schema``."""
     if not ranges:
         return
-    log = worker_log(options.path, options.storage_options, create=False)
+    root = worker_log(options.path, options.storage_options, create=False).services
     for r in ranges:
-        for batch in planning.read_range(log, r, options.isolation_level, options.include_headers):
+        for batch in planning.read_range(root, r, options.isolation_level, options.include_headers):
             # Only the headers' list and struct field names and nullability differ
             # from the stored type; the cast touches no data buffers.
             yield batch if batch.schema.equals(schema) else batch.cast(schema)

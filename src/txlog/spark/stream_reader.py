@@ -27,7 +27,8 @@ from .. import clock
 from ..clients.positions import bounds, end_expired_transactions, read_limit
 from . import planning
 from ..errors import OffsetOutOfRangeError, UnknownTopicError
-from ..api.log import Log
+from ..root.root import Root
+from ..transactions.groups import commit_offsets
 from . import admission
 from .options import ReadOptions
 from .reader import TxlogInputPartition, read_ranges
@@ -55,16 +56,16 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Positions | None = None  # Trigger.AvailableNow: never read past it
         self._last_trigger_ms = clock.monotonic_ms()
 
-    def _log(self) -> Log:
-        log = getattr(self, "_cached_log", None)
-        if log is None:
-            log = self._cached_log = Log(self.options.path, create=False,
-                                         storage_options=self.options.storage_options)
-        return log
+    def _root(self) -> Root:
+        root = getattr(self, "_cached_root", None)
+        if root is None:
+            root = self._cached_root = Root(self.options.path, create=False,
+                                            storage_options=self.options.storage_options)
+        return root
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state.pop("_cached_log", None)
+        state.pop("_cached_root", None)
         return state
 
     # --- the driver -------------------------------------------------------------------------
@@ -77,21 +78,21 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         if self._initial is None:
             o = self.options
-            log = self._log()
-            tps = o.subscription.partitions(log)
-            ranges = planning.plan(log, tps, o.starting, planning.PositionSpec("latest"),
+            root = self._root()
+            tps = o.subscription.partitions(root)
+            ranges = planning.plan(root, tps, o.starting, planning.PositionSpec("latest"),
                                o.isolation_level, o.fail_on_data_loss, exact=False)
             self._initial = to_json({(r.topic, r.partition): r.start for r in ranges})
         return self._initial
 
     def _available(self) -> Positions:
         """How far each subscribed partition can be read now (LSO or log end)."""
-        log = self._log()
+        root = self._root()
         o = self.options
-        tps = o.subscription.partitions(log)
+        tps = o.subscription.partitions(root)
         if o.abort_expired_transactions and o.isolation_level == planning.READ_COMMITTED:
-            end_expired_transactions(log, tps)
-        return {tp: read_limit(log, *tp, o.isolation_level) for tp in tps}
+            end_expired_transactions(root, tps)
+        return {tp: read_limit(root, *tp, o.isolation_level) for tp in tps}
 
     def _checked_start(self, start: Positions, available: Positions) -> Positions:
         """``start`` for every partition read now; new partitions start at their beginning.
@@ -145,7 +146,7 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if max_rows is not None:
             end = admission.limit_rows(begin, end, max_rows)
         if max_bytes is not None:
-            end = admission.limit_bytes(self._log(), begin, end, max_bytes)
+            end = admission.limit_bytes(self._root(), begin, end, max_bytes)
         if end != begin:
             self._last_trigger_ms = clock.monotonic_ms()
         return end
@@ -169,14 +170,14 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         ends = from_json(end)
         starts = from_json(start)
-        log = self._log()
+        root = self._root()
         ranges = []
         for tp, hi in sorted(ends.items()):
             lo = starts.get(tp, 0)
             if hi <= lo:
                 continue
             try:
-                topic_id = bounds(log, *tp).topic_id
+                topic_id = bounds(root, *tp).topic_id
             except UnknownTopicError:
                 if self._lost(f"{tp[0]}-{tp[1]}: offsets {lo} to {hi} were planned but the "
                               "topic is gone"):
@@ -200,7 +201,7 @@ class TxlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if group is None:
             return
         try:
-            self._log().commit_offsets(group, from_json(end))
+            commit_offsets(self._root().storage, group, from_json(end))
         except Exception:  # progress for display only: never fail the query for it
             logger.warning("recording the query's offsets in group %s failed", group,
                            exc_info=True)

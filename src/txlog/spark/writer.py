@@ -25,6 +25,7 @@ from pyspark.sql.types import StructType
 from ..transactions.coordinator import TransactionMember
 from ..errors import InvalidConfigError, TopicExistsError, UnknownTopicError
 from ..api.log import Log
+from ..root.root import Root
 from ..clients.producer import DEFAULT_BATCH_SIZE, Producer
 from ..exactly_once.app_versions import AppVersions
 from ..exactly_once.shared_transaction import SharedTransaction
@@ -106,8 +107,8 @@ class _Sending:
     def _write_idempotent(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
         """at_least_once: an idempotent producer, no transaction."""
         log = _open(self.options)
-        with log.producer(**self._producer_config()) as producer:
-            records = self._send_all(log, producer, iterator)
+        with Producer(log, **self._producer_config()) as producer:
+            records = self._send_all(log.services, producer, iterator)
         return TxlogCommitMessage(None, records)
 
     def _write_in(self, job: SharedTransaction, key: str, iterator: Iterator[pa.RecordBatch],
@@ -123,15 +124,15 @@ class _Sending:
             # lets a data object written behind finish within the task, not under the
             # next task of a reused Python worker.
             try:
-                records = self._send_all(log, producer, iterator)
+                records = self._send_all(log.services, producer, iterator)
                 member = producer.prepare_transaction()
             finally:
                 producer.close()
         return TxlogCommitMessage(member, records)
 
-    def _send_all(self, log: Log, producer: Producer, iterator: Iterator[pa.RecordBatch]) -> int:
+    def _send_all(self, root: Root, producer: Producer, iterator: Iterator[pa.RecordBatch]) -> int:
         def send(batch: pa.Table) -> None:
-            for topic, table in self._by_topic(log, batch):
+            for topic, table in self._by_topic(root, batch):
                 # Staged until a data object's worth has gathered (prepare/close write the rest).
                 producer.send_table(topic, table, wait=False)
 
@@ -151,7 +152,7 @@ class _Sending:
                 sending.result()
         return records
 
-    def _by_topic(self, log: Log, batch: pa.Table) -> Iterator[tuple[str, pa.Table]]:
+    def _by_topic(self, root: Root, batch: pa.Table) -> Iterator[tuple[str, pa.Table]]:
         table = _records(batch)
         if self.options.max_request_size is not None:
             _check_record_sizes(table, self.options.max_request_size)
@@ -165,7 +166,7 @@ class _Sending:
                 "column 'topic' holds null for some rows and option 'topic' is not set: every "
                 "row needs a topic")
         for name in pc.unique(topics).to_pylist():
-            _ensure_topic(log, self.options, name)
+            _ensure_topic(root, self.options, name)
             yield name, table.filter(pc.equal(topics, name))
 
 
@@ -443,14 +444,14 @@ def _open(options: WriteOptions) -> Log:
     return worker_log(options.path, options.storage_options, create=options.create_topics)
 
 
-def _ensure_topic(log: Log, options: WriteOptions, topic: str) -> None:
-    if topic in log.topics():
+def _ensure_topic(root: Root, options: WriteOptions, topic: str) -> None:
+    if topic in root.topics():
         return
     if not options.create_topics:
         raise UnknownTopicError(
-            f"topic {topic!r} does not exist in {log.root}; create it (txlog topics create) or "
+            f"topic {topic!r} does not exist in {root.url}; create it (txlog topics create) or "
             "set option createTopics=true (with numPartitions)")
     try:
-        log.create_topic(topic, partitions=options.num_partitions)
+        root.create_topic(topic, partitions=options.num_partitions)
     except TopicExistsError:
         pass  # another task created it first
