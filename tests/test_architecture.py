@@ -4,12 +4,16 @@ The import graph is read from the sources with ``ast`` (module-level and
 function-level imports; what sits under ``if TYPE_CHECKING:`` is for type
 checkers only and never runs), so a cycle or a stray ``pyspark`` import is
 found here rather than by the first user who imports modules in another order.
+The layers' order is checked on every import, type-only ones included (LAYERS,
+with the listed exceptions), and below the Log no module keeps a ``Log`` or
+reaches through one: they are handed the Root (``log.services``).
 docs/architecture.md describes the layers.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
@@ -173,3 +177,171 @@ def test_only_package_inits_re_export_names() -> None:
                          if isinstance(e, ast.Constant)]
                 offenders += [f"{module}: {n}" for n in names if n not in defined]
     assert offenders == []
+
+
+# --- the layers, bottom up; a module imports only from its own layer and those below ------------
+
+# The shared modules, then one package per layer.  The package's own ``__init__`` (the
+# public API, gathering names from the layers below) stands with the front door.
+SHARED = ("txlog.errors", "txlog.clock")
+LAYERS = ("storage", "format", "partition", "transactions", "root", "clients", "exactly_once",
+          "admin", "api", "kafka", "cli", "spark", "examples")
+PUBLIC_SIGNATURE = "public signature kept: takes a Log and unwraps log.services at once"
+# Imports that point up a layer (type-only ones included), each with its reason.
+UPWARD_IMPORTS = {
+    ("txlog.clients.consumer", "txlog.api.log"): PUBLIC_SIGNATURE,
+    ("txlog.clients.membership", "txlog.api.log"): PUBLIC_SIGNATURE,
+    ("txlog.clients.producer", "txlog.api.log"): PUBLIC_SIGNATURE,
+    ("txlog.exactly_once.shared_transaction", "txlog.api.log"): PUBLIC_SIGNATURE,
+    ("txlog.exactly_once.stream_sink", "txlog.api.log"): PUBLIC_SIGNATURE,
+    ("txlog.exactly_once.app_versions", "txlog.api.log"): PUBLIC_SIGNATURE,
+}
+# The layers below the Log, and those above it that only pass a Log on: they hold the Root.
+ROOT_HOLDERS = ("txlog.clients", "txlog.exactly_once", "txlog.admin", "txlog.kafka", "txlog.spark")
+# Modules that still keep or reach through a Log, each with its reason.
+LOG_HOLDERS = {
+    "txlog.clients.producer": "owned by the helper splitting the producer by role, who makes it "
+                              "unwrap log.services; drop this entry when that branch is merged",
+}
+
+
+def layer_of(module: str) -> int | None:
+    """0 for the shared modules, then 1 + the layer's place in LAYERS; None: no layer."""
+    if module in SHARED:
+        return 0
+    if module == "txlog":
+        return 1 + LAYERS.index("api")
+    package = module.split(".")[1]
+    return 1 + LAYERS.index(package) if package in LAYERS else None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Every edge of ``graph`` from a module to a module of a higher layer."""
+    return sorted((m, t) for m, targets in graph.items() for t in targets
+                  if (layer_of(t) or 0) > (layer_of(m) or 0))
+
+
+def test_every_module_is_in_a_layer() -> None:
+    assert [m for m in MODULES if layer_of(m) is None] == []
+
+
+def test_every_layer_but_the_shared_one_is_a_package() -> None:
+    top = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert top == sorted(["__init__"] + [m.rpartition(".")[2] for m in SHARED])
+
+
+def test_no_import_points_up_a_layer_but_the_listed_ones() -> None:
+    found = upward_imports(import_graph(runtime_only=False))
+    assert [edge for edge in found if edge not in UPWARD_IMPORTS] == []
+
+
+def test_the_layer_check_sees_an_upward_type_only_import() -> None:
+    graph = {"txlog.partition.reader": {"txlog.api.log", "txlog.storage.paths"},
+             "txlog.cli.main": {"txlog.api.log"}, "txlog.errors": set()}
+    assert upward_imports(graph) == [("txlog.partition.reader", "txlog.api.log")]
+
+
+def _names_log(annotation: ast.expr | None) -> bool:
+    """Whether a parameter's or function's annotation names ``Log`` (``Log | None`` too)."""
+    return annotation is not None and any(
+        (isinstance(n, ast.Name) and n.id == "Log") or
+        (isinstance(n, ast.Constant) and isinstance(n.value, str) and
+         re.search(r"\bLog\b", n.value) is not None) for n in ast.walk(annotation))
+
+
+def log_factories() -> set[str]:
+    """``Log`` and every txlog function annotated to return one (``open_log``, ...)."""
+    return {"Log"} | {node.name for path in MODULES.values()
+                      for node in ast.walk(ast.parse(path.read_text(), str(path)))
+                      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                      and _names_log(node.returns)}
+
+
+def _log_names(scope: ast.AST, factories: set[str]) -> set[str]:
+    """Names that hold a Log in ``scope`` (nested functions included): parameters
+    annotated Log, and names assigned one (a factory's result, or another such name)."""
+    names = {a.arg for node in ast.walk(scope)
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+             for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+             if _names_log(a.annotation)}
+    while True:
+        more = {t.id for node in ast.walk(scope) if isinstance(node, ast.Assign)
+                and _holds_log(node.value, names, set(), factories)
+                for t in node.targets if isinstance(t, ast.Name)} - names
+        if not more:
+            return names
+        names |= more
+
+
+def _holds_log(node: ast.expr, names: set[str], attributes: set[str],
+               factories: set[str]) -> bool:
+    if isinstance(node, ast.Name):
+        return node.id in names
+    if isinstance(node, ast.Attribute):
+        return isinstance(node.value, ast.Name) and node.value.id == "self" and \
+            node.attr in attributes
+    if isinstance(node, ast.Call):
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else \
+            func.attr if isinstance(func, ast.Attribute) else None
+        return name in factories
+    return False
+
+
+def log_uses(tree: ast.Module, factories: set[str]) -> list[str]:
+    """Where a module keeps a Log in an attribute, or uses one other than by its
+    ``services`` or by passing it on."""
+    scopes = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    scopes += [m for c in tree.body if isinstance(c, ast.ClassDef) for m in c.body
+               if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    names = {id(s): _log_names(s, factories) for s in scopes}
+    attributes: set[str] = set()  # self.<attribute> assigned a Log anywhere in the module
+    for scope in scopes:
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Assign) and \
+                    _holds_log(node.value, names[id(scope)], set(), factories):
+                attributes |= {t.attr for t in node.targets if isinstance(t, ast.Attribute)}
+    found = [(n.lineno, f"keeps a Log in .{n.attr}") for s in scopes for a in ast.walk(s)
+             if isinstance(a, ast.Assign) for n in a.targets if isinstance(n, ast.Attribute)
+             and _holds_log(a.value, names[id(s)], set(), factories)]
+    found += [(n.lineno, f"reaches .{n.attr} through a Log") for s in scopes
+              for n in ast.walk(s) if isinstance(n, ast.Attribute) and n.attr != "services"
+              and _holds_log(n.value, names[id(s)], attributes, factories)]
+    return [f"line {line}: {what}" for line, what in sorted(found)]
+
+
+def test_below_the_log_no_module_keeps_a_log_or_reaches_through_one() -> None:
+    factories = log_factories()
+    offenders = []
+    for module, path in MODULES.items():
+        if module in LOG_HOLDERS or not any(module == p or module.startswith(p + ".")
+                                            for p in ROOT_HOLDERS):
+            continue
+        offenders += [f"{module} {use}"
+                      for use in log_uses(ast.parse(path.read_text(), str(path)), factories)]
+    assert offenders == []
+
+
+def test_the_log_check_sees_a_kept_log_and_a_reach_through_it() -> None:
+    source = '''
+class Held:
+    def __init__(self, log: Log, root: Root) -> None:
+        self.log = log
+        self.root = root
+        self.services = log.services
+        self.other = open_log("x")
+
+    def use(self) -> None:
+        self.log.coordinator.complete("t")
+        self.root.coordinator.complete("t")
+
+
+def passes_on(log: Log | None) -> None:
+    other = log
+    consume(log, other.services)
+    other.storage.list("x")
+'''
+    found = log_uses(ast.parse(source), {"Log", "open_log"})
+    assert found == ["line 4: keeps a Log in .log", "line 7: keeps a Log in .other",
+                     "line 10: reaches .coordinator through a Log",
+                     "line 17: reaches .storage through a Log"]

@@ -34,7 +34,7 @@ def worker_log(path: str, storage_options: dict[str, Any] | None, create: bool) 
     """This worker's ``Log`` of ``path`` with these options, revalidated, or a new one."""
     key = (str(path), json.dumps(storage_options or {}, sort_keys=True, default=repr))
     log = _logs.get(key)
-    if log is not None and log.revalidate():
+    if log is not None and log.services.revalidate():
         return log
     log = Log(path, storage_options=storage_options, create=create)
     _logs[key] = log
