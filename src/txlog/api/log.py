@@ -49,26 +49,15 @@ class Log:
                  storage_options: dict[str, Any] | None = None, fsync: bool = True,
                  create: bool = True) -> None:
         self.services = Root(root, storage_options=storage_options, fsync=fsync, create=create)
+        # The services users, the CLI and tests reach by their old names; the layers
+        # below are handed ``services`` and never use these.
+        self.root: str = self.services.url
+        self.storage: Storage = self.services.storage
+        self.coordinator: TransactionCoordinator = self.services.coordinator
+        self.producer_ids: ProducerIdAllocator = self.services.producer_ids
 
     def __repr__(self) -> str:
         return f"Log({self.root!r})"
-
-    @property
-    def root(self) -> str:
-        """The root's URL (a local directory's path, ``memory://name``, an object store's)."""
-        return self.services.url
-
-    @property
-    def storage(self) -> Storage:
-        return self.services.storage
-
-    @property
-    def coordinator(self) -> TransactionCoordinator:
-        return self.services.coordinator
-
-    @property
-    def producer_ids(self) -> ProducerIdAllocator:
-        return self.services.producer_ids
 
     def revalidate(self) -> bool:
         """Prepare a long-lived Log for a new unit of work, as if it were opened afresh

@@ -31,7 +31,7 @@ from ..storage.paths import (ROOT_MARKER, TOPICS_DIR, partition_count_path, topi
 from ..transactions.coordinator import TransactionCoordinator
 from ..transactions.producer_ids import ProducerIdAllocator
 from .topics import (PartitionCount, TopicConfig, TopicDescription, check_alteration,
-                     check_new_topic)
+                     check_growth, check_new_topic)
 
 FORMAT_VERSION = 1
 
@@ -230,7 +230,7 @@ class Root:
         partitions up when they next look (a stream at its next trigger).
         """
         desc = self.describe_topic(name, refresh=True)
-        desc.check_growth(total)
+        check_growth(desc, total)
         return self._update_chain(
             desc, partition_count_path(name), "partitions were being added to it",
             lambda value: PartitionCount.current(desc, value).grown_to(name, total).encode())

@@ -97,14 +97,15 @@ class TopicDescription:
         """A config value, Kafka's default where the topic sets none."""
         return self.config.get(key, TOPIC_DEFAULTS.get(key))
 
-    def check_growth(self, total: Any) -> None:
-        """``create_partitions``' total adds partitions to this description's count."""
-        if not isinstance(total, int) or isinstance(total, bool) or \
-                not self.partitions < total <= MAX_PARTITIONS:
-            raise InvalidConfigError(
-                f"topic {self.name!r} has {self.partitions} partitions; the new total must be an "
-                f"integer from {self.partitions + 1} to {MAX_PARTITIONS}, not {total!r} "
-                "(partitions can only be added)")
+
+def check_growth(desc: TopicDescription, total: Any) -> None:
+    """``create_partitions``' new total adds partitions to the topic's count."""
+    if not isinstance(total, int) or isinstance(total, bool) or \
+            not desc.partitions < total <= MAX_PARTITIONS:
+        raise InvalidConfigError(
+            f"topic {desc.name!r} has {desc.partitions} partitions; the new total must be an "
+            f"integer from {desc.partitions + 1} to {MAX_PARTITIONS}, not {total!r} "
+            "(partitions can only be added)")
 
 
 def _of_incarnation(desc: TopicDescription, value: dict | None) -> dict | None:
