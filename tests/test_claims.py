@@ -78,10 +78,8 @@ class Counting(DelegatingStorage):
 
 
 def counting_log(tmp_path: Path) -> tuple[Log, Counting]:
-    log = Log(tmp_path / "log")
-    store = Counting(log.storage)
-    log.storage = store
-    return log, store
+    store = Counting(Log(tmp_path / "log").storage)
+    return Log(store), store
 
 
 def test_claim_header_round_trips_and_a_claim_is_its_header_alone() -> None:
@@ -429,9 +427,8 @@ class HeldDataObjects(DelegatingStorage):
 
 
 def _held_log(tmp_path: Path) -> tuple[Log, HeldDataObjects]:
-    log = Log(tmp_path / "log")
-    store = HeldDataObjects(log.storage)
-    log.storage = store
+    store = HeldDataObjects(Log(tmp_path / "log").storage)
+    log = Log(store)
     log.create_topic("t", 2)
     return log, store
 

@@ -115,7 +115,7 @@ def settle(*members: GroupMember, timeout: float = 10) -> None:
             m.poll()
         gens = {m.generation for m in members}
         if len(gens) == 1 and not any(m.waiting() for m in members) and \
-                GroupMembership(members[0].log.storage, "g").latest().generation in gens:
+                GroupMembership(members[0].root.storage, "g").latest().generation in gens:
             return
         assert time.monotonic() < deadline, "members did not settle"
         time.sleep(0.02)
@@ -213,7 +213,7 @@ def test_the_fence_refuses_a_member_still_listed_once_another_took_over(memlog):
 def _commit_as(m: GroupMember, generation: int, offsets) -> None:
     from txlog.transactions.groups import commit_offsets
 
-    commit_offsets(m.log.storage, "g", offsets, generation=generation)
+    commit_offsets(m.root.storage, "g", offsets, generation=generation)
 
 
 def test_zombie_fenced_between_send_and_commit_cannot_commit(memlog):
@@ -263,7 +263,7 @@ def test_fence_registrations_in_the_offsets_chain(memlog):
     assert fence_generation(st, "g", 5, [("a", 0), ("a", 1)]) == [("t2", 8, 0, 3)]
     memlog.delete_group("g")  # a tombstone keeps the fence
     with pytest.raises(CommitFailedError):
-        _commit_as(type("M", (), {"log": memlog})(), 4, {("a", 0): 1})
+        _commit_as(type("M", (), {"root": memlog.services})(), 4, {("a", 0): 1})
 
 
 def test_membership_on_s3(s3_server, s3_root):

@@ -125,7 +125,7 @@ class RootMember:
             raise InvalidConfigError(
                 f"heartbeat_interval_ms ({heartbeat_interval_ms}) must be lower than "
                 f"session_timeout_ms ({session_timeout_ms})")
-        self._root = root
+        self.root = root
         self.group_id = group_id
         self.topics = tuple(dict.fromkeys(topics))
         self.assignors = check_assignors(assignors)
@@ -134,7 +134,7 @@ class RootMember:
         self.listener = listener
         self.member_id = ""  # Kafka's UNKNOWN_MEMBER_ID until the first join
         self.generation = -1
-        self._membership = GroupMembership(self._root.storage, group_id)
+        self._membership = GroupMembership(self.root.storage, group_id)
         self._state: GroupGeneration | None = None
         self._owned: set[TopicPartition] = set()  # handed to the application
         self._target: set[TopicPartition] = set()  # assigned in self.generation
@@ -209,8 +209,8 @@ class RootMember:
                 raise CommitFailedError(
                     f"commit for group {self.group_id!r} refused: this consumer is not a member "
                     "of the group (poll() first, or rejoin after it was removed)")
-            check_generation(self._root, self.group_id, self.member_id, self.generation)
-            commit_offsets(self._root.storage, self.group_id,
+            check_generation(self.root, self.group_id, self.member_id, self.generation)
+            commit_offsets(self.root.storage, self.group_id,
                            {(t, p): o for (t, p), o in offsets.items()},
                            generation=self.generation)
 
@@ -243,7 +243,7 @@ class RootMember:
         counts = {}
         for topic in sorted(topics):
             try:
-                counts[topic] = self._root.describe_topic(topic, refresh=True).partitions
+                counts[topic] = self.root.describe_topic(topic, refresh=True).partitions
             except UnknownTopicError:
                 counts[topic] = 0  # nothing to assign until it exists
         return counts
@@ -358,7 +358,7 @@ class RootMember:
             return
         moved = [tp for tp in free if tp not in self._kept]
         if moved:
-            take_over(self._root.storage, self._root.coordinator, self.group_id, state.generation,
+            take_over(self.root.storage, self.root.coordinator, self.group_id, state.generation,
                       moved)
         self._kept.difference_update(free)
         self._owned.update(free)
