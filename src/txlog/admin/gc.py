@@ -103,10 +103,40 @@ def collect(root: Root, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
     # transaction whose chain, read below, still names it outside a finished state unless
     # its markers are all written (docs/protocol.md, section 8).
     decision_ids = storage.list(DECISION_DIR)
+    needed = _collect_transactional_ids(root, chain_age_s, now_ms, txn_id_expiration_ms, report)
+    for group in storage.list(GROUP_DIR):
+        _trim_chain(root, f"{GROUP_DIR}/{group}", "time_ms", chain_age_s, now_ms, report,
+                    "group offset versions")
+    for group in storage.list(MEMBERS_DIR):
+        _trim_chain(root, generations_dir(group), "time_ms", chain_age_s, now_ms, report,
+                    "group generation versions")
+        _remove_stray_heartbeats(root, group, now_ms - chain_age_s * 1000, report)
+    decided = _delete_decisions(root, decision_ids, needed, decision_age_s, now_ms, report)
+    _collect_leases(root, decided, needed, chain_age_s, decision_age_s, now_ms, report)
+    blocks = sorted(n for n in storage.list(BLOCK_DIR) if n.isdigit())
+    for name in blocks[:-1]:
+        storage.delete(f"{BLOCK_DIR}/{name}")
+        report.add("producer-id blocks", f"{BLOCK_DIR}/{name}")
+    for topic in root.topics():
+        for p in range(root.describe_topic(topic, refresh=True).partitions):
+            for path in root.partition(topic, p).remove_leftovers():
+                report.add("batch and snapshot objects segments hold", path)
+    for path in storage.remove_temp_files(temp_age_s):
+        report.add("temp files", path)
+    for path in unreferenced_data_objects(root, data_age_s):
+        storage.delete(path)
+        report.add("unreferenced data objects", path)
+    return report
+
+
+def _collect_transactional_ids(root: Root, chain_age_s: float, now_ms: int,
+                               txn_id_expiration_ms: int, report: GcReport) -> set[str]:
+    """Finished job attempts deleted, chains trimmed, idle ids expired and long-Dead ones
+    deleted; returns the decisions that transactions not yet finished still need."""
     needed: set[str] = set()
     coordinator = root.coordinator
     dead_before = now_ms - max(chain_age_s, MIN_DEAD_AGE_S) * 1000
-    for tid in storage.list(TXN_DIR):
+    for tid in root.storage.list(TXN_DIR):
         finished = delete_finished_attempt(root, tid)
         if finished:
             for path in finished:
@@ -125,18 +155,18 @@ def collect(root: Root, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
         elif now_ms - latest["update_ms"] > txn_id_expiration_ms and \
                 coordinator.expire_idle(tid, txn_id_expiration_ms):
             report.add("transactional ids expired (Dead)", f"{TXN_DIR}/{tid}")
-    for group in storage.list(GROUP_DIR):
-        _trim_chain(root, f"{GROUP_DIR}/{group}", "time_ms", chain_age_s, now_ms, report,
-                    "group offset versions")
-    for group in storage.list(MEMBERS_DIR):
-        _trim_chain(root, generations_dir(group), "time_ms", chain_age_s, now_ms, report,
-                    "group generation versions")
-        _remove_stray_heartbeats(root, group, now_ms - chain_age_s * 1000, report)
+    return needed
+
+
+def _delete_decisions(root: Root, decision_ids: list[str], needed: set[str],
+                      decision_age_s: float, now_ms: int, report: GcReport) -> set[str]:
+    """Decisions no unfinished transaction needs deleted (a shared one's only once older
+    than ``decision_age_s``); returns every decision that was there to read."""
     decided = set()
     for decision_id in decision_ids:
         path = f"{DECISION_DIR}/{decision_id}"
         try:
-            raw = msgpack.unpackb(storage.read(path))
+            raw = msgpack.unpackb(root.storage.read(path))
         except FileNotFoundError:
             continue
         decided.add(decision_id)
@@ -145,8 +175,16 @@ def collect(root: Root, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
         old_enough = _PLAIN_DECISION.match(decision_id) or \
             raw["time_ms"] < now_ms - decision_age_s * 1000
         if old_enough:
-            storage.delete(path)
+            root.storage.delete(path)
             report.add("decisions", path)
+    return decided
+
+
+def _collect_leases(root: Root, decided: set[str], needed: set[str], chain_age_s: float,
+                    decision_age_s: float, now_ms: int, report: GcReport) -> None:
+    """Leases of decided shared transactions (or of ones nobody renewed for
+    ``decision_age_s``) deleted whole, the others' chains trimmed."""
+    storage = root.storage
     for decision_id in storage.list(LEASE_DIR):
         if decision_id in decided or (decision_id not in needed and _chain_older_than(
                 root, f"{LEASE_DIR}/{decision_id}", "time_ms", now_ms - decision_age_s * 1000)):
@@ -157,20 +195,6 @@ def collect(root: Root, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
         else:
             _trim_chain(root, f"{LEASE_DIR}/{decision_id}", "time_ms", chain_age_s, now_ms,
                         report, "lease versions")
-    blocks = sorted(n for n in storage.list(BLOCK_DIR) if n.isdigit())
-    for name in blocks[:-1]:
-        storage.delete(f"{BLOCK_DIR}/{name}")
-        report.add("producer-id blocks", f"{BLOCK_DIR}/{name}")
-    for topic in root.topics():
-        for p in range(root.describe_topic(topic, refresh=True).partitions):
-            for path in root.partition(topic, p).remove_leftovers():
-                report.add("batch and snapshot objects segments hold", path)
-    for path in storage.remove_temp_files(temp_age_s):
-        report.add("temp files", path)
-    for path in unreferenced_data_objects(root, data_age_s):
-        storage.delete(path)
-        report.add("unreferenced data objects", path)
-    return report
 
 
 def _remove_stray_heartbeats(root: Root, group: str, cutoff_ms: float, report: GcReport) -> None:
