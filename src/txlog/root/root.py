@@ -37,11 +37,10 @@ FORMAT_VERSION = 1
 
 
 class Root:
-    """A txlog root's services: a local directory, ``memory://name``, or an object-store URL.
+    """The services of one root, opened as ``Log`` opens it (the Log's arguments).
 
-    Opening a root that does not hold a log yet creates it (``create=False``
-    refuses instead).  Every process that opens the same root sees the same
-    log; there is no server.
+    One per Log: its caches (topic descriptions, partitions with their producer
+    states, the producer-id block) are this process's view of the root.
     """
 
     def __init__(self, root: str | os.PathLike[str] | Storage, *,
