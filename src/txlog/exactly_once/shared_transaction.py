@@ -40,7 +40,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
@@ -118,8 +118,9 @@ class SharedTransaction:
         self.enlist(log, self.transactional_id(key))
         for desc in self.topics:
             log.services.adopt_description(desc)
+        config: dict[str, Any] = dict(producer_config)  # checked by Producer, by name
         producer = Producer(log, transactional_id=self.transactional_id(key),
-                            transaction_timeout_ms=self.timeout_ms, **producer_config)
+                            transaction_timeout_ms=self.timeout_ms, **config)
         producer.init_transactions()
         producer.begin_transaction(self.decision_id)
         return producer

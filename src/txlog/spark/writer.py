@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -90,8 +91,8 @@ class _Sending:
 
     options: WriteOptions
 
-    def _producer_config(self) -> dict[str, object]:
-        config: dict[str, object] = {"compression": self.options.compression}
+    def _producer_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {"compression": self.options.compression}
         batch_size = self.options.batch_size
         if self.options.max_request_size is not None:
             # Kafka sends no request larger than max.request.size; here a batch is the unit
@@ -340,7 +341,7 @@ def _check_write(options: WriteOptions, schema: StructType) -> None:
     any task runs (each refuses its own kind of overwrite first)."""
     check_input_schema(schema, options)
     if options.topic is not None:
-        _ensure_topic(_open(options), options, options.topic)
+        _ensure_topic(_open(options).services, options, options.topic)
 
 
 def _coalesced(batches: Iterator[pa.RecordBatch], target_bytes: int) -> Iterator[pa.Table]:
