@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import gzip
 import hashlib
 import inspect
 import io
@@ -205,8 +206,6 @@ def _big_value(i: int) -> bytes:
 
 def write_log(root: Path, clock: FixedClock) -> None:
     """Every kind of object today's code writes, under ``root``."""
-    import pyarrow as pa
-
     from txlog import Log
 
     log = Log(root)
@@ -221,7 +220,31 @@ def write_log(root: Path, clock: FixedClock) -> None:
     idem.send(PLAIN, b"plain-0")
     idem.flush()
     clock.tick()
-    # Committed and aborted transactions; one multi-partition; offsets sent to a group.
+    _write_transactions(log, clock)
+    log.commit_offsets("plain", {(KEYED, 0): 2, (KEYED, 1): 1})
+    log.commit_offsets("plain", {(KEYED, 0): 3})
+    clock.tick()
+    # Compaction: segments and a producer-state snapshot in orders-0; delete-records in
+    # events-0; an altered config and added partitions.
+    log.compact(KEYED, [0])
+    log.delete_records({(PLAIN, 0): 1})
+    log.alter_topic_config(KEYED, set={"retention.ms": 86_400_000})
+    log.alter_topic_config(KEYED, set={"segment.bytes": 1 << 20}, delete=["retention.ms"])
+    log.create_partitions(PLAIN, 2)
+    clock.tick()
+    # Enough batches in the new partition for a producer-state snapshot object.
+    for i in range(SNAPSHOT_BATCHES):
+        idem.send(PLAIN, f"new-partition-{i}".encode(), partition=1)
+    idem.flush()
+    log.last_stable_offset(PLAIN, 1)
+    idem.close()
+    clock.tick()
+    _write_exactly_once(log, clock)
+    _write_data_object(log, clock)
+
+
+def _write_transactions(log: Any, clock: FixedClock) -> None:
+    """Committed and aborted transactions; one multi-partition; offsets sent to a group."""
     txn = log.producer(transactional_id="tx-a", linger_ms=0)
     txn.init_transactions()
     txn.begin_transaction()
@@ -242,26 +265,12 @@ def write_log(root: Path, clock: FixedClock) -> None:
     txn.commit_transaction()
     txn.close()
     clock.tick()
-    log.commit_offsets("plain", {(KEYED, 0): 2, (KEYED, 1): 1})
-    log.commit_offsets("plain", {(KEYED, 0): 3})
-    clock.tick()
-    # Compaction: segments and a producer-state snapshot in orders-0; delete-records in
-    # events-0; an altered config and added partitions.
-    log.compact(KEYED, [0])
-    log.delete_records({(PLAIN, 0): 1})
-    log.alter_topic_config(KEYED, set={"retention.ms": 86_400_000})
-    log.alter_topic_config(KEYED, set={"segment.bytes": 1 << 20}, delete=["retention.ms"])
-    log.create_partitions(PLAIN, 2)
-    clock.tick()
-    # Enough batches in the new partition for a producer-state snapshot object.
-    for i in range(SNAPSHOT_BATCHES):
-        idem.send(PLAIN, f"new-partition-{i}".encode(), partition=1)
-    idem.flush()
-    log.last_stable_offset(PLAIN, 1)
-    idem.close()
-    clock.tick()
-    _write_exactly_once(log, clock)
-    # A data object: one table whose batch is larger than INLINE_PAYLOAD_BYTES.
+
+
+def _write_data_object(log: Any, clock: FixedClock) -> None:
+    """One table whose batch is larger than INLINE_PAYLOAD_BYTES, in a transaction."""
+    import pyarrow as pa
+
     bulk = log.producer(transactional_id="tx-bulk", linger_ms=0)
     bulk.init_transactions()
     bulk.begin_transaction()
@@ -276,11 +285,11 @@ def write_log(root: Path, clock: FixedClock) -> None:
 def _write_exactly_once(log: Any, clock: FixedClock) -> None:
     """A stream sink with two committed batches, a plain shared job, an app version, and a
     consumer group with members."""
-    from txlog import SharedTransaction, StreamSink
+    from txlog import SharedTransaction
     from txlog.clients.membership import GroupMember
     from txlog.exactly_once.app_versions import AppVersions, default_prefix
 
-    sink = StreamSink("sink", 60_000, "00000000-0000-4000-8000-000000000001")
+    sink = fixture_sink()
     sink.fence(log)
     for batch in range(2):
         job = sink.begin_batch()
@@ -359,10 +368,11 @@ def read_back(log: Any) -> dict[str, Any]:
     groups = {g: sorted([t, p, o] for (t, p), o in log.committed(g).items())
               for g in GROUPS_READ}
     return {"topics": topics, "groups": groups, "listed_groups": log.groups(),
-            "sink_next_batch": _sink().next_batch(log)}
+            "sink_next_batch": fixture_sink().next_batch(log)}
 
 
-def _sink() -> Any:
+def fixture_sink() -> Any:
+    """The stream sink of the fixture log (its prefix, timeout and owning query)."""
     from txlog import StreamSink
 
     return StreamSink("sink", 60_000, "00000000-0000-4000-8000-000000000001")
@@ -392,7 +402,6 @@ def pack(root: Path) -> bytes:
                 info.size, info.mode = len(data), 0o644
                 tar.addfile(info, io.BytesIO(data))
     out = io.BytesIO()
-    import gzip
     with gzip.GzipFile(fileobj=out, mode="wb", mtime=0, filename="") as gz:
         gz.write(raw.getvalue())
     return out.getvalue()
