@@ -1,8 +1,5 @@
-"""Credentials kept out of what txlog shows: messages, reprs and log records.
-
-Store clients put credentials into text txlog does not write itself, so every
-credential a process is given is remembered here and scrubbed from all of it.
-"""
+"""Credentials kept out of what txlog shows: error messages, reprs, log records, and root
+URLs (which all of these show)."""
 
 from __future__ import annotations
 
