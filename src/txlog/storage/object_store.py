@@ -223,7 +223,8 @@ class FsspecStorage(Storage):
     def _publish_stream(self, path: str, chunks: Iterable[bytes | pa.Buffer], size: int,
                         part_bytes: int) -> bool:
         """A checked streamed publish: one conditional PUT of the joined chunks (GCS and
-        Azure here: memory is then the whole object, docs/protocol.md section 7)."""
+        Azure here: memory is then the whole object, docs/protocol.md section 7; S3Storage
+        streams)."""
         return self._put_if_absent(path, joined_chunks(path, chunks, size))
 
     def check_conditional_writes(self) -> None:
