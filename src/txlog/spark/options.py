@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from ..errors import InvalidConfigError, InvalidNameError
 from ..exactly_once.app_versions import check_app_id, default_prefix
+from ..integers import is_int
 from ..storage.backends import is_secret_option
 from ..storage.names import validate_name
 from ..transactions.coordinator import MAX_TRANSACTION_TIMEOUT_MS
@@ -271,8 +272,7 @@ def _partition_map(option: str, raw: str, example: str) -> dict[tuple[str, int],
             if not re.fullmatch(r"[+-]?[0-9]+", key) or int(key) < 0 or int(key) > _INT_MAX:
                 raise _fail(option, f"topic {topic!r}: partition {key!r} is not a "
                                     f"non-negative integer; expected e.g. {example}")
-            if isinstance(value, bool) or not isinstance(value, int) \
-                    or not _LONG_MIN <= value <= _LONG_MAX:
+            if not is_int(value) or not _LONG_MIN <= value <= _LONG_MAX:
                 raise _fail(option, f"topic {topic!r} partition {key}: expected an integer, "
                                     f"got {json.dumps(value)}")
             result[(topic, int(key))] = value
@@ -615,7 +615,7 @@ def _subscription(opts: _Opts) -> Subscription:
     for topic, partitions in parsed.items():
         _named(option, topic, "topic")
         if not isinstance(partitions, list) or not all(
-                isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= _INT_MAX
+                is_int(p) and 0 <= p <= _INT_MAX
                 for p in partitions):
             raise _fail(option, f"topic {topic!r} must map to a list of partition numbers "
                                 f">= 0, as in {example}; got {json.dumps(partitions)}")
