@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import InvalidConfigError
 from ..storage.names import validate_name
@@ -44,13 +44,16 @@ class Setting:
         return self.kind(self.name, value)
 
 
-class Settings(Mapping[str, Setting]):
+S = TypeVar("S", bound=Setting)
+
+
+class Settings(Mapping[str, S]):
     """A table of settings, by name, in the order they are checked."""
 
-    def __init__(self, *rows: Setting) -> None:
+    def __init__(self, *rows: S) -> None:
         self._rows = {row.name: row for row in rows}
 
-    def __getitem__(self, name: str) -> Setting:
+    def __getitem__(self, name: str) -> S:
         return self._rows[name]
 
     def __iter__(self) -> Iterator[str]:
