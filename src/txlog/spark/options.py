@@ -34,13 +34,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..clients.settings import Kind, Setting, Settings
 from ..errors import InvalidConfigError, InvalidNameError
 from ..exactly_once.app_versions import check_app_id, default_prefix
 from ..integers import is_int
 from ..storage.backends import is_secret_option
 from ..storage.names import validate_name
 from ..transactions.coordinator import MAX_TRANSACTION_TIMEOUT_MS
-from ..clients.settings import Kind, Setting, Settings
 from .planning import EARLIEST, LATEST, PositionSpec, Subscription
 
 log = logging.getLogger(__name__)
@@ -614,9 +614,8 @@ def _subscription(opts: _Opts) -> Subscription:
     assignment: list[tuple[str, int]] = []
     for topic, partitions in parsed.items():
         _named(option, topic, "topic")
-        if not isinstance(partitions, list) or not all(
-                is_int(p) and 0 <= p <= _INT_MAX
-                for p in partitions):
+        if not isinstance(partitions, list) or \
+                not all(is_int(p) and 0 <= p <= _INT_MAX for p in partitions):
             raise _fail(option, f"topic {topic!r} must map to a list of partition numbers "
                                 f">= 0, as in {example}; got {json.dumps(partitions)}")
         assignment.extend((topic, p) for p in partitions)
@@ -726,7 +725,8 @@ _WRITE = Settings(
     Setting("numPartitions", _positive(32), 1),
     Setting("groupId", _name_of("group id")),
     Setting("checkpointLocation", _stripped),
-    Setting("takeOverFrom", _name_of("query id")),
+    # A query id, checked once the write is known to be one it can mean something to.
+    Setting("takeOverFrom", lambda name, raw: raw.strip()),
     Setting("dataObjectBytes", _ranged(parse_bytes, 1, 1 << 30, (
         "must be between 1 byte and 1g (each task holds about twice this in memory), "
         "got {raw!r}"))),
@@ -773,10 +773,12 @@ def _check_progress(opts: _Opts, value: dict[str, Any], streaming: bool) -> None
                     "spark.sql.streaming.checkpointLocation is not passed to data sources"
                     + (f" (with it, query {named!r} checkpoints in <that location>/{named}: "
                        "give that path as the option)" if named else ""))
-    if value["takeOverFrom"] is not None and (not streaming or not exactly_once):
-        raise _fail("takeOverFrom", "names the streaming query whose "
-                                    "transactional.id.prefix an exactly_once stream "
-                                    "write takes over; it means nothing here")
+    if value["takeOverFrom"] is not None:
+        if not streaming or not exactly_once:
+            raise _fail("takeOverFrom", "names the streaming query whose "
+                                        "transactional.id.prefix an exactly_once stream "
+                                        "write takes over; it means nothing here")
+        _named("takeOverFrom", value["takeOverFrom"], "query id")
 
 
 def _txn(opts: _Opts, streaming: bool, guarantee: DeliveryGuarantee
