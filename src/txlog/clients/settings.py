@@ -79,7 +79,7 @@ def at_least(low: int, message: str, *, types: tuple[type, ...] = (int,),
     setting's ``name`` and the ``value`` given.  ``allow_bool`` keeps the settings that
     have always counted True as 1 doing so."""
     def read(name: str, value: Any) -> Any:
-        wrong_type = not isinstance(value, types) or isinstance(value, bool) and not allow_bool
+        wrong_type = not isinstance(value, types) or (isinstance(value, bool) and not allow_bool)
         if wrong_type or value < low:
             raise InvalidConfigError(message.format(name=name, value=value))
         return value
