@@ -29,7 +29,8 @@ from .partition.partition_log import PartitionLog
 from .partition.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PRODUCER_ID_EXPIRATION
 from .partition.retention import Retained
 from .partition.segment_merge import Merged
-from .storage.backends import Storage, open_storage
+from .storage.contract import Storage
+from .storage.schemes import open_storage
 from .storage.chain import VersionChain
 from .storage.names import validate_name
 from .storage.paths import (ROOT_MARKER, TOPICS_DIR, partition_count_path, topic_config_path,

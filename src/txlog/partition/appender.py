@@ -24,7 +24,7 @@ from ..format.batch import (ABORT, CLAIM_BIT, COMMIT, CONTROL_BIT, LOG_APPEND_TI
                             TRANSACTIONAL_BIT, BatchHeader, ControlRecord, encode_control,
                             Payload, encode_data_object, encode_header)
 from ..errors import StorageError, TxlogError
-from ..storage.backends import Storage
+from ..storage.contract import Storage
 from ..storage.paths import data_object_path
 from .producer_state import ProducerState
 from .state_manager import ANCHOR_BYTES, SnapshotGone, StateManager

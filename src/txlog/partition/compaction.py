@@ -28,7 +28,7 @@ from .producer_state import ProducerState
 from ..errors import CorruptBatchError, StorageError
 from ..integers import is_int
 from ..format.segment import encode_segment_head
-from ..storage.backends import DEFAULT_PART_BYTES
+from ..storage.contract import DEFAULT_PART_BYTES
 from ..storage.paths import BATCH_SUFFIX, SNAPSHOT_SUFFIX, named_offsets, snapshots_dir
 from .state_manager import ANCHOR_BYTES, StateManager
 from .storage_cache import BatchRef

@@ -39,7 +39,7 @@ from ..storage.chain import VersionChain
 from ..errors import CommitFailedError, InvalidConfigError, UnknownGroupError
 from ..integers import is_int
 from ..storage.names import validate_name
-from ..storage.backends import Storage
+from ..storage.contract import Storage
 from ..storage.paths import GROUP_DIR
 
 
