@@ -387,12 +387,12 @@ def _crash_at(root: str, topic: str, point: str, value_size: str, batches_before
     ``after-link`` (linked, temp name not yet removed).  The patches apply to
     this child process only.
     """
-    import txlog.clients.producer as producer_module
+    import txlog.clients.sender as sender_module
     import txlog.storage.local as storage_module
 
     # Batches inline (no data object): the kill lands in the publish of a batch object
     # itself.  The claim path's kills are test_claims.py's.
-    producer_module.INLINE_PAYLOAD_BYTES = 1 << 40
+    sender_module.INLINE_PAYLOAD_BYTES = 1 << 40
     log = Log(root)
     producer = log.producer(linger_ms=3_600_000, batch_size=1 << 40)
     armed = {"on": False}

@@ -151,6 +151,10 @@ class Log:
                 f"{self.root} has log format version {version}; this txlog reads version "
                 f"{FORMAT_VERSION}")
 
+    @property
+    def services(self) -> "Log":
+        return self
+
     def revalidate(self) -> bool:
         """Prepare a long-lived Log for a new unit of work, as if it were opened afresh.
 
