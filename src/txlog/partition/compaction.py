@@ -26,6 +26,7 @@ from .. import clock
 from ..format.batch import BatchHeader, ControlRecord, decode_control, decode_header, payload_of
 from .producer_state import ProducerState
 from ..errors import CorruptBatchError, StorageError
+from ..integers import is_int
 from ..format.segment import encode_segment_head
 from ..storage.contract import DEFAULT_PART_BYTES
 from ..storage.paths import BATCH_SUFFIX, SNAPSHOT_SUFFIX, named_offsets, snapshots_dir
@@ -66,7 +67,7 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
     only, which fixes every byte before the data section; the second streams
     the batches' bytes into the store one at a time.
     """
-    if not isinstance(buffer_bytes, int) or isinstance(buffer_bytes, bool) or buffer_bytes < 1:
+    if not is_int(buffer_bytes) or buffer_bytes < 1:
         raise ValueError(f"compaction buffer_bytes must be a positive integer, not "
                          f"{buffer_bytes!r}")
     state = states.state()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from .. import clock
 from ..errors import OffsetOutOfRangeError
+from ..integers import is_int
 from ..format.log_start import LogStartRecord, encode_log_start
 from ..format.segment import SegmentHead
 from ..format.topic_ids import current_topic_id
@@ -142,7 +143,7 @@ def delete_records(states: StateManager, offset: int) -> int:
     Returns the log start after the call (Kafka's low watermark).
     """
     name = f"{states.topic}-{states.partition}"
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < -1:
+    if not is_int(offset) or offset < -1:
         raise OffsetOutOfRangeError(
             f"delete-records offset {offset!r} for {name} must be -1 (the log end) or a "
             "non-negative int")
