@@ -24,9 +24,9 @@ import pyarrow as pa
 from .. import clock
 from ..errors import InvalidConfigError, ProducerFencedError, TransactionAbortedError
 from ..format.batch import compression_attribute
-from ..storage.names import validate_name
 from .accumulator import (FutureRecordMetadata, RecordAccumulator, as_bytes, batch_runs,
                           by_partition, normalise_table, runs)
+from .producer_settings import check_producer_settings
 from .partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from .sender import Sender
 from .transaction_manager import ClientState, TransactionManager
@@ -70,23 +70,12 @@ class Producer:
                  value_serializer: Callable[[Any], bytes] | None = None,
                  compression_type: str | None = None,
                  data_object_bytes: int = DEFAULT_DATA_OBJECT_BYTES) -> None:
-        if compression_type is not None:  # kafka-python's name for the same option
-            compression = compression_type
+        compression = check_producer_settings(
+            compression=compression, compression_type=compression_type, batch_size=batch_size,
+            data_object_bytes=data_object_bytes, linger_ms=linger_ms,
+            transactional_id=transactional_id, enable_idempotence=enable_idempotence)
         self._compression = None if compression == "none" else compression
         self._compression_bits = compression_attribute(compression)
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidConfigError(f"batch_size must be a positive integer, not {batch_size!r}")
-        if not isinstance(data_object_bytes, int) or isinstance(data_object_bytes, bool) or \
-                data_object_bytes < 1:
-            raise InvalidConfigError(f"data_object_bytes must be a positive integer, not "
-                                     f"{data_object_bytes!r}")
-        if not isinstance(linger_ms, (int, float)) or linger_ms < 0:
-            raise InvalidConfigError(f"linger_ms must be >= 0, not {linger_ms!r}")
-        if transactional_id is not None:
-            validate_name(transactional_id, "transactional id")
-            if not enable_idempotence:
-                raise InvalidConfigError(
-                    "a transactional producer needs enable_idempotence=True")
         services = log.services
         self._services = services
         self.batch_size = batch_size
