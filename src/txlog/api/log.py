@@ -30,7 +30,7 @@ from ..partition.retention import Retained
 from ..partition.segment_merge import Merged
 from ..root.root import Root
 from ..root.topics import TopicDescription
-from ..storage.backends import Storage
+from ..storage.contract import Storage
 from ..transactions import groups as group_offsets
 from ..transactions.coordinator import TransactionCoordinator
 from ..transactions.group_members import reset_offsets_if_inactive

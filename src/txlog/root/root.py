@@ -23,7 +23,8 @@ from ..errors import (InconsistentTopicIdError, LogFormatError, TopicExistsError
 from ..format.topic_ids import current_topic_id, new_topic_id, read_topic_meta, topic_id_of
 from ..partition.partition_log import PartitionLog
 from ..partition.producer_state import PRODUCER_ID_EXPIRATION
-from ..storage.backends import Storage, open_storage
+from ..storage.contract import Storage
+from ..storage.schemes import open_storage
 from ..storage.chain import VersionChain
 from ..storage.names import validate_name
 from ..storage.paths import (ROOT_MARKER, TOPICS_DIR, partition_count_path, topic_config_path,
@@ -247,8 +248,8 @@ class Root:
         self.storage.delete_tree(topic_dir(name))
         with self._lock:
             self._topics.pop(name, None)
-            for key in [k for k in self._topic_chains if k[0] == name]:
-                del self._topic_chains[key]
+            for chain_key in [k for k in self._topic_chains if k[0] == name]:
+                del self._topic_chains[chain_key]
             for key in [k for k in self._partitions if k[0] == name]:
                 del self._partitions[key]
 
@@ -298,8 +299,8 @@ class Root:
             desc = self._topics.get(topic)
             if desc is not None and desc.topic_id == topic_id:
                 del self._topics[topic]
-                for key in [k for k in self._topic_chains if k[0] == topic]:
-                    del self._topic_chains[key]
+                for chain_key in [k for k in self._topic_chains if k[0] == topic]:
+                    del self._topic_chains[chain_key]
             for key in [k for k, part in self._partitions.items()
                         if k[0] == topic and part.topic_id == topic_id]:
                 del self._partitions[key]

@@ -31,6 +31,7 @@ from ..storage.chain import VersionChain
 from ..errors import (ConcurrentTransactionsError, DecisionConflictError, InvalidPidMappingError,
                       InvalidTransactionTimeoutError, InvalidTxnStateError, ProducerFencedError,
                       TransactionAbortedError)
+from ..integers import is_int
 from .groups import apply_transactional_offsets, check_offsets
 from ..storage.lru import LruDict
 from ..storage.names import validate_name
@@ -41,7 +42,7 @@ from ..format.batch import BatchHeader
 
 if TYPE_CHECKING:
     from ..partition.partition_log import PartitionLog
-    from ..storage.backends import Storage
+    from ..storage.contract import Storage
 
 logger = logging.getLogger(__name__)
 
@@ -389,8 +390,7 @@ class TransactionCoordinator:
         incarnation, where the id is gone or Dead at that identity, never fence an
         instance that took the id meanwhile (Kafka checks the expected producer id
         and epoch of InitProducerId the same way, KIP-360)."""
-        if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or \
-                not 1 <= timeout_ms <= MAX_TRANSACTION_TIMEOUT_MS:
+        if not is_int(timeout_ms) or not 1 <= timeout_ms <= MAX_TRANSACTION_TIMEOUT_MS:
             raise InvalidTransactionTimeoutError(
                 f"transaction_timeout_ms must be an integer from 1 to "
                 f"{MAX_TRANSACTION_TIMEOUT_MS}, not {timeout_ms!r}")
