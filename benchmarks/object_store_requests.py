@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "harness"))
 
 from s3_server import MotoS3  # noqa: E402
 from txlog import Log  # noqa: E402

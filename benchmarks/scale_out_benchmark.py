@@ -89,7 +89,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "harness"))
 
 from producer_options import producer_options  # noqa: E402
 from s3_server import MotoS3, request_kind  # noqa: E402

@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import LARGE
+from conftest import HARNESS_DIR, LARGE
 
-HARNESS = Path(__file__).with_name("maintenance_loop.py")
+HARNESS = HARNESS_DIR / "maintenance_loop.py"
 
 
 def test_maintenance_under_load_loses_nothing_and_bounds_the_objects(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""Smoke runs of the issue-19 benchmarks at tiny sizes: they must keep running as the write
-path changes under them (their figures are read from full runs, not here)."""
+"""Smoke runs of the write-path benchmarks (commit latency, scale-out) at tiny sizes: they
+must keep running as the write path changes under them (their figures are read from full
+runs, not here)."""
 
 from __future__ import annotations
 

@@ -21,6 +21,8 @@ import txlog.clock
 from txlog import Log
 from txlog.cli import main
 
+from helpers_core import txlog_process
+
 
 def run(capsys, *argv: str, stdin: bytes | None = None, monkeypatch=None) -> tuple[int, str, str]:
     if stdin is not None:
@@ -29,13 +31,6 @@ def run(capsys, *argv: str, stdin: bytes | None = None, monkeypatch=None) -> tup
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def txlog_process(root: str, *argv: str, stdin: str | None = None
-                  ) -> subprocess.CompletedProcess:
-    """``python -m txlog.cli --root ROOT ARGV`` as its own process, text in and out."""
-    return subprocess.run([sys.executable, "-m", "txlog.cli", "--root", root, *argv],
-                          input=stdin, capture_output=True, text=True, timeout=120)
 
 
 def table(out: str) -> list[list[str]]:

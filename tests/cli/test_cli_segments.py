@@ -16,7 +16,8 @@ import crc32c
 import numpy as np
 import pytest
 
-from test_cli import table, txlog_process
+from helpers_core import txlog_process
+from test_cli import table
 from txlog import Log
 from txlog.format.segment import _HEADER, HEADER_SIZE, OFFSET_ENTRY, TIME_ENTRY, decode_head
 

@@ -27,15 +27,14 @@ from txlog.clients.assignors import (range_assign, roundrobin_assign, select_pro
                                      sticky_assign)
 from txlog.clients.membership import GroupMember
 from txlog.errors import InconsistentGroupProtocolError
+from conftest import HARNESS_DIR, SRC
 from helpers_core import DelegatingStorage
 from txlog.storage.backends import MemoryStorage, Storage
 from txlog.storage.paths import GROUP_DIR
 from txlog.transactions.group_members import (CLOCK_SKEW_MARGIN_MS, HEARTBEAT_SEPARATOR,
                                               GroupMembership, MemberInfo)
 
-HERE = Path(__file__).resolve().parent
-WORKER = HERE / "group_worker.py"
-SRC = HERE.parent / "src"
+WORKER = HARNESS_DIR / "group_worker.py"
 SESSION_MS, HEARTBEAT_MS = 1500, 300
 
 

@@ -17,7 +17,7 @@ from txlog.clients.partitioner import partition_for_key, partitions_for_keys
 from txlog.storage.backends import LocalStorage
 
 from helpers_core import read_chain
-from test_core_hardening import OutcomeUnknownStorage
+from test_unknown_publish_outcomes import OutcomeUnknownStorage
 
 
 def _random_keys(n: int, seed: int) -> list[bytes | None]:

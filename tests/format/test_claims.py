@@ -22,7 +22,7 @@ import crc32c
 import pyarrow as pa
 import pytest
 
-from conftest import python_env
+from conftest import HARNESS_DIR, python_env
 from helpers_core import DelegatingStorage, read_chain, wait_for
 from txlog import Log
 from txlog.errors import CorruptBatchError
@@ -32,7 +32,7 @@ from txlog.format.batch import (CLAIM_BIT, HEADER_READ_SIZE, MAX_CLAIM_HEADER_SI
 from txlog.clients import producer as producer_module
 from txlog.partition import appender
 
-WRITER = Path(__file__).with_name("claims_writer.py")
+WRITER = HARNESS_DIR / "claims_writer.py"
 VALUE = b"v" * 2000  # records large enough that every batch goes through a data object
 
 

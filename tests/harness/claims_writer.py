@@ -122,5 +122,5 @@ def main(root: str, writer: str, mode: str, ack_file: str, go_file: str, seconds
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src"))
     main(*sys.argv[1:])

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -305,6 +306,13 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str,
 def child(*args: object) -> list[str]:
     """Command line running this module as a child process."""
     return [sys.executable, HELPER, *map(str, args)]
+
+
+def txlog_process(root: str, *argv: str, stdin: str | None = None
+                  ) -> subprocess.CompletedProcess:
+    """``python -m txlog.cli --root ROOT ARGV`` as its own process, text in and out."""
+    return subprocess.run([sys.executable, "-m", "txlog.cli", "--root", root, *argv],
+                          input=stdin, capture_output=True, text=True, timeout=120)
 
 
 def self_checking_value(size: int) -> tuple[bytes, bytes]:

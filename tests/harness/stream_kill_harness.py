@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # conftest's folder
 sys.path.insert(0, str(TESTS))
 
 from conftest import SRC, python_env, spark_submit_args  # noqa: E402

@@ -23,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from conftest import python_env
-from helpers_core import segment_files, tmp_files, wait_for
+from conftest import REPO, python_env
+from helpers_core import segment_files, tmp_files, txlog_process, wait_for
 from txlog import Log, StorageError
 from txlog.errors import CorruptBatchError
 from txlog.format.batch import decode_header, is_data_object_path
@@ -32,8 +32,6 @@ from txlog.format.segment import (ABORTED_ENTRY, HEADER_SIZE, decode_head, encod
                                   read_aborted)
 from txlog.partition.isolation import READ_UNCOMMITTED
 from txlog.storage.backends import FsspecStorage, LocalStorage, MemoryStorage, open_storage
-
-HERE = Path(__file__).parent
 
 
 def _write(log: Log, topic: str, value_size: int = 3000) -> None:
@@ -228,7 +226,7 @@ Log(store).compact("t", buffer_bytes=int(sys.argv[4]))
 def _kill_mid_stream(root: str, after: int, options: dict | None, buffer_bytes: int) -> None:
     done = subprocess.run([sys.executable, "-c", _KILLED_MID_STREAM, root, str(after),
                            repr(options), str(buffer_bytes)],
-                          env=python_env(), cwd=HERE.parent, timeout=120, capture_output=True)
+                          env=python_env(), cwd=REPO, timeout=120, capture_output=True)
     assert done.returncode == -signal.SIGKILL, done.stderr.decode()
 
 
@@ -429,7 +427,7 @@ def test_compactors_killed_at_random_moments_lose_nothing(tmp_path: Path) -> Non
         # always dies; the winner makes about 160, so the second may die retiring.
         stops = [rng.randint(1, 55), rng.randint(1, 160), 0]
         children = [subprocess.Popen([sys.executable, "-c", _COMPACTOR, str(tmp_path),
-                                      str(go), str(stop)], env=python_env(), cwd=HERE.parent,
+                                      str(go), str(stop)], env=python_env(), cwd=REPO,
                                      stderr=subprocess.PIPE) for stop in stops]
         wait_for(lambda: len(list(tmp_path.glob(f"go-{round_}.ready.*"))) == 3, 60,
                  "the compactors to start")
@@ -454,8 +452,6 @@ def test_compactors_killed_at_random_moments_lose_nothing(tmp_path: Path) -> Non
 
 
 def test_cli_takes_the_buffer_setting(tmp_path: Path) -> None:
-    from test_cli import txlog_process
-
     root = str(tmp_path / "log")
     log = Log(root)
     log.create_topic("t", 1)

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from conftest import SRC
 from helpers_core import DelegatingStorage
 from test_compaction import _mixed, _table
 from txlog import Log
@@ -386,7 +387,7 @@ def test_a_merger_sigkilled_at_random_moments_leaves_a_readable_log(tmp_path: Pa
     part.merge_segments(MAX)
     took = time.monotonic() - started + 0.01 * len(_segments(base))  # the child's deletes
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(Path(__file__).resolve().parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
+        [str(SRC), os.environ.get("PYTHONPATH", "")])}
     rng = random.Random(5)
     outcomes = []
     for n in range(8):

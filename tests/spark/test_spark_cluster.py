@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,12 +27,13 @@ pytest.importorskip("pyspark")
 if not sys.platform.startswith("linux"):  # the harness reads /proc to find its processes
     pytest.skip("the cluster harness needs Linux", allow_module_level=True)
 
+from conftest import HARNESS_DIR  # noqa: E402
 from spark_cluster import StandaloneCluster, standalone_cluster  # noqa: E402
 
 from txlog import Log  # noqa: E402
 from txlog.transactions.coordinator import TxnState  # noqa: E402
 
-JOBS = Path(__file__).resolve().parent / "spark_jobs.py"
+JOBS = HARNESS_DIR / "spark_jobs.py"
 ROWS = 10_000
 # One executor takes the worker's two cores; a second executor JVM would add
 # ~15 s of CPU to a 2-core machine.  Four attempts per task is Spark's default

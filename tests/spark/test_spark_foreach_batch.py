@@ -16,17 +16,16 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("pyspark")
 
 import spark_jobs  # noqa: E402
-from conftest import python_env, spark_submit_args  # noqa: E402
+from conftest import HARNESS_DIR, python_env, spark_submit_args  # noqa: E402
 from txlog import Log  # noqa: E402
 
-JOBS = Path(__file__).resolve().parent / "spark_jobs.py"
+JOBS = HARNESS_DIR / "spark_jobs.py"
 
 
 def produce(log: Log, topic: str, values: list[str]) -> None:

@@ -6,16 +6,15 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("pyspark")
 
-from conftest import spark_submit  # noqa: E402
+from conftest import HARNESS_DIR, spark_submit  # noqa: E402
 
-JOBS = Path(__file__).resolve().parent / "spark_jobs.py"
-FAULTS = Path(__file__).resolve().parent / "faults"
+JOBS = HARNESS_DIR / "spark_jobs.py"
+FAULTS = HARNESS_DIR / "faults"
 
 
 def results(stdout: str) -> dict[str, dict]:

@@ -13,13 +13,14 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from conftest import REPO, SHORT_LIVED_JVM, python_env, run_python, spark_submit_args  # noqa: E402
+from conftest import (HARNESS_DIR, REPO, SHORT_LIVED_JVM, python_env, run_python,  # noqa: E402
+                      spark_submit_args)
 from helpers_core import wait_for  # noqa: E402
 
 from txlog import Log  # noqa: E402
 from txlog.examples.stream_pipeline import PROGRESS_PREFIX  # noqa: E402
 
-JOBS = Path(__file__).resolve().parent / "spark_jobs.py"
+JOBS = HARNESS_DIR / "spark_jobs.py"
 
 
 def committed_count(root: Path, topic: str, partitions: int) -> int:

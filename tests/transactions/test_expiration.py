@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -24,6 +23,7 @@ from txlog.storage import chain as chain_module
 from txlog.storage.chain import VersionChain
 from txlog.storage.paths import DECISION_DIR, TXN_DIR
 
+from conftest import HARNESS_DIR
 from helpers_core import DelegatingStorage, ManualClock, manual_clock
 
 T = "t"
@@ -394,7 +394,7 @@ def test_expiry_under_sigkill_keeps_every_commit_and_fences_zombies(tmp_path):
     (tests/expiry_kill_harness.py).  With the partition's verification of unknown
     producers removed, seed 3 lands a zombie's batch after its transaction ended, which
     then hangs the partition's LSO and hides later commits."""
-    run = subprocess.run([sys.executable, str(Path(__file__).with_name("expiry_kill_harness.py")),
+    run = subprocess.run([sys.executable, str(HARNESS_DIR / "expiry_kill_harness.py"),
                           "--root", str(tmp_path / "log"), "--seed", "3", "--seconds", "9"],
                          capture_output=True, text=True, timeout=300)
     print(run.stdout[-3000:], run.stderr[-3000:])
@@ -409,7 +409,7 @@ def test_finished_jobs_deleted_at_once_under_sigkill_keep_every_commit(tmp_path)
     them), gc expiring and deleting ids: writers and maintainer SIGKILLed at random
     moments (tests/expiry_kill_harness.py --shared).  Every committed attempt is read
     once, nothing aborted or failed is visible, no zombie batch is in the log at all."""
-    run = subprocess.run([sys.executable, str(Path(__file__).with_name("expiry_kill_harness.py")),
+    run = subprocess.run([sys.executable, str(HARNESS_DIR / "expiry_kill_harness.py"),
                           "--root", str(tmp_path / "log"), "--seed", "5", "--seconds", "6",
                           "--shared"],
                          capture_output=True, text=True, timeout=300)

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 import jepsen_txn
+from conftest import HARNESS_DIR
 
-SCRIPT = Path(__file__).with_name("jepsen_txn.py")
+SCRIPT = HARNESS_DIR / "jepsen_txn.py"
 SEED = 1
 SCALE = 5  # ~25-35 s on two cores; raise --scale by hand for longer runs
 # On S3 (moto's server in this process) every storage call is an HTTP request of a few
