@@ -1,6 +1,6 @@
 """Expiry under SIGKILL: writers, zombies and a maintainer that expires and deletes state.
 
-    python tests/expiry_kill_harness.py --root DIR [--seed S] [--seconds N] [--shared]
+    python tests/harness/expiry_kill_harness.py --root DIR [--seed S] [--seconds N] [--shared]
 
 Separate OS processes on one log root, with every expiration shortened so
 that it happens many times within the run (producer.id.expiration.ms 0.7 s,

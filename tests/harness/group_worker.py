@@ -1,4 +1,4 @@
-"""One consumer-group member process for tests/test_group_membership.py.
+"""One consumer-group member process for tests/clients/test_group_membership.py.
 
     python group_worker.py consume ROOT GROUP NAME OUT_DIR [options as JSON]
     python group_worker.py ctp     ROOT GROUP NAME OUT_DIR [options as JSON]

@@ -272,8 +272,8 @@ class Root:
         return read_chain(copy, topic, partition)
 
 
-# URL scheme of each object-store backend's roots (the servers are in tests/s3_server.py
-# and tests/store_emulators.py).
+# URL scheme of each object-store backend's roots (the servers are in tests/harness/s3_server.py
+# and tests/harness/store_emulators.py).
 STORE_SCHEMES = {"s3": "s3", "gcs": "gs", "azure": "az"}
 
 

@@ -1,6 +1,6 @@
 """A Jepsen-style test of txlog transactions: real processes, real SIGKILLs, one checker.
 
-    python tests/jepsen_txn.py --scale N [--root DIR] [--log URL] [--seed S]
+    python tests/harness/jepsen_txn.py --scale N [--root DIR] [--log URL] [--seed S]
 
 What runs (all separate OS processes on one log root):
 

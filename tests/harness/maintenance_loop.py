@@ -1,6 +1,7 @@
 """Compaction, retention and garbage collection under load: real processes, one checker.
 
-    python tests/maintenance_loop.py [--root DIR|URL] [--seed S] [--txns N] [--maintainers N]
+    python tests/harness/maintenance_loop.py [--root DIR|URL] [--seed S] [--txns N]
+                                             [--maintainers N]
 
 What runs (separate OS processes on one log root):
 

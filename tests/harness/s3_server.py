@@ -22,7 +22,7 @@ aiobotocore, HTTP.  Three things are added around moto's WSGI application:
 
 Used in-process by tests/conftest.py (a session fixture) and by
 benchmarks/object_store_requests.py; the soak benchmark runs it as a process
-of its own (``python tests/s3_server.py`` prints the endpoint and serves
+of its own (``python tests/harness/s3_server.py`` prints the endpoint and serves
 until its stdin closes).
 """
 
@@ -120,7 +120,7 @@ class MotoS3:
 
     @classmethod
     def serving_at(cls, endpoint: str) -> MotoS3:
-        """A handle on a server another process runs (``python tests/s3_server.py``):
+        """A handle on a server another process runs (``python tests/harness/s3_server.py``):
         clients, buckets and storage options work; counts and faults stay there."""
         handle = cls()
         handle.endpoint = endpoint
@@ -162,7 +162,7 @@ class MotoS3:
 
     def root(self) -> str:
         """A fresh bucket; the log root is a prefix inside it (as the GCS and Azure
-        emulators' ``root()``, tests/store_emulators.py)."""
+        emulators' ``root()``, tests/harness/store_emulators.py)."""
         return f"s3://{self.create_bucket()}/log"
 
     def objects(self, bucket: str, prefix: str = "") -> dict[str, bytes]:

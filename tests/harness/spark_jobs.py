@@ -9,7 +9,7 @@ test kills the driver with SIGKILL.
 (``remote("local[2]")``), printing ``connect: N`` with the rows read back.
 
 ``spark_jobs.py cluster ROOT TOPIC ROWS MARKERS OPTIONS_JSON PIPELINE_ROOT``: made
-for a standalone cluster (tests/spark_cluster.py), where task attempts run in
+for a standalone cluster (tests/harness/spark_cluster.py), where task attempts run in
 executor JVMs.  One application, so that its executors start once:
 
 1. writes ROWS rows exactly once from two tasks, the first attempt of task 0
@@ -28,7 +28,7 @@ one prefix (``two-queries``), a deleted checkpoint restarted with startingOffset
 latest and earliest (``reset-latest``, ``reset-earliest``), a micro-batch that
 fails in every attempt after writing (``failing-batch``), then batch writes whose
 marker writes fail once (``once``) and always (``always``), made to fail by
-tests/faults/sitecustomize.py (on PYTHONPATH, so in every Python worker too, with
+tests/harness/faults/sitecustomize.py (on PYTHONPATH, so in every Python worker too, with
 TXLOG_TEST_MARKER_FAULTS naming a scratch directory).
 
 ``spark_jobs.py foreach-batch ROOT CHECKPOINT KILL_BATCH MARKER``: a stream of topic
@@ -358,7 +358,8 @@ def sink_safety(root: str, scratch: str) -> None:
 
 
 def commit_faults(spark, log, root: str) -> None:
-    """Batch jobs whose commit meets failing marker writes (tests/faults/sitecustomize.py)."""
+    """Batch jobs whose commit meets failing marker writes
+    (tests/harness/faults/sitecustomize.py)."""
     from txlog import Log
 
     faults = os.environ["TXLOG_TEST_MARKER_FAULTS"]

@@ -1,6 +1,6 @@
 """Local GCS and Azure Blob endpoints for the tests: fake-gcs-server and Azurite.
 
-tests/s3_server.py gives the suite a real S3 endpoint; these two give it the
+tests/harness/s3_server.py gives the suite a real S3 endpoint; these two give it the
 other stores txlog supports, so that gcsfs's and adlfs's conditional creates
 (``ifGenerationMatch=0``, ``If-None-Match: *``) are exercised over HTTP
 rather than assumed.  Each runs as a child process on a free loopback port,

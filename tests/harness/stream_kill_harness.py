@@ -10,7 +10,7 @@ moment), and starts it again each time.  At the end a last run drains the
 input and the sink, read with read_committed, must equal the transform of
 the committed source records exactly, per partition and in order.
 
-    python tests/stream_kill_harness.py --kills 30 --records 200000
+    python tests/harness/stream_kill_harness.py --kills 30 --records 200000
 
 With ``--delivery at_least_once`` the sink has no transactions and the same
 kills duplicate records: the check then fails, which shows it can.

@@ -8,7 +8,7 @@ processes (no shared memory, no shared caches), started together behind a
 start signal so their appends genuinely overlap.
 
 Each test runs on every backend: a local directory, ``memory://`` and S3
-(moto's server, tests/s3_server.py; children reach it through the AWS
+(moto's server, tests/harness/s3_server.py; children reach it through the AWS
 environment variables).  The chain is checked independently of the library by
 copying the partition's objects into a directory and reading them there.
 """

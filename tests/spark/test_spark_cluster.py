@@ -6,7 +6,7 @@ JVM that the worker launched, with Python workers of its own: driver and
 tasks meet only in the log's storage.  One cluster and one application serve
 the module, because each start costs seconds of the ~60 s it may take.
 
-The log lives on S3 (the test endpoint, tests/s3_server.py), as a cluster's
+The log lives on S3 (the test endpoint, tests/harness/s3_server.py), as a cluster's
 would: the ``store`` fixture gives its root URL, the storage options this
 process opens it with, the options every Spark read and write gets, and the
 environment of the cluster and its drivers (changing that fixture alone moves
@@ -61,7 +61,7 @@ class Store:
 
 @pytest.fixture(scope="module")
 def store(s3_server) -> Store:
-    """A bucket on the test S3 endpoint (moto, tests/s3_server.py): the driver and the
+    """A bucket on the test S3 endpoint (moto, tests/harness/s3_server.py): the driver and the
     executor JVMs' Python workers reach it as a cluster reaches S3.  The retried job
     passes the endpoint and credentials as ``txlog.storage.*`` options; the batch
     pipeline example opens its root with no options, so the cluster's environment

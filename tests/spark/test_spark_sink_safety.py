@@ -1,5 +1,5 @@
 """The stream sink never skips silently, and failed jobs end cleanly: what users run, as
-subprocesses (spark-submit applications in tests/spark_jobs.py)."""
+subprocesses (spark-submit applications in tests/harness/spark_jobs.py)."""
 
 from __future__ import annotations
 

@@ -106,7 +106,7 @@ def test_create_table_with_storage_options_that_are_not_credentials_is_accepted(
 
 
 def test_dataframe_options_are_not_a_table_definition():
-    # .option() calls keep taking credentials (tests/test_spark_object_store.py
+    # .option() calls keep taking credentials (tests/spark/test_spark_object_store.py
     # passes them so); only Spark's catalog properties mark a table definition.
     dataframe = {"path": "s3://b/log", "subscribe": "events", "txlog.storage.secret": "x"}
     assert not is_table_definition(dataframe)

@@ -1,6 +1,6 @@
-"""txlog on S3, against a real S3 endpoint (moto's server, tests/s3_server.py).
+"""txlog on S3, against a real S3 endpoint (moto's server, tests/harness/s3_server.py).
 
-The storage contract (tests/test_storage.py) only holds on S3 if the store's
+The storage contract (tests/storage/test_storage.py) only holds on S3 if the store's
 answers are mapped right: 412 means the name is taken, 409
 ConditionalRequestConflict means try again, anything else means the outcome
 is unknown and must reach the appender as an OSError.  A store that ignores

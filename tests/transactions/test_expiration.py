@@ -391,7 +391,7 @@ def test_requests_of_a_job_do_not_grow_with_earlier_jobs(tmp_path):
 def test_expiry_under_sigkill_keeps_every_commit_and_fences_zombies(tmp_path):
     """Writers on a pool of ids, zombies that stall past their timeout and the producer
     expiration, a maintainer expiring and deleting ids, all SIGKILLed at random moments
-    (tests/expiry_kill_harness.py).  With the partition's verification of unknown
+    (tests/harness/expiry_kill_harness.py).  With the partition's verification of unknown
     producers removed, seed 3 lands a zombie's batch after its transaction ended, which
     then hangs the partition's LSO and hides later commits."""
     run = subprocess.run([sys.executable, str(HARNESS_DIR / "expiry_kill_harness.py"),
@@ -407,7 +407,7 @@ def test_finished_jobs_deleted_at_once_under_sigkill_keep_every_commit(tmp_path)
     naming), each job's end deleting its attempts' chains at once (protocol.md 5.3),
     zombies flushing after their job ended (half of them after the partitions forgot
     them), gc expiring and deleting ids: writers and maintainer SIGKILLed at random
-    moments (tests/expiry_kill_harness.py --shared).  Every committed attempt is read
+    moments (tests/harness/expiry_kill_harness.py --shared).  Every committed attempt is read
     once, nothing aborted or failed is visible, no zombie batch is in the log at all."""
     run = subprocess.run([sys.executable, str(HARNESS_DIR / "expiry_kill_harness.py"),
                           "--root", str(tmp_path / "log"), "--seed", "5", "--seconds", "6",

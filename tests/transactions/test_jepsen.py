@@ -1,4 +1,4 @@
-"""Runs the Jepsen-style transaction test (tests/jepsen_txn.py) and tests its checker.
+"""Runs the Jepsen-style transaction test (tests/harness/jepsen_txn.py) and tests its checker.
 
 The run itself is a separate program, started exactly as a person would start
 it, so that writers, readers and the supervisor are real processes and the

@@ -1,4 +1,4 @@
-"""Fault injection for tests/spark_jobs.py commit-faults: marker writes that fail.
+"""Fault injection for tests/harness/spark_jobs.py commit-faults: marker writes that fail.
 
 Put on PYTHONPATH only for that application, so that every Python process
 Spark starts (the driver's workers, where a batch job commits) loads it.
@@ -34,7 +34,8 @@ if _DIR:
                 pass
         if fail:
             open(os.path.join(_DIR, f"failed-{uuid.uuid4().hex}"), "w").close()
-            raise OSError("injected by tests/faults/sitecustomize.py: the marker write failed")
+            raise OSError("injected by tests/harness/faults/sitecustomize.py: "
+                          "the marker write failed")
         return _original(self, *args, **kwargs)
 
     PartitionLog.append_marker = _failing_append_marker
