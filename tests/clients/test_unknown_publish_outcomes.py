@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from txlog import Log, TxlogError
+from txlog.storage.local import LocalStorage
 from txlog.storage.paths import BATCH_SUFFIX
-from txlog.storage.backends import LocalStorage
 
 from helpers_core import DelegatingStorage, read_chain
 

@@ -30,7 +30,7 @@ from ..clients.assignors import ASSIGNORS
 from ..clients.consumer import Consumer
 from ..clients.membership import GroupMember
 from ..clients.positions import end_expired_transactions
-from ..clients.producer import EXPIRY_CHECK_INTERVAL_S
+from ..clients.transaction_manager import EXPIRY_CHECK_INTERVAL_S
 from ..partition.isolation import READ_COMMITTED
 from .config import CONSUMER_CONFIG, Codec, codec, open_log, resolve
 from .errors import (IllegalStateError, KafkaConfigurationError, KafkaError, translated,

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from ..errors import InvalidConfigError, InvalidNameError
 from ..exactly_once.app_versions import check_app_id, default_prefix
-from ..storage.backends import is_secret_option
+from ..storage.secrets import is_secret_option
 from ..storage.names import validate_name
 from ..transactions.coordinator import MAX_TRANSACTION_TIMEOUT_MS
 from .planning import EARLIEST, LATEST, PositionSpec, Subscription

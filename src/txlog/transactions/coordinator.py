@@ -41,7 +41,7 @@ from ..format.batch import BatchHeader
 
 if TYPE_CHECKING:
     from ..partition.partition_log import PartitionLog
-    from ..storage.backends import Storage
+    from ..storage.contract import Storage
 
 logger = logging.getLogger(__name__)
 

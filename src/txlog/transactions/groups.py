@@ -38,7 +38,7 @@ from .. import clock
 from ..storage.chain import VersionChain
 from ..errors import CommitFailedError, InvalidConfigError, UnknownGroupError
 from ..storage.names import validate_name
-from ..storage.backends import Storage
+from ..storage.contract import Storage
 from ..storage.paths import GROUP_DIR
 
 
