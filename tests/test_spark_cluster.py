@@ -31,7 +31,7 @@ if not sys.platform.startswith("linux"):  # the harness reads /proc to find its 
 from spark_cluster import StandaloneCluster, standalone_cluster  # noqa: E402
 
 from txlog import Log  # noqa: E402
-from txlog.transactions.coordinator import TxnState  # noqa: E402
+from txlog.transactions.metadata import TxnState  # noqa: E402
 
 JOBS = Path(__file__).resolve().parent / "spark_jobs.py"
 ROWS = 10_000

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from .. import clock
-from ..transactions.coordinator import TxnState
+from ..transactions.metadata import TxnState
 from .common import (CommandError, LeafParser, json_option, non_negative_int, open_log,
                      print_table, utc)
 

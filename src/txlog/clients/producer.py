@@ -27,7 +27,8 @@ from ..format.batch import (HEADER_TYPE, MAX_CLAIM_PARTS, NO_PRODUCER_EPOCH, NO_
                             NO_SEQUENCE, RECORD_SCHEMA, TRANSACTIONAL_BIT, BatchHeader,
                             Payload, compression_attribute, encode_records)
 from ..partition.appender import DataReference, write_data_object
-from ..transactions.coordinator import FlushVerification, plain_decision_id
+from ..transactions.coordinator import FlushVerification
+from ..transactions.metadata import plain_decision_id
 from ..transactions.groups import check_offsets, register_transactional_offsets
 from ..errors import (CommitFailedError, IllegalStateError, InvalidConfigError,
                       InvalidPidMappingError, InvalidProducerEpochError, InvalidTxnStateError,
@@ -41,7 +42,7 @@ from .accumulator import (RECORD_OVERHEAD, FutureRecordMetadata, Pending, Record
 from .partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 
 if TYPE_CHECKING:
-    from ..transactions.coordinator import TransactionMember
+    from ..transactions.metadata import TransactionMember
     from ..log import Log
     from ..partition.partition_log import AppendResult, PartitionLog
 
@@ -749,7 +750,7 @@ class Producer:
         return self.transactional_id
 
     def _member(self) -> TransactionMember:
-        from ..transactions.coordinator import TransactionMember
+        from ..transactions.metadata import TransactionMember
 
         return TransactionMember(self._require_transactional(), self._producer_id, self._epoch,
                                  self._decision_id, sorted(self._txn_partitions))

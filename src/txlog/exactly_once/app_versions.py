@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import InvalidConfigError, InvalidNameError
 from ..storage.names import validate_name
-from ..transactions.coordinator import TransactionMember
+from ..transactions.metadata import TransactionMember
 from .shared_transaction import MAX_PREFIX_LENGTH, SharedTransaction
 from .stream_sink import BATCH_TOPIC, StreamSink
 

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import SinkOwnerError
 from ..storage.names import validate_name
-from ..transactions.coordinator import TransactionMember
+from ..transactions.metadata import TransactionMember
 from ..transactions.groups import committed_offsets, set_owner
 from .shared_transaction import SharedTransaction, check_prefix, end_open_jobs
 
