@@ -10,6 +10,12 @@ is rolled forward by whichever process finds it unfinished.
 
 State transitions follow Kafka's TransactionMetadata table; each transaction
 ends with the epoch bumped (KIP-890), and its markers carry the bumped epoch.
+
+``TransactionCoordinator`` is the one entry point every caller uses.  It
+answers the producer's requests itself and hands the rest to its parts: the
+records and their transitions (metadata.py), where they are stored
+(store.py), ending and rolling forward (ending.py), and the sweeps over many
+transactions (sweeps.py).
 """
 
 from __future__ import annotations

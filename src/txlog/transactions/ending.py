@@ -25,7 +25,10 @@ from .store import CoordinatorStore
 if TYPE_CHECKING:
     from ..partition.partition_log import PartitionLog
 
-logger = logging.getLogger(__name__)
+# The coordinator's parts log under its name, which operators watch for transactions
+# ended by anyone but their own producer (docs/protocol.md, 4.9).
+COORDINATOR_LOGGER = "txlog.transactions.coordinator"
+logger = logging.getLogger(COORDINATOR_LOGGER)
 
 MARKER_THREADS = 8  # partitions of one transaction marked at once (protocol.md, 4.6)
 

@@ -21,14 +21,14 @@ from .. import clock
 from ..partition.producer_state import OpenTransaction, ProducerState
 from ..storage.names import validate_name
 from ..storage.paths import TXN_DIR
-from .ending import TransactionEnder
+from .ending import COORDINATOR_LOGGER, TransactionEnder
 from .metadata import IDLE, TransactionMetadata, TxnState as S
 from .store import CoordinatorStore
 
 if TYPE_CHECKING:
     from ..partition.partition_log import PartitionLog
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger(COORDINATOR_LOGGER)
 
 
 @dataclass(frozen=True)
