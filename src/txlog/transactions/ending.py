@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ..errors import DecisionConflictError, InvalidTxnStateError, TransactionAbortedError
 from ..storage.pools import shared_pool
 from .groups import apply_transactional_offsets
-from .metadata import (COMPLETE, PREPARED, Decision, TransactionMember, TransactionMetadata,
+from .metadata import (COMPLETE, IDLE, PREPARED, Decision, TransactionMember, TransactionMetadata,
                        TxnState as S, check_member)
 from .store import CoordinatorStore
 
@@ -244,7 +244,7 @@ class TransactionEnder:
                 if (meta.txn_producer_id, meta.txn_epoch) == (producer_id, epoch):
                     self.fence_and_abort(transactional_id, reason, only=meta)
                 return
-            if meta.state in (S.EMPTY, *COMPLETE) and \
+            if meta.state in IDLE and \
                     (meta.producer_id, meta.epoch) == (producer_id, epoch):
                 pid, new_epoch = self.store.next_identity(producer_id, epoch)
                 if self.store.publish(version + 1, meta.bumped(pid, new_epoch, reason)):

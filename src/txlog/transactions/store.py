@@ -83,6 +83,24 @@ class CoordinatorStore:
     def forget(self, transactional_id: str) -> None:
         self.chains.pop(transactional_id, None)
 
+    def stored_versions(self, transactional_id: str) -> tuple[str, list[str]]:
+        """The chain's directory and the names of its versions in storage, oldest first
+        (one listing, not the cached chain: for deleting it whole)."""
+        directory = f"{TXN_DIR}/{validate_name(transactional_id, 'transactional id')}"
+        return directory, sorted(n for n in self.storage.list(directory) if n.isdigit())
+
+    def delete_chain(self, transactional_id: str, directory: str, names: list[str]
+                     ) -> list[str]:
+        """Delete the versions ``names`` oldest first, then the directory, and forget the
+        cached chain; returns the paths deleted (docs/protocol.md, 4.10)."""
+        deleted = []
+        for name in names:
+            self.storage.delete(f"{directory}/{name}")
+            deleted.append(f"{directory}/{name}")
+        self.storage.delete(directory)
+        self.forget(transactional_id)
+        return deleted
+
     def new_producer_id(self) -> int:
         return self._next_producer_id()
 

@@ -19,8 +19,6 @@ import msgpack
 
 from .. import clock
 from ..partition.producer_state import OpenTransaction, ProducerState
-from ..storage.names import validate_name
-from ..storage.paths import TXN_DIR
 from .ending import COORDINATOR_LOGGER, TransactionEnder
 from .metadata import IDLE, TransactionMetadata, TxnState as S
 from .store import CoordinatorStore
@@ -142,22 +140,14 @@ class Sweeps:
 
     def delete_dead(self, transactional_id: str, dead_before_ms: int) -> list[str]:
         """See ``TransactionCoordinator.delete_dead``."""
-        storage = self.store.storage
-        directory = f"{TXN_DIR}/{validate_name(transactional_id, 'transactional id')}"
-        names = sorted(n for n in storage.list(directory) if n.isdigit())
+        directory, names = self.store.stored_versions(transactional_id)
         if not names:
             return []
         try:
-            newest = msgpack.unpackb(storage.read(f"{directory}/{names[-1]}"),
+            newest = msgpack.unpackb(self.store.storage.read(f"{directory}/{names[-1]}"),
                                      strict_map_key=False)
         except FileNotFoundError:
             return []
         if newest.get("state") != S.DEAD.value or newest.get("update_ms", 0) >= dead_before_ms:
             return []
-        deleted = []
-        for name in names:
-            storage.delete(f"{directory}/{name}")
-            deleted.append(f"{directory}/{name}")
-        storage.delete(directory)
-        self.store.forget(transactional_id)
-        return deleted
+        return self.store.delete_chain(transactional_id, directory, names)
