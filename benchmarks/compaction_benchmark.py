@@ -61,7 +61,7 @@ import pyarrow as pa
 
 from txlog import Log
 from txlog.clients.accumulator import RECORD_OVERHEAD
-from txlog.storage.backends import LocalStorage
+from txlog.storage.local import LocalStorage
 
 KEY_SIZE = 8
 VALUE_SIZE = 100

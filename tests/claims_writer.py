@@ -35,11 +35,11 @@ PAD = b"." * 1400  # 24 records a flush, about 17 KiB per partition: claims, not
 
 
 def _break_claim_before_data() -> None:
-    import txlog.clients.producer as producer_module
+    import txlog.clients.sender as sender_module
     from txlog.format.batch import encode_data_object
     from txlog.storage.paths import data_object_path
 
-    real_claim_run = producer_module._claim_run
+    real_claim_run = sender_module._claim_run
     later: list[tuple[str, bytes]] = []
 
     def names_only(storage, payloads):  # type: ignore[no-untyped-def]
@@ -62,8 +62,8 @@ def _break_claim_before_data() -> None:
                 path, blob = later.pop()
             run[0].part.storage.publish_if_absent(path, blob)
 
-    producer_module.write_data_object = names_only
-    producer_module._claim_run = claims_then_data
+    sender_module.write_data_object = names_only
+    sender_module._claim_run = claims_then_data
 
 
 def main(root: str, writer: str, mode: str, ack_file: str, go_file: str, seconds: str) -> None:

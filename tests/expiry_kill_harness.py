@@ -110,8 +110,8 @@ def run_writer(args: argparse.Namespace) -> int:
                     time.sleep(STALL_S)
                     meta = Log(args.root, fsync=False).coordinator.metadata(tid)
                     ended = meta is None or meta.state.value != "Ongoing" or \
-                        (meta.txn_producer_id, meta.txn_epoch) != (producer._producer_id,
-                                                                   producer._epoch)
+                        (meta.txn_producer_id, meta.txn_epoch) != (producer.producer_id,
+                                                                  producer.epoch)
                     note(txn=txn, ended_before_flush=ended)
                 producer.flush()
                 commit = rng.random() < 0.7

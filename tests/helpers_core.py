@@ -30,8 +30,9 @@ from txlog.format.batch import (CONTROL_BIT, RECORD_SCHEMA, TRANSACTIONAL_BIT, B
                                 decode_control, decode_header, decode_records, encode_records,
                                 payload_of)
 from txlog.format.segment import decode_head
-from txlog.storage.backends import Storage, open_storage
+from txlog.storage.contract import Storage
 from txlog.storage.paths import BATCH_SUFFIX, TMP_PREFIX
+from txlog.storage.schemes import open_storage
 
 HELPER = os.path.abspath(__file__)
 START_DEADLINE_S = 60.0
@@ -386,12 +387,12 @@ def _crash_at(root: str, topic: str, point: str, value_size: str, batches_before
     ``after-link`` (linked, temp name not yet removed).  The patches apply to
     this child process only.
     """
-    import txlog.clients.producer as producer_module
-    import txlog.storage.backends as storage_module
+    import txlog.clients.sender as sender_module
+    import txlog.storage.local as storage_module
 
     # Batches inline (no data object): the kill lands in the publish of a batch object
     # itself.  The claim path's kills are test_claims.py's.
-    producer_module.INLINE_PAYLOAD_BYTES = 1 << 40
+    sender_module.INLINE_PAYLOAD_BYTES = 1 << 40
     log = Log(root)
     producer = log.producer(linger_ms=3_600_000, batch_size=1 << 40)
     armed = {"on": False}

@@ -30,6 +30,8 @@ from txlog.format.batch import (CLAIM_BIT, HEADER_READ_SIZE, MAX_CLAIM_HEADER_SI
                                 MAX_CLAIM_PARTS, MAX_PARTS_HEADER_SIZE, PARTS_BIT, BatchHeader,
                                 check_claim, decode_header, encode_header)
 from txlog.clients import producer as producer_module
+from txlog.clients import sender as sender_module
+from txlog.clients import transaction_manager as transaction_manager_module
 from txlog.partition import appender
 
 WRITER = Path(__file__).with_name("claims_writer.py")
@@ -112,7 +114,7 @@ def test_one_flush_writes_one_data_object_and_one_small_claim_per_partition(
     producer.begin_transaction()
     table = pa.table({"value": [VALUE] * 400, "partition": [i % 4 for i in range(400)]})
     producer.send_table("t", table)  # the partitions' states are cached from here on
-    monkeypatch.setattr(producer_module, "EXPIRY_CHECK_INTERVAL_S", 1e9)  # no sweep reads
+    monkeypatch.setattr(transaction_manager_module, "EXPIRY_CHECK_INTERVAL_S", 1e9)  # no sweep reads
     store.calls.clear()
     store.published = 0
     sent = producer.send_table("t", table)
@@ -397,9 +399,10 @@ def test_data_object_bytes_bounds_what_a_producer_stages(memlog: Log) -> None:
     producer = memlog.producer(batch_size=8 << 10, data_object_bytes=64 << 10)
     for i in range(200):
         producer.send("t", VALUE, partition=i % 2)
-        assert producer._staged_bytes < (64 << 10) + (8 << 10) + 4096  # one batch over, at most
+        # one batch over, at most
+        assert producer._sender.staged_bytes < (64 << 10) + (8 << 10) + 4096
     producer.flush()
-    assert producer._staged_bytes == 0
+    assert producer._sender.staged_bytes == 0
     assert len(memlog.storage.list("data")) >= 5  # 400 KB in objects of about 64 KiB
     assert [memlog.read("t", p).num_rows for p in range(2)] == [100, 100]
 
@@ -452,7 +455,7 @@ def test_a_full_data_object_is_written_behind_while_the_caller_stages_the_next(
     producer.begin_transaction()
     producer.send_table("t", _rows(0, 30), wait=False)  # 60 KB: one object's worth is full
     assert store.started.wait(10) and not store.release.is_set()
-    assert producer._behind is not None and producer._staged  # the rest is staging
+    assert producer._sender.behind is not None and producer._sender.staged  # the rest is staging
     producer.send_table("t", _rows(30, 2), wait=False)  # staging goes on meanwhile
     store.release.set()
     producer.commit_transaction()
@@ -472,11 +475,11 @@ def test_a_failed_write_behind_fails_its_partitions_later_batches_and_is_raised_
     assert store.started.wait(10)
     store.fail = OSError("the disk is full")
     later = producer.send_table("t", _rows(30, 2), wait=False)  # staged behind it
-    assert producer._staged
+    assert producer._sender.staged
     store.release.set()
     with pytest.raises(OSError, match="the disk is full"):
         producer.flush()
-    assert sent == [] and later == [] and not producer._staged
+    assert sent == [] and later == [] and not producer._sender.staged
     store.fail = None
     producer.send_table("t", _rows(100, 10))  # waits: written before it returns
     producer.flush()
@@ -522,7 +525,7 @@ def test_closing_a_producer_in_a_transaction_lets_its_write_behind_finish(
     store.fail = OSError("the disk is full")
     store.release.set()
     producer.close()
-    assert store.writing == 0 and producer._behind is None
+    assert store.writing == 0 and producer._sender.behind is None
 
 
 # --- claims of several batches (format.md 2.7.1, protocol.md 1.1) ---------------------------
@@ -566,7 +569,7 @@ def test_claims_of_several_batches_read_back_compact_and_keep_old_batches_readab
     log = Log(tmp_path / "log")
     log.create_topic("t", 1)
     producer = log.producer(batch_size=16 << 10, data_object_bytes=1 << 30)
-    monkeypatch.setattr(producer_module, "MAX_CLAIM_PARTS", 1)  # as written before
+    monkeypatch.setattr(sender_module, "MAX_CLAIM_PARTS", 1)  # as written before
     old = [VALUE + b"%d" % i for i in range(60)]
     producer.send_table("t", pa.table({"value": old}), partition=0)
     producer.send("t", b"small", partition=0).get()  # inline
@@ -684,7 +687,7 @@ def test_the_expiry_sweep_after_an_append_costs_no_request_for_the_own_transacti
     """protocol.md 4.9: a producer's sweep after its own claims reads the state those
     claims proved and skips its own live transaction, so while nobody else's transaction
     is open there it asks neither the partition nor the coordinator anything."""
-    monkeypatch.setattr(producer_module, "EXPIRY_CHECK_INTERVAL_S", 0.0)  # sweep every time
+    monkeypatch.setattr(transaction_manager_module, "EXPIRY_CHECK_INTERVAL_S", 0.0)  # sweep every time
     log, store = counting_log(tmp_path)
     log.create_topic("t", 2)
     producer = log.producer(transactional_id="tx", batch_size=16 << 10)
@@ -714,7 +717,7 @@ def test_partitions_claimed_at_once_share_one_verification(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """protocol.md 2.6.1: the first claims of a transaction in four partitions ask the
     coordinator once (the id's metadata and the decision), not once per partition."""
-    monkeypatch.setattr(producer_module, "EXPIRY_CHECK_INTERVAL_S", 1e9)  # no sweep reads
+    monkeypatch.setattr(transaction_manager_module, "EXPIRY_CHECK_INTERVAL_S", 1e9)  # no sweep reads
     log, store = counting_log(tmp_path)
     log.create_topic("t", 4)
     producer = log.producer(transactional_id="tx", batch_size=16 << 10)
@@ -779,5 +782,5 @@ def test_one_tasks_requests_from_opening_its_log_to_prepare(tmp_path: Path) -> N
     assert len(store.calls) - topic_json == 10 + 2 + 4 * 5, \
         "\n".join(map(str, store.calls))
     assert 1 + 2 <= topic_json <= 1 + 4 * 2
-    job.commit(driver, [producer._member()])
+    job.commit(driver, [producer._transactions.member()])
     assert sum(driver.read("t", p).num_rows for p in range(4)) == 4

@@ -19,7 +19,7 @@ from txlog.clients.columns import to_spark_table
 from txlog.partition.isolation import READ_COMMITTED, READ_UNCOMMITTED
 from txlog.partition.partition_log import PartitionLog
 from txlog.format.segment import CorruptSegmentError
-from txlog.storage.backends import LocalStorage
+from txlog.storage.local import LocalStorage
 
 
 def _fill(log: Log, topic: str, batches: int, partition: int = 0, prefix: str = "v") -> None:

@@ -31,7 +31,10 @@ from txlog.format.batch import decode_header, is_data_object_path
 from txlog.format.segment import (ABORTED_ENTRY, HEADER_SIZE, decode_head, encode_segment,
                                   read_aborted)
 from txlog.partition.isolation import READ_UNCOMMITTED
-from txlog.storage.backends import FsspecStorage, LocalStorage, MemoryStorage, open_storage
+from txlog.storage.local import LocalStorage
+from txlog.storage.memory import MemoryStorage
+from txlog.storage.object_store import FsspecStorage
+from txlog.storage.schemes import open_storage
 
 HERE = Path(__file__).parent
 
@@ -209,7 +212,7 @@ def test_two_compactors_streaming_the_same_run_make_one_segment(tmp_path: Path) 
 _KILLED_MID_STREAM = """
 import os, signal, sys
 from txlog import Log
-from txlog.storage.backends import open_storage
+from txlog.storage.schemes import open_storage
 root, after, options = sys.argv[1], int(sys.argv[2]), eval(sys.argv[3])
 store = open_storage(root, options or None)
 inner = store.publish_stream_if_absent
@@ -359,7 +362,7 @@ def test_s3_compaction_streams_and_a_kill_leaves_only_an_upload_gc_aborts(
 _COMPACTOR = """
 import os, signal, sys, time
 from txlog import Log
-from txlog.storage.backends import LocalStorage
+from txlog.storage.local import LocalStorage
 root, go, left = sys.argv[1], sys.argv[2], [int(sys.argv[3])]
 store = LocalStorage(root)
 def step():  # SIGKILL at the given storage call or streamed chunk; 0 never

@@ -23,8 +23,8 @@ import pytest
 from txlog import (DecisionConflictError, InconsistentTopicIdError, Log, ProducerFencedError,
                    TxlogError)
 from txlog.format.snapshot_frame import unframe
+from txlog.storage.local import LocalStorage
 from txlog.storage.paths import BATCH_SUFFIX
-from txlog.storage.backends import LocalStorage
 
 from helpers_core import DelegatingStorage, child, read_chain, wait_for
 

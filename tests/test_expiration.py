@@ -87,14 +87,14 @@ def test_backfill_with_old_create_times_is_not_expired_mid_stream(tmp_path, cloc
         clock.now_ms += EXPIRY_MS // 2
         live.send(T, b"now", partition=0).get()
         backfill.send(T, f"old-{i}".encode(), partition=0, timestamp_ms=year_2001 + i).get()
-        assert backfill._producer_id in log.partition(T, 0).state().producers
+        assert backfill.producer_id in log.partition(T, 0).state().producers
     values = log.read(T, 0).column("value").to_pylist()
     assert [v for v in values if v.startswith(b"old")] == [f"old-{i}".encode() for i in range(12)]
     # The live one stops: its entry goes once the log clock passes its expiration.
     clock.now_ms += EXPIRY_MS + 1
     backfill.send(T, b"old-last", partition=0, timestamp_ms=year_2001).get()
-    assert live._producer_id not in log.partition(T, 0).state().producers
-    assert backfill._producer_id in log.partition(T, 0).state().producers
+    assert live.producer_id not in log.partition(T, 0).state().producers
+    assert backfill.producer_id in log.partition(T, 0).state().producers
 
 
 def test_zombie_whose_entry_expired_is_still_fenced(tmp_path, clock):
@@ -112,8 +112,8 @@ def test_zombie_whose_entry_expired_is_still_fenced(tmp_path, clock):
     other = _log(tmp_path)
     successor = other.producer(transactional_id="z")
     successor.init_transactions()
-    fenced_pid = zombie._producer_id
-    assert other.partition(T, 1).state().producers[fenced_pid].epoch == zombie._epoch + 1
+    fenced_pid = zombie.producer_id
+    assert other.partition(T, 1).state().producers[fenced_pid].epoch == zombie.epoch + 1
     # The log clock moves on: the fenced entry expires in partition 1.
     clock.now_ms += EXPIRY_MS + 1
     other.producer(linger_ms=0).send(T, b"tick", partition=1).get()
@@ -169,13 +169,13 @@ def test_stale_process_cannot_revive_a_deleted_transactional_id(tmp_path, clock)
         fresh.init_transactions()  # each one version more: land on the stale number
     assert admin.coordinator.store.chain("x").latest()[0] == cached
     # What the stale process reads is the new chain, not the one it cached.
-    assert stale_log.coordinator.metadata("x").producer_id == fresh._producer_id
+    assert stale_log.coordinator.metadata("x").producer_id == fresh.producer_id
 
     with pytest.raises((ProducerFencedError, InvalidTxnStateError)):
         _commit(stale, [b"revived"])
     _commit(fresh, [b"new"])
     meta = Log(tmp_path / "root").coordinator.metadata("x")
-    assert (meta.producer_id, meta.epoch) == (fresh._producer_id, fresh._epoch)
+    assert (meta.producer_id, meta.epoch) == (fresh.producer_id, fresh.epoch)
     assert Log(tmp_path / "root").read(T, 0).column("value").to_pylist() == [b"old", b"new"]
 
 
@@ -191,7 +191,7 @@ def test_a_producer_whose_id_expired_under_it_aborts_and_starts_again(tmp_path, 
     producer = log.producer(transactional_id="x")
     producer.init_transactions()
     _commit(producer, [b"before"])
-    old = (producer._producer_id, producer._epoch)
+    old = (producer.producer_id, producer.epoch)
     admin = _log(tmp_path)
     if deleted:
         _expire_and_delete(admin, clock, "x")
@@ -205,7 +205,7 @@ def test_a_producer_whose_id_expired_under_it_aborts_and_starts_again(tmp_path, 
     with pytest.raises(InvalidPidMappingError):
         producer.commit_transaction()
     producer.abort_transaction()
-    assert (producer._producer_id, producer._epoch) != old
+    assert (producer.producer_id, producer.epoch) != old
     _commit(producer, [b"after"])
     assert Log(tmp_path / "root").read(T, 0).column("value").to_pylist() == [b"before", b"after"]
 

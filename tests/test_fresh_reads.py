@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from txlog.storage import fresh_reads
-from txlog.storage.backends import MemoryStorage
 from txlog.storage.fresh_reads import fresh_read
+from txlog.storage.memory import MemoryStorage
 
 
 class _Gated(MemoryStorage):

@@ -28,7 +28,8 @@ from txlog.clients.assignors import (range_assign, roundrobin_assign, select_pro
 from txlog.clients.membership import GroupMember
 from txlog.errors import InconsistentGroupProtocolError
 from helpers_core import DelegatingStorage
-from txlog.storage.backends import MemoryStorage, Storage
+from txlog.storage.contract import Storage
+from txlog.storage.memory import MemoryStorage
 from txlog.storage.paths import GROUP_DIR
 from txlog.transactions.group_members import (CLOCK_SKEW_MARGIN_MS, HEARTBEAT_SEPARATOR,
                                               GroupMembership, MemberInfo)
@@ -269,7 +270,7 @@ def test_fence_registrations_in_the_offsets_chain(memlog):
 def test_membership_on_s3(s3_server, s3_root):
     """The object names (member ids, '@' in heartbeat names) survive a real S3 listing,
     and the requests of a heartbeat and a periodic look are what the table says."""
-    from txlog.storage.backends import open_storage
+    from txlog.storage.schemes import open_storage
 
     storage = RequestCounter(open_storage(s3_root, s3_server.storage_options))
     log = Log(storage)

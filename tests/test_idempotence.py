@@ -17,7 +17,7 @@ from txlog import InvalidProducerEpochError, Log, OutOfOrderSequenceError, Stora
 from txlog.partition.appender import PUBLISH_ATTEMPTS
 from txlog.partition.partition_log import PartitionLog
 from txlog.partition.state_manager import SNAPSHOT_INTERVAL
-from txlog.storage.backends import LocalStorage
+from txlog.storage.local import LocalStorage
 from txlog.storage.paths import BATCH_SUFFIX
 
 from helpers_core import AmbiguousStorage, data_header, read_chain, records_payload

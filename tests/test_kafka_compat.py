@@ -212,13 +212,13 @@ def test_send_checks_its_arguments_as_kafka_python_does(root) -> None:
 def test_get_honours_its_timeout_while_the_write_is_slow(root) -> None:
     p = producer(root, linger_ms=60_000)
     release = threading.Event()
-    original = p._core._write_staged
+    original = p._core._sender.write_staged
 
     def slow_publish(*args, **kwargs):
         release.wait(30)
         return original(*args, **kwargs)
 
-    p._core._write_staged = slow_publish
+    p._core._sender.write_staged = slow_publish
     future = p.send(TOPIC, b"v", partition=0)
     started = time.monotonic()
     with pytest.raises(errors.KafkaTimeoutError, match="0.3 secs"):

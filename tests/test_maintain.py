@@ -20,7 +20,7 @@ import pyarrow as pa
 from helpers_core import fill_one_record_per_batch, DelegatingStorage, segment_files
 from txlog import Log
 from txlog.admin.maintenance import MaintenanceSettings, Maintainer
-from txlog.storage.backends import LocalStorage
+from txlog.storage.local import LocalStorage
 
 
 class _OtherMaintainerFirst(DelegatingStorage):

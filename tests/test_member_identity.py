@@ -76,7 +76,7 @@ def test_idempotent_producer_moves_to_a_new_id_after_ambiguous_storage_failure(
     so nothing it sends later can be mistaken for a duplicate of that batch.
     """
     from txlog import StorageError
-    from txlog.storage.backends import LocalStorage
+    from txlog.storage.local import LocalStorage
 
     log.create_topic("t", 1)
     producer = log.producer(linger_ms=0)

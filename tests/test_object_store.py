@@ -20,8 +20,9 @@ from collections.abc import Callable
 import pytest
 
 from txlog import Log, StorageError, UnsupportedStorageError
-from txlog.storage.backends import (FsspecStorage, StorageRequestError, _probe_results,
-                                    open_storage, redact, register_secrets)
+from txlog.storage.object_store import FsspecStorage, StorageRequestError, _probe_results
+from txlog.storage.schemes import open_storage
+from txlog.storage.secrets import redact, register_secrets
 
 from s3_server import ACCESS_KEY, SECRET_KEY, Fault
 

@@ -18,7 +18,7 @@ from txlog.format.batch import (ABORT, COMMIT, CONTROL_BIT, TRANSACTIONAL_BIT, B
 from txlog.format.segment import HEAD_READ_SIZE, HEADER_SIZE
 from txlog.partition.state_manager import SNAPSHOT_HEAD_READ, SNAPSHOT_INTERVAL
 from txlog.partition.producer_state import INT32_MAX, NUM_BATCHES_TO_RETAIN, ProducerState
-from txlog.storage.backends import LocalStorage
+from txlog.storage.local import LocalStorage
 from txlog.storage.paths import SNAPSHOT_DIR, SNAPSHOT_SUFFIX
 
 from helpers_core import CountingStorage, read_chain

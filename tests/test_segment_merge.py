@@ -29,7 +29,7 @@ from txlog.errors import OffsetOutOfRangeError
 from txlog.format.segment import encode_merged_head
 from txlog.partition.isolation import READ_UNCOMMITTED
 from txlog.partition.segment_merge import _read_input
-from txlog.storage.backends import LocalStorage
+from txlog.storage.local import LocalStorage
 from txlog.storage.paths import merged_segment_path
 
 MAX = 64_000  # segment.bytes: every segment made below is far smaller
@@ -355,7 +355,7 @@ def test_a_merger_killed_at_any_step_leaves_a_readable_log(tmp_path: Path) -> No
 _MERGER = """
 import sys, time
 from txlog import Log
-from txlog.storage.backends import LocalStorage
+from txlog.storage.local import LocalStorage
 delete = LocalStorage.delete
 def slow_delete(self, path):  # a request per delete, as on an object store
     time.sleep(0.01)

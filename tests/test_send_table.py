@@ -14,7 +14,7 @@ import pytest
 from txlog import InvalidConfigError, Log
 from txlog.format.batch import HEADER_TYPE
 from txlog.clients.partitioner import partition_for_key, partitions_for_keys
-from txlog.storage.backends import LocalStorage
+from txlog.storage.local import LocalStorage
 
 from helpers_core import read_chain
 from test_core_hardening import OutcomeUnknownStorage

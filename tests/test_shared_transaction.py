@@ -17,8 +17,8 @@ from txlog import READ_COMMITTED, READ_UNCOMMITTED, Log
 from txlog.errors import (CommittedButIncompleteError, DecisionConflictError,
                           TransactionAbortedError, TxlogError)
 from txlog.exactly_once.shared_transaction import MAX_PREFIX_LENGTH, SharedTransaction, check_prefix
-from txlog.storage.backends import open_storage
 from txlog.storage.paths import partition_count_path, topic_config_path, topic_meta_path
+from txlog.storage.schemes import open_storage
 from txlog.transactions.metadata import TxnState
 
 T = "t"

@@ -16,8 +16,11 @@ from pathlib import Path
 import pytest
 
 from txlog import Log, StorageError, UnsupportedStorageError
-from txlog.storage.backends import LocalStorage, MemoryStorage, Storage, open_storage
+from txlog.storage.contract import Storage
+from txlog.storage.local import LocalStorage
+from txlog.storage.memory import MemoryStorage
 from txlog.storage.paths import TMP_PREFIX
+from txlog.storage.schemes import open_storage
 
 
 @pytest.fixture(params=["local", "memory"])

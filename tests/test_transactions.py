@@ -344,7 +344,7 @@ def test_end_without_an_open_transaction_is_an_invalid_state(log: Log) -> None:
     """EndTxn on an id with no Ongoing transaction is refused, not silently accepted."""
     log.create_topic(TOPIC, 1)
     producer = open_txn(log, "twice", [(0, b"v")])
-    member = producer._member()
+    member = producer._transactions.member()
     producer.commit_transaction()
     # The same (producer id, epoch) asking again is now stale: its epoch was bumped.
     with pytest.raises(ProducerFencedError):
@@ -471,9 +471,9 @@ def test_idle_transactional_id_expires_and_restarts_with_a_new_producer_id(log: 
 def test_another_producer_aborts_an_expired_transaction(log: Log, monkeypatch) -> None:
     """With no coordinator timer, producers writing to a partition abort expired
     transactions that hold its LSO back: a dead producer cannot stall readers."""
-    import txlog.clients.producer as producer_module
+    import txlog.clients.transaction_manager as transaction_manager_module
 
-    monkeypatch.setattr(producer_module, "EXPIRY_CHECK_INTERVAL_S", 0.0)
+    monkeypatch.setattr(transaction_manager_module, "EXPIRY_CHECK_INTERVAL_S", 0.0)
     log.create_topic(TOPIC, 1)
     stuck = open_txn(log, "dead-one", [(0, b"never-visible")], transaction_timeout_ms=200)
     first = log.partition(TOPIC, 0).state().open_transactions()[0].first_offset
@@ -490,9 +490,9 @@ def test_another_producer_aborts_an_expired_transaction(log: Log, monkeypatch) -
 
 
 def test_another_producer_leaves_a_live_transaction_alone(log: Log, monkeypatch) -> None:
-    import txlog.clients.producer as producer_module
+    import txlog.clients.transaction_manager as transaction_manager_module
 
-    monkeypatch.setattr(producer_module, "EXPIRY_CHECK_INTERVAL_S", 0.0)
+    monkeypatch.setattr(transaction_manager_module, "EXPIRY_CHECK_INTERVAL_S", 0.0)
     log.create_topic(TOPIC, 1)
     busy = open_txn(log, "busy", [(0, b"pending")], transaction_timeout_ms=600_000)
     log.producer().send(TOPIC, b"other", partition=0).get()
@@ -840,7 +840,7 @@ def test_a_guessed_update_that_refuses_is_decided_on_a_fresh_read(log: Log) -> N
     old = open_txn(log, "app", [(0, b"old-0")])
     txn_producer(Log(log.root), "app")  # a new instance, in another process's Log
     with pytest.raises(ProducerFencedError):
-        log.coordinator.add_partitions(old._member(), [(TOPIC, 0)])
+        log.coordinator.add_partitions(old._transactions.member(), [(TOPIC, 0)])
     assert b"old-0" not in log.read(TOPIC, 0).column("value").to_pylist()
 
 
@@ -972,7 +972,7 @@ def test_transactional_producer_misuse_is_refused(log: Log) -> None:
     bad = txn_producer(log, "careful-2")
     bad.begin_transaction()
     bad.send(TOPIC, b"ok", partition=0)
-    bad._sequences[(TOPIC, 0)] = 5  # the next batch leaves a sequence gap
+    bad._transactions.sequences[(TOPIC, 0)] = 5  # the next batch leaves a sequence gap
     with pytest.raises(OutOfOrderSequenceError):
         bad.send(TOPIC, b"gap", partition=0)
     with pytest.raises(OutOfOrderSequenceError):
@@ -1159,7 +1159,7 @@ def test_commit_racing_the_timeout_sweep_has_one_consistent_outcome(log: Log) ->
 
 
 def test_the_producer_state_table_allows_only_its_transitions(memlog: Log) -> None:
-    from txlog.clients.producer import _TRANSITIONS, ClientState
+    from txlog.clients.transaction_manager import _TRANSITIONS, ClientState
 
     assert set(_TRANSITIONS) == set(ClientState)
     assert _TRANSITIONS[ClientState.CLOSED] == frozenset()  # closed is for good
@@ -1167,18 +1167,18 @@ def test_the_producer_state_table_allows_only_its_transitions(memlog: Log) -> No
                if state is not ClientState.CLOSED)
     memlog.create_topic("t", 1)
     producer = memlog.producer(transactional_id="table")
-    assert producer._state is ClientState.UNINITIALIZED
+    assert producer._transactions.state is ClientState.UNINITIALIZED
     producer.init_transactions()
     producer.begin_transaction()
-    assert producer._state is ClientState.IN_TRANSACTION
+    assert producer._transactions.state is ClientState.IN_TRANSACTION
     with pytest.raises(IllegalStateError, match="no transition from Ready to Prepared"):
-        producer._state = ClientState.READY
-        producer._transition(ClientState.PREPARED)
-    producer._state = ClientState.IN_TRANSACTION
+        producer._transactions.state = ClientState.READY
+        producer._transactions.transition(ClientState.PREPARED)
+    producer._transactions.state = ClientState.IN_TRANSACTION
     producer.send("t", b"v", partition=0)
     producer.prepare_transaction()
-    assert producer._state is ClientState.PREPARED
+    assert producer._transactions.state is ClientState.PREPARED
     with pytest.raises(IllegalStateError, match="init_transactions"):
         producer.begin_transaction()
     producer.close()
-    assert producer._state is ClientState.CLOSED
+    assert producer._transactions.state is ClientState.CLOSED

@@ -29,7 +29,8 @@ from .partition.partition_log import PartitionLog
 from .partition.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PRODUCER_ID_EXPIRATION
 from .partition.retention import Retained
 from .partition.segment_merge import Merged
-from .storage.backends import Storage, open_storage
+from .storage.contract import Storage
+from .storage.schemes import open_storage
 from .storage.chain import VersionChain
 from .storage.names import validate_name
 from .storage.paths import (ROOT_MARKER, TOPICS_DIR, partition_count_path, topic_config_path,
@@ -149,6 +150,10 @@ class Log:
             raise LogFormatError(
                 f"{self.root} has log format version {version}; this txlog reads version "
                 f"{FORMAT_VERSION}")
+
+    @property
+    def services(self) -> "Log":
+        return self
 
     def revalidate(self) -> bool:
         """Prepare a long-lived Log for a new unit of work, as if it were opened afresh.

@@ -28,7 +28,7 @@ from ..format.snapshot_frame import is_framed, unframe
 from ..format.segment import (ABORTED_ENTRY, HEADER_SIZE, OFFSET_ENTRY, SEGMENT_MAGIC, TIME_ENTRY,
                               SegmentHead, decode_head)
 from ..partition.state_manager import ANCHOR_BYTES
-from ..storage.backends import Storage
+from ..storage.contract import Storage
 from ..storage.paths import (BATCH_SUFFIX, SEGMENT_SUFFIX, batch_path, named_offsets, partition_dir,
                              listed_segment_names, segments_dir)
 

@@ -29,7 +29,7 @@ each kind has its own reason why that holds while writers run
 * producer-id blocks but the newest (claimers only look at the newest);
 * batch objects and producer-state snapshots that segments cover (leftovers
   of a compaction that stopped half-way, or strays, partition/compaction.py);
-* temp files of local publishes that died (storage/backends.py);
+* temp files of local publishes that died (storage/local.py);
 * data objects no claim points into, older than ``data_age_s``: a writer
   never publishes a claim into a data object whose write began more than
   ``appender.CLAIM_WINDOW_S`` ago, so once an object is older than that

@@ -48,6 +48,12 @@ def add_groups(commands: Any, leaf_parser: LeafParser) -> None:
                     "nothing checks for them, and a streaming sink's <prefix>-sink group "
                     "also records which micro-batches it wrote.")
     gdelete.add_argument("group", metavar="GROUP", nargs="+", help="group id")
+    _add_reset_offsets(group_cmds, leaf_parser)
+
+
+def _add_reset_offsets(group_cmds: Any, leaf_parser: LeafParser) -> None:
+    """``groups reset-offsets``, by far the largest action: its targets and scopes, in
+    two argument groups whose combinations _check_reset_options checks."""
     reset = leaf_parser(
         group_cmds, "reset-offsets", help="move a group's committed offsets",
         description="Set a group's committed offsets (kafka-consumer-groups --reset-offsets) "
@@ -59,7 +65,7 @@ def add_groups(commands: Any, leaf_parser: LeafParser) -> None:
                     "must be inactive); consumers that commit without joining the group are "
                     "not seen, so stop those first.")
     reset.add_argument("group", metavar="GROUP", help="group id (must have committed offsets)")
-    # Exactly one target and one scope: checked in _reset_offsets, so that a wrong
+    # Exactly one target and one scope: checked in _check_reset_options, so that a wrong
     # combination is one error line with status 1 like every other bad value.
     target = reset.add_argument_group("target (exactly one)")
     target.add_argument("--to-earliest", action="store_true",
@@ -174,36 +180,11 @@ TARGETS = ("to_earliest", "to_latest", "to_offset", "to_datetime", "shift_by")
 
 
 def _reset_offsets(log: Log, args: argparse.Namespace) -> None:
-    # Not "in (None, False)": --to-offset 0 and --shift-by 0 are given (0 == False).
-    given = [t for t in TARGETS if getattr(args, t) is not None and getattr(args, t) is not False]
-    if len(given) != 1:
-        names = ", ".join("--" + t.replace("_", "-") for t in TARGETS)
-        raise CommandError(f"reset-offsets needs exactly one of {names}"
-                           + (f" (got {', '.join('--' + t.replace('_', '-') for t in given)})"
-                              if given else ""))
-    if bool(args.topic) == args.all_topics:
-        raise CommandError("reset-offsets needs --topic TOPIC[:P,...] (repeatable) or "
-                           "--all-topics" + (", not both" if args.all_topics else ""))
-    if args.to_datetime is not None:
-        try:
-            args.to_datetime = datetime_ms(args.to_datetime)
-        except argparse.ArgumentTypeError as exc:
-            raise CommandError(f"--to-datetime: {exc}") from None
+    _check_reset_options(args)
     committed = log.committed(args.group)
     if not committed:
         raise CommandError(f"group {args.group!r} has no committed offsets in {log.root}")
-    if args.all_topics:
-        scope = []
-        for tp in sorted(committed):
-            try:
-                log.partition(*tp)
-            except (UnknownTopicError, UnknownPartitionError):
-                continue  # not a partition (a stream sink's batch key), or deleted since
-            scope.append(tp)
-    else:
-        scope = list(dict.fromkeys(tp for topic, parts in args.topic
-                                   for tp in scoped_partitions(log, topic, parts)))
-    found = {tp: bounds(log, *tp) for tp in scope}
+    found = {tp: bounds(log, *tp) for tp in _reset_scope(log, args, committed)}
     targets = {tp: _target(log, args, b) for tp, b in found.items()}
 
     def plan(current: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
@@ -234,6 +215,45 @@ def _reset_offsets(log: Log, args: argparse.Namespace) -> None:
     print_table(("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"),
                 [(args.group, t, p, before.get((t, p), "-"), o)
                  for (t, p), o in sorted(new.items())], args.json)
+
+
+def _check_reset_options(args: argparse.Namespace) -> None:
+    """The option combinations argparse's groups cannot express (exactly one target, one
+    scope), checked before the log is read so that a wrong one is one error line with
+    status 1 like every other bad value; --to-datetime becomes milliseconds here."""
+    # Not "in (None, False)": --to-offset 0 and --shift-by 0 are given (0 == False).
+    given = [t for t in TARGETS if getattr(args, t) is not None and getattr(args, t) is not False]
+    if len(given) != 1:
+        names = ", ".join("--" + t.replace("_", "-") for t in TARGETS)
+        raise CommandError(f"reset-offsets needs exactly one of {names}"
+                           + (f" (got {', '.join('--' + t.replace('_', '-') for t in given)})"
+                              if given else ""))
+    if bool(args.topic) == args.all_topics:
+        raise CommandError("reset-offsets needs --topic TOPIC[:P,...] (repeatable) or "
+                           "--all-topics" + (", not both" if args.all_topics else ""))
+    if args.to_datetime is not None:
+        try:
+            args.to_datetime = datetime_ms(args.to_datetime)
+        except argparse.ArgumentTypeError as exc:
+            raise CommandError(f"--to-datetime: {exc}") from None
+
+
+def _reset_scope(log: Log, args: argparse.Namespace,
+                 committed: dict[tuple[str, int], int]) -> list[tuple[str, int]]:
+    """The partitions reset-offsets moves, each once: under --all-topics the group's own
+    that are still partitions, else those --topic names (the group may have no offset
+    for them yet: a fixed target sets one)."""
+    if not args.all_topics:
+        return list(dict.fromkeys(tp for topic, parts in args.topic
+                                  for tp in scoped_partitions(log, topic, parts)))
+    scope = []
+    for tp in sorted(committed):
+        try:
+            log.partition(*tp)
+        except (UnknownTopicError, UnknownPartitionError):
+            continue  # not a partition (a stream sink's batch key), or deleted since
+        scope.append(tp)
+    return scope
 
 
 def _target(log: Log, args: argparse.Namespace, b: PartitionBounds) -> int:

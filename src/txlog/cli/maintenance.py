@@ -10,6 +10,7 @@ from typing import Any
 from ..admin.gc import (DEFAULT_CHAIN_AGE_S, DEFAULT_DATA_AGE_S, DEFAULT_DECISION_AGE_S,
                         DEFAULT_TEMP_AGE_S, DEFAULT_TXN_ID_EXPIRATION_MS)
 from ..partition.compaction import DEFAULT_BUFFER_BYTES, DEFAULT_MIN_BATCHES
+from ..integers import is_int
 from ..storage.paths import TMP_PREFIX
 from .common import (CommandError, LeafParser, Progress, json_option, maintained_partitions,
                      non_negative_int, open_log, partitions_option, positive_int, print_table)
@@ -143,7 +144,7 @@ def _delete_records_plan(args: argparse.Namespace, log: Any) -> dict[tuple[str, 
         plan: dict[tuple[str, int], int] = {}
         for i, entry in enumerate(entries):
             if not isinstance(entry, dict) or not isinstance(entry.get("topic"), str) or \
-                    not _is_int(entry.get("partition")) or not _is_int(entry.get("offset")):
+                    not is_int(entry.get("partition")) or not is_int(entry.get("offset")):
                 raise CommandError(f"--offset-json-file {args.offset_json_file}: entry {i} "
                                    f"({json.dumps(entry)}) needs a string topic and integer "
                                    "partition and offset")
@@ -157,10 +158,6 @@ def _delete_records_plan(args: argparse.Namespace, log: Any) -> dict[tuple[str, 
         raise CommandError("delete-records needs --offset-json-file, or TOPIC and --offset")
     return {(args.topic, p): args.offset
             for p in maintained_partitions(log, args.topic, args.partition)}
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def run_delete_records(args: argparse.Namespace) -> None:

@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..partition.isolation import READ_COMMITTED, READ_UNCOMMITTED
@@ -137,20 +137,7 @@ def run_produce(args: argparse.Namespace) -> None:
             producer.begin_transaction()
             open_txn = True
         for number, line in enumerate(lines, 1):
-            value = line[:-1] if line.endswith(b"\n") else line
-            if value.endswith(b"\r"):
-                value = value[:-1]
-            fields: dict[str, Any] = {"key": key, "partition": args.partition}
-            if args.format == "json":
-                fields.update(_json_record(value, number, before(number)))
-            elif separator is not None:
-                if separator not in value:
-                    raise CommandError(
-                        f"line {number} has no key separator {args.key_separator!r}; "
-                        f"{before(number)}")
-                fields["key"], fields["value"] = value.split(separator, 1)
-            else:
-                fields["value"] = value
+            fields = _line_record(line, number, args, key, separator, before)
             producer.send(args.topic, **fields).add_callback(written)
             if interactive:
                 producer.flush()  # a person typing expects each line to land now
@@ -168,6 +155,29 @@ def run_produce(args: argparse.Namespace) -> None:
     detail = "; ".join(f"partition {p}: offsets {r[0]}-{r[1]}" for p, r in sorted(ranges.items()))
     print(f"produced {total} record{'s' if total != 1 else ''} to {args.topic}"
           + (f" ({detail})" if detail else ""))
+
+
+def _line_record(line: bytes, number: int, args: argparse.Namespace, key: bytes | None,
+                 separator: bytes | None, before: Callable[[int], str]) -> dict[str, Any]:
+    """One input line as send() arguments: its line ending dropped, then read as JSON,
+    split at --key-separator, or taken whole.  Apart from run_produce's producer handling
+    (transaction, flushes, abort on failure), which is the same whatever a line holds;
+    errors name the line and what became of those before it."""
+    value = line[:-1] if line.endswith(b"\n") else line
+    if value.endswith(b"\r"):
+        value = value[:-1]
+    fields: dict[str, Any] = {"key": key, "partition": args.partition}
+    if args.format == "json":
+        fields.update(_json_record(value, number, before(number)))
+    elif separator is not None:
+        if separator not in value:
+            raise CommandError(
+                f"line {number} has no key separator {args.key_separator!r}; "
+                f"{before(number)}")
+        fields["key"], fields["value"] = value.split(separator, 1)
+    else:
+        fields["value"] = value
+    return fields
 
 
 def _json_record(line: bytes, number: int, before: str) -> dict[str, Any]:

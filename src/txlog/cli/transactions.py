@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from .. import clock
+from ..log import Log
 from ..transactions.metadata import TxnState
 from .common import (CommandError, LeafParser, json_option, non_negative_int, open_log,
                      print_table, utc)
@@ -91,22 +92,7 @@ def run_transactions(args: argparse.Namespace) -> None:
         print_table(("TRANSACTIONAL-ID", "STATE", "PRODUCER-ID", "EPOCH", "PARTITIONS"), rows,
                      args.json)
     elif args.action == "describe":
-        meta = coordinator.metadata(args.transactional_id)
-        if meta is None:
-            raise CommandError(f"transactional id {args.transactional_id!r} does not exist in "
-                               f"{log.root}")
-        now = clock.now_ms()
-        open_txn = meta.state is TxnState.ONGOING
-        fields = [("transactional id", meta.transactional_id), ("state", meta.state.value),
-                  ("producer id", meta.producer_id), ("epoch", meta.epoch),
-                  ("timeout ms", meta.timeout_ms),
-                  ("transaction start", utc(meta.txn_start_ms) if open_txn else "-"),
-                  ("duration ms", now - meta.txn_start_ms if open_txn else "-"),
-                  ("decision id", meta.decision_id or "-"),
-                  ("partitions", ",".join(f"{t}-{p}" for t, p in meta.partitions) or "-"),
-                  ("last update", utc(meta.update_ms))]
-        for name, value in fields:
-            print(f"{name}: {value}")
+        _describe(log, args)
     elif args.action == "find-hanging":
         topics = args.topic or log.topics()
         partitions = [(t, p) for t in topics for p in range(log.describe_topic(t).partitions)]
@@ -118,18 +104,7 @@ def run_transactions(args: argparse.Namespace) -> None:
         print_table(("TOPIC", "PARTITION", "START-OFFSET", "PRODUCER-ID", "EPOCH",
                       "TRANSACTIONAL-ID", "DURATION-MS", "REASON"), rows, args.json)
     elif args.action == "abort":
-        meta = coordinator.metadata(args.transactional_id)
-        if meta is None or meta.state is not TxnState.ONGOING:
-            state = "does not exist" if meta is None else f"is {meta.state.value}"
-            raise CommandError(f"transactional id {args.transactional_id!r} has no open "
-                               f"transaction to abort (it {state})")
-        coordinator.abort_open(args.transactional_id,
-                               "aborted by an operator (txlog transactions abort)")
-        print(f"aborted the transaction of {args.transactional_id} (decision "
-              f"{meta.decision_id})")
-        for topic, partition in meta.partitions:
-            print(f"{topic}-{partition}: last stable offset "
-                  f"{log.last_stable_offset(topic, partition)}")
+        _abort(log, args)
     elif args.action == "abort-expired":
         aborted = log.abort_expired_transactions()
         print(f"aborted {len(aborted)} expired transaction{'s' if len(aborted) != 1 else ''}"
@@ -138,6 +113,46 @@ def run_transactions(args: argparse.Namespace) -> None:
         dead = coordinator.expire_transactional_ids(args.max_idle_ms)
         print(f"expired {len(dead)} transactional id{'s' if len(dead) != 1 else ''}"
               + (": " + ", ".join(dead) if dead else ""))
+
+
+def _describe(log: Log, args: argparse.Namespace) -> None:
+    """One transactional id in detail, as ``name: value`` lines where the other actions
+    print tables: besides what list shows, its timeout and an open transaction's start
+    and age."""
+    meta = log.coordinator.metadata(args.transactional_id)
+    if meta is None:
+        raise CommandError(f"transactional id {args.transactional_id!r} does not exist in "
+                           f"{log.root}")
+    now = clock.now_ms()
+    open_txn = meta.state is TxnState.ONGOING
+    fields = [("transactional id", meta.transactional_id), ("state", meta.state.value),
+              ("producer id", meta.producer_id), ("epoch", meta.epoch),
+              ("timeout ms", meta.timeout_ms),
+              ("transaction start", utc(meta.txn_start_ms) if open_txn else "-"),
+              ("duration ms", now - meta.txn_start_ms if open_txn else "-"),
+              ("decision id", meta.decision_id or "-"),
+              ("partitions", ",".join(f"{t}-{p}" for t, p in meta.partitions) or "-"),
+              ("last update", utc(meta.update_ms))]
+    for name, value in fields:
+        print(f"{name}: {value}")
+
+
+def _abort(log: Log, args: argparse.Namespace) -> None:
+    """The one action that changes a transaction: refused unless it is open, and followed
+    by each partition's last stable offset, which the abort lets move on."""
+    coordinator = log.coordinator
+    meta = coordinator.metadata(args.transactional_id)
+    if meta is None or meta.state is not TxnState.ONGOING:
+        state = "does not exist" if meta is None else f"is {meta.state.value}"
+        raise CommandError(f"transactional id {args.transactional_id!r} has no open "
+                           f"transaction to abort (it {state})")
+    coordinator.abort_open(args.transactional_id,
+                           "aborted by an operator (txlog transactions abort)")
+    print(f"aborted the transaction of {args.transactional_id} (decision "
+          f"{meta.decision_id})")
+    for topic, partition in meta.partitions:
+        print(f"{topic}-{partition}: last stable offset "
+              f"{log.last_stable_offset(topic, partition)}")
 
 
 def run_producers(args: argparse.Namespace) -> None:

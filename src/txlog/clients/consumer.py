@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..errors import IllegalStateError, InvalidConfigError, OffsetOutOfRangeError
 from ..partition.isolation import READ_COMMITTED, check_isolation_level
 from .positions import read_limit
+from .settings import Setting, Settings, at_least, one_of
 
 if TYPE_CHECKING:
     from ..log import Log
@@ -38,20 +39,26 @@ class OffsetAndTimestamp:
     timestamp: int
 
 
+# What Consumer.__init__ checks (its defaults are in its signature).
+_SETTINGS = Settings(
+    Setting("isolation_level", lambda name, value: check_isolation_level(value, name)),
+    Setting("auto_offset_reset", one_of(
+        ("earliest", "latest", "none"),
+        "{name} must be 'earliest', 'latest' or 'none', not {value!r}")),
+    # True has always passed as 1 here.
+    Setting("max_poll_records", at_least(1, "{name} must be a positive int, not {value!r}",
+                                         allow_bool=True)),
+)
+
+
 class Consumer:
     """Reads assigned partitions in offset order, committed-only by default."""
 
     def __init__(self, log: Log, *, isolation_level: str = READ_COMMITTED,
                  group_id: str | None = None, auto_offset_reset: str = "latest",
                  max_poll_records: int = 500, abort_expired_transactions: bool = False) -> None:
-        check_isolation_level(isolation_level, "isolation_level")
-        if auto_offset_reset not in ("earliest", "latest", "none"):
-            raise InvalidConfigError(
-                f"auto_offset_reset must be 'earliest', 'latest' or 'none', "
-                f"not {auto_offset_reset!r}")
-        if not isinstance(max_poll_records, int) or max_poll_records < 1:
-            raise InvalidConfigError(
-                f"max_poll_records must be a positive int, not {max_poll_records!r}")
+        _SETTINGS.check(isolation_level=isolation_level, auto_offset_reset=auto_offset_reset,
+                        max_poll_records=max_poll_records)
         self.log = log
         self.isolation_level = isolation_level
         self.group_id = group_id

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import clock
 from ..errors import CommitFailedError, IllegalStateError, InvalidConfigError, UnknownTopicError
+from ..integers import is_int
 from ..storage.names import validate_name
 from ..transactions.group_members import (GroupGeneration, GroupMembership, Heartbeat,
                                           MemberInfo, is_expired, take_over)
@@ -69,7 +70,7 @@ class ConsumerGroupMetadata:
 
 
 def _positive_ms(name: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if not is_int(value) or value < 1:
         raise InvalidConfigError(f"{name} must be a positive int (milliseconds), not {value!r}")
     return value
 

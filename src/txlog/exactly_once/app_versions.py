@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidConfigError, InvalidNameError
+from ..integers import is_int
 from ..storage.names import validate_name
 from ..transactions.metadata import TransactionMember
 from .shared_transaction import MAX_PREFIX_LENGTH, SharedTransaction
@@ -61,7 +62,7 @@ def check_app_id(app_id: object) -> str:
 
 
 def check_version(version: object) -> int:
-    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+    if not is_int(version) or version < 0:
         raise InvalidConfigError(f"a write's version must be a non-negative integer, "
                                  f"not {version!r}")
     return version

@@ -234,16 +234,8 @@ def decode_header(data: bytes | memoryview | pa.Buffer, path: str,
         pos += 1 + n
     data_path, data_offset = "", -1
     if attributes & CLAIM_BIT:
-        n = view[pos] if pos < header_length else 0
-        end = pos + 1 + n + _REFERENCE_OFFSET.size
-        if pos >= header_length or end > header_length:
-            raise CorruptBatchError("claim reference overruns the header", path, expected_offset)
-        data_path = bytes(view[pos + 1:pos + 1 + n]).decode("utf-8", "replace")
-        (data_offset,) = _REFERENCE_OFFSET.unpack_from(view, pos + 1 + n)
-        if not is_data_object_path(data_path) or attributes & CONTROL_BIT:
-            raise CorruptBatchError(f"claim names {data_path!r}, not a data object", path,
-                                    expected_offset)
-        pos = end
+        data_path, data_offset, pos = _claim_reference(view, pos, header_length, attributes,
+                                                       path, expected_offset)
     # Trailing bytes: the append time if there are 8 of them (older writers wrote none).
     append_time = _APPEND_TIME.unpack_from(view, pos)[0] \
         if header_length - pos >= _APPEND_TIME.size else -1
@@ -258,6 +250,22 @@ def decode_header(data: bytes | memoryview | pa.Buffer, path: str,
                        payload_crc=payload_crc, header_length=header_length,
                        data_path=data_path, data_offset=data_offset,
                        append_time=append_time, parts=parts)
+
+
+def _claim_reference(view: memoryview, pos: int, header_length: int, attributes: int,
+                     path: str, expected_offset: int | None) -> tuple[str, int, int]:
+    """A claim's reference at ``pos`` (data object path, payload offset) and the position
+    after it; checked apart, like the parts table, since only claims carry one."""
+    n = view[pos] if pos < header_length else 0
+    end = pos + 1 + n + _REFERENCE_OFFSET.size
+    if pos >= header_length or end > header_length:
+        raise CorruptBatchError("claim reference overruns the header", path, expected_offset)
+    data_path = bytes(view[pos + 1:pos + 1 + n]).decode("utf-8", "replace")
+    (data_offset,) = _REFERENCE_OFFSET.unpack_from(view, pos + 1 + n)
+    if not is_data_object_path(data_path) or attributes & CONTROL_BIT:
+        raise CorruptBatchError(f"claim names {data_path!r}, not a data object", path,
+                                expected_offset)
+    return data_path, data_offset, end
 
 
 def _parts_table(view: memoryview, pos: int, header_length: int, attributes: int, count: int,

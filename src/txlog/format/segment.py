@@ -27,7 +27,7 @@ import pyarrow as pa
 from .batch import BatchHeader
 from .snapshot_frame import FRAME_SIZE, framed_length, is_framed, unframe
 from ..errors import CorruptBatchError
-from ..storage.backends import Storage
+from ..storage.contract import Storage
 
 SEGMENT_MAGIC = b"TXS\x01"
 # magic, header crc, base, end, batch count, data batch count, topic id, created ms,

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgpack
 
-from ..storage.backends import Storage
+from ..storage.contract import Storage
 from ..storage.fresh_reads import fresh_read
 from ..storage.paths import topic_meta_path
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..clients.producer import DEFAULT_BATCH_SIZE, DEFAULT_LINGER_MS, DEFAULT_TRANSACTION_TIMEOUT_MS
+from ..clients.settings import Setting, Settings, any_value
+from ..errors import InvalidConfigError
 from ..log import Log
 from .errors import KafkaConfigurationError, translated
 
@@ -35,15 +37,22 @@ REFUSED = "refused"
 
 
 @dataclass(frozen=True)
-class Setting:
-    default: Any
-    handling: str
-    note: str
-    allows: Callable[[Any], bool] | None = None  # the values that pass (None: any)
+class KafkaKey(Setting):
+    """A kafka-python key's row, with what txlog does with it and why (docs/clients.md)."""
+
+    handling: str = USED
+    note: str = ""
 
 
-def _is(*values: Any) -> Callable[[Any], bool]:
-    return lambda v: any(v == x and type(v) is type(x) for x in values)
+def _key(name: str, default: Any, handling: str, note: str,
+         allows: tuple[Any, ...] | None = None) -> KafkaKey:
+    """A key's row; with ``allows``, only those values pass, each of its own type (True
+    is not 1), and any other is refused with the note saying why."""
+    def only(key: str, value: Any) -> Any:
+        if not any(value == x and type(value) is type(x) for x in allows or ()):
+            raise InvalidConfigError(f"{key}={value!r} is not supported by txlog: {note}")
+        return value
+    return KafkaKey(name, any_value if allows is None else only, default, handling, note)
 
 
 _NO_NETWORK = "no network: txlog reads and writes the storage root directly"
@@ -51,146 +60,142 @@ _CREDENTIALS = ("no broker to authenticate to: the storage's credentials come fr
                 "storage_options or the environment (docs/object_stores.md)")
 _MEMBERSHIP = "group membership (subscribe with a group_id), as Kafka"
 
-_COMMON: dict[str, Setting] = {
-    "bootstrap_servers": Setting(
+_COMMON = (
+    _key("bootstrap_servers",
         None, USED, "the log's root: a path or URL (s3://..., memory://...), a one-item list "
         "of one, or a txlog.Log; several servers are refused",
         None),
-    "storage_options": Setting(
+    _key("storage_options",
         None, USED, "txlog's own key: the fsspec options of an object-store root (Log's "
         "storage_options)"),
-    "client_id": Setting(None, ACCEPTED, "a name only; " + _MEMBERSHIP),
-    "api_version": Setting(None, ACCEPTED, "txlog speaks one protocol: any value is taken and "
-                           "has no effect"),
-    "allow_auto_create_topics": Setting(
+    _key("client_id", None, ACCEPTED, "a name only; " + _MEMBERSHIP),
+    _key("api_version", None, ACCEPTED, "txlog speaks one protocol: any value is taken and "
+                        "has no effect"),
+    _key("allow_auto_create_topics",
         True, ACCEPTED, "txlog never creates topics on use: a missing one raises "
         "UnknownTopicOrPartitionError at once (create it with `txlog topics create`)"),
-    "metadata_max_age_ms": Setting(
+    _key("metadata_max_age_ms",
         300000, USED, "how often a subscription without group_id looks for added partitions; "
         "a producer refreshes a topic's partition count whenever it needs it"),
-    "retry_backoff_ms": Setting(100, USED, "the pause between reads of storage while poll() "
-                                "waits for records"),
-    "bootstrap_timeout_ms": Setting(30000, ACCEPTED, _NO_NETWORK),
-    "request_timeout_ms": Setting(30000, ACCEPTED, _NO_NETWORK),
-    "reconnect_backoff_ms": Setting(50, ACCEPTED, _NO_NETWORK),
-    "reconnect_backoff_max_ms": Setting(30000, ACCEPTED, _NO_NETWORK),
-    "max_in_flight_requests_per_connection": Setting(5, ACCEPTED, _NO_NETWORK),
-    "receive_buffer_bytes": Setting(None, ACCEPTED, _NO_NETWORK),
-    "send_buffer_bytes": Setting(None, ACCEPTED, _NO_NETWORK),
-    "receive_message_max_bytes": Setting(100_000_000, ACCEPTED, _NO_NETWORK),
-    "socket_options": Setting(None, ACCEPTED, _NO_NETWORK),
-    "connections_max_idle_ms": Setting(540000, ACCEPTED, _NO_NETWORK),
-    "client_dns_lookup": Setting("use_all_dns_ips", ACCEPTED, _NO_NETWORK),
-    "selector": Setting(None, ACCEPTED, _NO_NETWORK),
-    "kafka_client": Setting(None, ACCEPTED, _NO_NETWORK),
-    "proxy_url": Setting(None, REFUSED, "no network to proxy", _is(None)),
-    "socks5_proxy": Setting(None, REFUSED, "no network to proxy", _is(None)),
-    "metric_reporters": Setting((), ACCEPTED, "txlog keeps no client metrics; metrics() "
-                                "returns {}"),
-    "metrics_enabled": Setting(True, ACCEPTED, "txlog keeps no client metrics"),
-    "metrics_num_samples": Setting(2, ACCEPTED, "txlog keeps no client metrics"),
-    "metrics_sample_window_ms": Setting(30000, ACCEPTED, "txlog keeps no client metrics"),
-    "security_protocol": Setting("PLAINTEXT", REFUSED, _CREDENTIALS, _is("PLAINTEXT")),
-    "ssl_context": Setting(None, REFUSED, _CREDENTIALS, _is(None)),
-    "ssl_check_hostname": Setting(True, REFUSED, _CREDENTIALS, _is(True)),
-    "ssl_cafile": Setting(None, REFUSED, _CREDENTIALS, _is(None)),
-    "ssl_certfile": Setting(None, REFUSED, _CREDENTIALS, _is(None)),
-    "ssl_keyfile": Setting(None, REFUSED, _CREDENTIALS, _is(None)),
-    "ssl_crlfile": Setting(None, REFUSED, _CREDENTIALS, _is(None)),
-    "ssl_password": Setting(None, REFUSED, _CREDENTIALS, _is(None)),
-    "ssl_ciphers": Setting(None, REFUSED, _CREDENTIALS, _is(None)),
-    "sasl_mechanism": Setting(None, REFUSED, _CREDENTIALS, _is(None)),
-    "sasl_plain_username": Setting(None, REFUSED, _CREDENTIALS, _is(None)),
-    "sasl_plain_password": Setting(None, REFUSED, _CREDENTIALS, _is(None)),
-    "sasl_kerberos_name": Setting(None, REFUSED, _CREDENTIALS, _is(None)),
-    "sasl_kerberos_service_name": Setting("kafka", REFUSED, _CREDENTIALS, _is("kafka")),
-    "sasl_kerberos_domain_name": Setting(None, REFUSED, _CREDENTIALS, _is(None)),
-    "sasl_oauth_token_provider": Setting(None, REFUSED, _CREDENTIALS, _is(None)),
-}
+    _key("retry_backoff_ms", 100, USED, "the pause between reads of storage while poll() "
+                             "waits for records"),
+    _key("bootstrap_timeout_ms", 30000, ACCEPTED, _NO_NETWORK),
+    _key("request_timeout_ms", 30000, ACCEPTED, _NO_NETWORK),
+    _key("reconnect_backoff_ms", 50, ACCEPTED, _NO_NETWORK),
+    _key("reconnect_backoff_max_ms", 30000, ACCEPTED, _NO_NETWORK),
+    _key("max_in_flight_requests_per_connection", 5, ACCEPTED, _NO_NETWORK),
+    _key("receive_buffer_bytes", None, ACCEPTED, _NO_NETWORK),
+    _key("send_buffer_bytes", None, ACCEPTED, _NO_NETWORK),
+    _key("receive_message_max_bytes", 100_000_000, ACCEPTED, _NO_NETWORK),
+    _key("socket_options", None, ACCEPTED, _NO_NETWORK),
+    _key("connections_max_idle_ms", 540000, ACCEPTED, _NO_NETWORK),
+    _key("client_dns_lookup", "use_all_dns_ips", ACCEPTED, _NO_NETWORK),
+    _key("selector", None, ACCEPTED, _NO_NETWORK),
+    _key("kafka_client", None, ACCEPTED, _NO_NETWORK),
+    _key("proxy_url", None, REFUSED, "no network to proxy", (None,)),
+    _key("socks5_proxy", None, REFUSED, "no network to proxy", (None,)),
+    _key("metric_reporters", (), ACCEPTED, "txlog keeps no client metrics; metrics() "
+                             "returns {}"),
+    _key("metrics_enabled", True, ACCEPTED, "txlog keeps no client metrics"),
+    _key("metrics_num_samples", 2, ACCEPTED, "txlog keeps no client metrics"),
+    _key("metrics_sample_window_ms", 30000, ACCEPTED, "txlog keeps no client metrics"),
+    _key("security_protocol", "PLAINTEXT", REFUSED, _CREDENTIALS, ("PLAINTEXT",)),
+    _key("ssl_context", None, REFUSED, _CREDENTIALS, (None,)),
+    _key("ssl_check_hostname", True, REFUSED, _CREDENTIALS, (True,)),
+    _key("ssl_cafile", None, REFUSED, _CREDENTIALS, (None,)),
+    _key("ssl_certfile", None, REFUSED, _CREDENTIALS, (None,)),
+    _key("ssl_keyfile", None, REFUSED, _CREDENTIALS, (None,)),
+    _key("ssl_crlfile", None, REFUSED, _CREDENTIALS, (None,)),
+    _key("ssl_password", None, REFUSED, _CREDENTIALS, (None,)),
+    _key("ssl_ciphers", None, REFUSED, _CREDENTIALS, (None,)),
+    _key("sasl_mechanism", None, REFUSED, _CREDENTIALS, (None,)),
+    _key("sasl_plain_username", None, REFUSED, _CREDENTIALS, (None,)),
+    _key("sasl_plain_password", None, REFUSED, _CREDENTIALS, (None,)),
+    _key("sasl_kerberos_name", None, REFUSED, _CREDENTIALS, (None,)),
+    _key("sasl_kerberos_service_name", "kafka", REFUSED, _CREDENTIALS, ("kafka",)),
+    _key("sasl_kerberos_domain_name", None, REFUSED, _CREDENTIALS, (None,)),
+    _key("sasl_oauth_token_provider", None, REFUSED, _CREDENTIALS, (None,)),
+)
 
-PRODUCER_CONFIG: dict[str, Setting] = {
-    **_COMMON,
-    "key_serializer": Setting(None, USED, "a callable or a kafka-style Serializer"),
-    "value_serializer": Setting(None, USED, "a callable or a kafka-style Serializer"),
-    "enable_idempotence": Setting(True, USED, "producer ids, epochs and sequences, as Kafka"),
-    "transactional_id": Setting(None, USED, "the transactional producer"),
-    "transaction_timeout_ms": Setting(DEFAULT_TRANSACTION_TIMEOUT_MS, USED,
-                                      "an open transaction is aborted by any process after it"),
-    "compression_type": Setting(None, USED, "None, 'lz4' or 'zstd' (gzip and snappy are "
-                                "refused: txlog's batches do not use them)"),
-    "batch_size": Setting(DEFAULT_BATCH_SIZE, USED,
-                          f"bytes per batch; default {DEFAULT_BATCH_SIZE} (kafka-python: 16384) "
-                          "because each batch is one storage object"),
-    "linger_ms": Setting(DEFAULT_LINGER_MS, USED,
-                         f"default {DEFAULT_LINGER_MS} (kafka-python: 0) because each batch is "
-                         "one storage object; a background thread publishes batches whose "
-                         "linger has run out"),
-    "acks": Setting(-1, ACCEPTED, "every batch is durable once published, as with "
-                    "acks='all'; 0 and 1 are taken and get that durability too (offsets are "
-                    "real, not -1)", _is(0, 1, -1, "all")),
-    "retries": Setting(float("inf"), ACCEPTED, "a storage write is not retried by the layer: "
-                       "its error reaches the record's future"),
-    "delivery_timeout_ms": Setting(120000, ACCEPTED, "a batch is written or fails in one "
-                                   "storage request; get(timeout) bounds the wait"),
-    "max_block_ms": Setting(60000, ACCEPTED, "send() blocks only while another thread "
-                            "publishes; topic metadata is read from storage at once"),
-    "max_request_size": Setting(1048576, ACCEPTED, "the topic's max.message.bytes bounds a "
-                                "batch instead"),
-    "partitioner": Setting(None, REFUSED, "txlog partitions as Kafka's default partitioner "
-                           "(murmur2 of the key, sticky without one); a custom one is refused",
-                           _is(None)),
-}
+PRODUCER_CONFIG = Settings(
+    *_COMMON,
+    _key("key_serializer", None, USED, "a callable or a kafka-style Serializer"),
+    _key("value_serializer", None, USED, "a callable or a kafka-style Serializer"),
+    _key("enable_idempotence", True, USED, "producer ids, epochs and sequences, as Kafka"),
+    _key("transactional_id", None, USED, "the transactional producer"),
+    _key("transaction_timeout_ms", DEFAULT_TRANSACTION_TIMEOUT_MS, USED,
+                                   "an open transaction is aborted by any process after it"),
+    _key("compression_type", None, USED, "None, 'lz4' or 'zstd' (gzip and snappy are "
+                             "refused: txlog's batches do not use them)"),
+    _key("batch_size", DEFAULT_BATCH_SIZE, USED,
+                       f"bytes per batch; default {DEFAULT_BATCH_SIZE} (kafka-python: 16384) "
+                       "because each batch is one storage object"),
+    _key("linger_ms", DEFAULT_LINGER_MS, USED,
+                      f"default {DEFAULT_LINGER_MS} (kafka-python: 0) because each batch is "
+                      "one storage object; a background thread publishes batches whose "
+                      "linger has run out"),
+    _key("acks", -1, ACCEPTED, "every batch is durable once published, as with "
+                 "acks='all'; 0 and 1 are taken and get that durability too (offsets are "
+                 "real, not -1)", (0, 1, -1, "all")),
+    _key("retries", float("inf"), ACCEPTED, "a storage write is not retried by the layer: "
+                    "its error reaches the record's future"),
+    _key("delivery_timeout_ms", 120000, ACCEPTED, "a batch is written or fails in one "
+                                "storage request; get(timeout) bounds the wait"),
+    _key("max_block_ms", 60000, ACCEPTED, "send() blocks only while another thread "
+                         "publishes; topic metadata is read from storage at once"),
+    _key("max_request_size", 1048576, ACCEPTED, "the topic's max.message.bytes bounds a "
+                             "batch instead"),
+    _key("partitioner", None, REFUSED, "txlog partitions as Kafka's default partitioner "
+                        "(murmur2 of the key, sticky without one); a custom one is refused",
+                        (None,)),
+)
 
-CONSUMER_CONFIG: dict[str, Setting] = {
-    **_COMMON,
-    "group_id": Setting(None, USED, "committed offsets live in the log's group store"),
-    "group_instance_id": Setting(None, USED, _MEMBERSHIP),
-    "key_deserializer": Setting(None, USED, "a callable or a kafka-style Deserializer"),
-    "value_deserializer": Setting(None, USED, "a callable or a kafka-style Deserializer"),
-    "auto_offset_reset": Setting("latest", USED, "'earliest', 'latest' or 'none' "
-                                 "('smallest'/'largest' as aliases)"),
-    "enable_auto_commit": Setting(True, USED, "commits positions in poll() every "
-                                  "auto_commit_interval_ms and on close(); needs a group_id"),
-    "auto_commit_interval_ms": Setting(5000, USED, "as Kafka"),
-    "default_offset_commit_callback": Setting(None, USED, "commit_async()'s callback when none "
-                                              "is given"),
-    "isolation_level": Setting("read_uncommitted", USED, "as Kafka, read_uncommitted by "
-                               "default; read_committed reads up to the LSO"),
-    "max_poll_records": Setting(500, USED, "as Kafka"),
-    "consumer_timeout_ms": Setting(float("inf"), USED, "iteration stops after this long "
-                                   "without records"),
-    "partition_assignment_strategy": Setting(None, USED, _MEMBERSHIP),
-    "session_timeout_ms": Setting(45000, USED, _MEMBERSHIP),
-    "heartbeat_interval_ms": Setting(3000, USED, _MEMBERSHIP),
-    "max_poll_interval_ms": Setting(300000, USED, _MEMBERSHIP),
-    "check_crcs": Setting(True, ACCEPTED, "txlog checks both checksums of every batch "
-                          "always; False does not turn that off"),
-    "fetch_max_wait_ms": Setting(500, ACCEPTED, "poll(timeout_ms) is how long a poll waits"),
-    "fetch_min_bytes": Setting(1, ACCEPTED, "a poll returns as soon as any record is there"),
-    "fetch_max_bytes": Setting(52428800, ACCEPTED, "max_poll_records bounds a poll"),
-    "max_partition_fetch_bytes": Setting(1048576, ACCEPTED, "max_poll_records bounds a poll"),
-    "enable_incremental_fetch_sessions": Setting(True, ACCEPTED, _NO_NETWORK),
-    "client_rack": Setting("", ACCEPTED, "no replicas to pick a near one from"),
-    "exclude_internal_topics": Setting(True, ACCEPTED, "txlog has no internal topics"),
-    "metric_group_prefix": Setting("consumer", ACCEPTED, "txlog keeps no client metrics"),
-}
+CONSUMER_CONFIG = Settings(
+    *_COMMON,
+    _key("group_id", None, USED, "committed offsets live in the log's group store"),
+    _key("group_instance_id", None, USED, _MEMBERSHIP),
+    _key("key_deserializer", None, USED, "a callable or a kafka-style Deserializer"),
+    _key("value_deserializer", None, USED, "a callable or a kafka-style Deserializer"),
+    _key("auto_offset_reset", "latest", USED, "'earliest', 'latest' or 'none' "
+                              "('smallest'/'largest' as aliases)"),
+    _key("enable_auto_commit", True, USED, "commits positions in poll() every "
+                               "auto_commit_interval_ms and on close(); needs a group_id"),
+    _key("auto_commit_interval_ms", 5000, USED, "as Kafka"),
+    _key("default_offset_commit_callback", None, USED, "commit_async()'s callback when none "
+                                           "is given"),
+    _key("isolation_level", "read_uncommitted", USED, "as Kafka, read_uncommitted by "
+                            "default; read_committed reads up to the LSO"),
+    _key("max_poll_records", 500, USED, "as Kafka"),
+    _key("consumer_timeout_ms", float("inf"), USED, "iteration stops after this long "
+                                "without records"),
+    _key("partition_assignment_strategy", None, USED, _MEMBERSHIP),
+    _key("session_timeout_ms", 45000, USED, _MEMBERSHIP),
+    _key("heartbeat_interval_ms", 3000, USED, _MEMBERSHIP),
+    _key("max_poll_interval_ms", 300000, USED, _MEMBERSHIP),
+    _key("check_crcs", True, ACCEPTED, "txlog checks both checksums of every batch "
+                       "always; False does not turn that off"),
+    _key("fetch_max_wait_ms", 500, ACCEPTED, "poll(timeout_ms) is how long a poll waits"),
+    _key("fetch_min_bytes", 1, ACCEPTED, "a poll returns as soon as any record is there"),
+    _key("fetch_max_bytes", 52428800, ACCEPTED, "max_poll_records bounds a poll"),
+    _key("max_partition_fetch_bytes", 1048576, ACCEPTED, "max_poll_records bounds a poll"),
+    _key("enable_incremental_fetch_sessions", True, ACCEPTED, _NO_NETWORK),
+    _key("client_rack", "", ACCEPTED, "no replicas to pick a near one from"),
+    _key("exclude_internal_topics", True, ACCEPTED, "txlog has no internal topics"),
+    _key("metric_group_prefix", "consumer", ACCEPTED, "txlog keeps no client metrics"),
+)
 
 
-def resolve(kind: str, table: dict[str, Setting], configs: dict[str, Any]) -> dict[str, Any]:
+def resolve(kind: str, table: Settings[KafkaKey], configs: dict[str, Any]) -> dict[str, Any]:
     """Every key's value (defaults filled in), after refusing unknown and refused ones."""
     unknown = sorted(set(configs) - set(table))
     if unknown:
         raise KafkaConfigurationError(
             f"{kind}: unrecognized config(s) {unknown} (kafka-python 3.0's keys are known; "
             "docs/clients.md lists what each means to txlog)")
-    for key, value in configs.items():
-        setting = table[key]
-        if setting.allows is not None and not setting.allows(value):
-            raise KafkaConfigurationError(
-                f"{kind}: {key}={value!r} is not supported by txlog: {setting.note}")
-    resolved = {key: s.default for key, s in table.items()}
-    resolved.update(configs)
-    return resolved
+    try:
+        return table.resolve(configs)
+    except InvalidConfigError as exc:
+        raise KafkaConfigurationError(f"{kind}: {exc}") from None
 
 
 def open_log(kind: str, bootstrap_servers: Any, storage_options: dict | None) -> Log:

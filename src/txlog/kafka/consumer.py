@@ -30,7 +30,8 @@ from ..clients.assignors import ASSIGNORS
 from ..clients.consumer import Consumer
 from ..clients.membership import GroupMember
 from ..clients.positions import end_expired_transactions
-from ..clients.producer import EXPIRY_CHECK_INTERVAL_S
+from ..clients.transaction_manager import EXPIRY_CHECK_INTERVAL_S
+from ..integers import is_int
 from ..partition.isolation import READ_COMMITTED
 from .config import CONSUMER_CONFIG, Codec, codec, open_log, resolve
 from .errors import (IllegalStateError, KafkaConfigurationError, KafkaError, translated,
@@ -315,7 +316,7 @@ class KafkaConsumer:
     @translating
     def seek(self, partition: TopicPartition, offset: int) -> None:
         tp = _check_tp(partition)
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        if not is_int(offset) or offset < 0:
             raise ValueError("Offset must be int >= 0")
         if tp not in self.assignment():
             raise ValueError("Unassigned partition")
@@ -470,7 +471,7 @@ class KafkaConsumer:
             raise ValueError("Timeout must not be negative")
         if max_records is None:
             max_records = self.config["max_poll_records"]
-        if not isinstance(max_records, int) or isinstance(max_records, bool):
+        if not is_int(max_records):
             raise TypeError("max_records must be an integer")
         if max_records <= 0:
             raise ValueError("max_records must be positive")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import namedtuple
 from typing import Any
 
+from ..integers import is_int
 from .errors import KafkaConfigurationError
 
 TopicPartition = namedtuple("TopicPartition", ["topic", "partition"])
@@ -83,7 +84,7 @@ def plain_offsets(offsets: dict[Any, Any], what: str) -> dict[tuple[str, int], i
                     f"{what}: {tp[0]}-{tp[1]}: txlog's group offsets keep no metadata "
                     f"string; OffsetAndMetadata metadata={value.metadata!r} is refused (use '')")
             value = value.offset
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        if not is_int(value) or value < 0:
             raise KafkaConfigurationError(
                 f"{what}: {tp[0]}-{tp[1]}: offset must be a non-negative int, not {value!r}")
         out[(tp[0], tp[1])] = value

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import crc32c
 
@@ -24,10 +25,13 @@ from ..format.batch import (ABORT, CLAIM_BIT, COMMIT, CONTROL_BIT, LOG_APPEND_TI
                             TRANSACTIONAL_BIT, BatchHeader, ControlRecord, encode_control,
                             Payload, encode_data_object, encode_header)
 from ..errors import StorageError, TxlogError
-from ..storage.backends import Storage
+from ..storage.contract import Storage
 from ..storage.paths import data_object_path
 from .producer_state import ProducerState
 from .state_manager import ANCHOR_BYTES, SnapshotGone, StateManager
+
+if TYPE_CHECKING:  # the anchor is StateManager's to make and check; _claim only carries it
+    from .state_manager import _Anchor
 
 logger = logging.getLogger(__name__)
 
@@ -181,17 +185,7 @@ class Appender:
         first = True
         with states.lock:
             while True:
-                # ``proof``: the anchor the check after the publish must find.  A refreshed
-                # or believed state's own; for a first try that read past the cached end
-                # unchecked, the one the state had before that read (state_proven_after,
-                # docs/protocol.md 1.6).  Tries after a lost slot, an error or an unproven
-                # answer refresh first.
-                if not first:
-                    state, proof = states.state(), states.anchor
-                elif continuing:
-                    state, proof = states.believed_state(), states.anchor
-                else:
-                    state, proof = states.state_proven_after()
+                state, proof = self._try_state(first, continuing)
                 guessed, first = first, False
                 try:
                     # The producer entries are read before anything is published, so that
@@ -215,30 +209,62 @@ class Appender:
                                                                  step.data)
                 except OSError as exc:
                     failures += 1
-                    if failures >= PUBLISH_ATTEMPTS:
-                        raise StorageError(
-                            f"publishing a batch at offset {slot} of {states.topic}-"
-                            f"{states.partition} failed {failures} times: {exc}") from exc
-                    logger.info("%s-%d: publishing a batch at offset %d failed (%s); reloading "
-                                "and trying again", states.topic, states.partition, slot, exc)
+                    self._publish_failed(slot, failures, exc)
                     continue
-                if not published:
-                    continue
-                # The prefix's last object still being there proves the slot was
-                # the log end (compaction deletes in offset order, after its
-                # segment is published).  Else a compaction ran meanwhile: the
-                # batch counts only if the log, reloaded, holds it at the slot.
-                if states.proven_by(proof):
-                    states.applied(step.header, step.control, step.data)
-                elif not states.holds(slot, step.data[:ANCHOR_BYTES]):
-                    logger.info("%s-%d: offset %d was compacted away while this batch was "
-                                "published there; writing it again at the log end",
-                                states.topic, states.partition, slot)
-                    continue
-                states.maybe_snapshot()
-                appended_at = step.header.max_timestamp \
-                    if step.header.timestamp_type == LOG_APPEND_TIME else -1
-                return AppendResult(slot, step.header.last_offset, log_append_time=appended_at)
+                if published:
+                    # The prefix's last object still being there proves the slot was
+                    # the log end (compaction deletes in offset order, after its
+                    # segment is published).
+                    result = self._settled(slot, step, states.proven_by(proof))
+                    if result is not None:
+                        return result
+
+    def _try_state(self, first: bool, continuing: bool) -> tuple[ProducerState, _Anchor | None]:
+        """The state one try of _claim prepares against, and ``proof``: the anchor the
+        check after the publish must find.  Apart from the loop because it is where the
+        tries differ (docs/protocol.md 1.6): a refreshed or believed state's proof is its
+        own; for a first try that read past the cached end unchecked, the one the state
+        had before that read (state_proven_after).  Tries after a lost slot, an error or
+        an unproven answer refresh first.
+        """
+        states = self._states
+        if not first:
+            return states.state(), states.anchor
+        if continuing:
+            return states.believed_state(), states.anchor
+        return states.state_proven_after()
+
+    def _publish_failed(self, slot: int, failures: int, exc: OSError) -> None:
+        """After a publish that failed ambiguously (the object may or may not exist): give
+        up once it failed PUBLISH_ATTEMPTS times, else log and let _claim reload and
+        try again, which finds out which it was."""
+        states = self._states
+        if failures >= PUBLISH_ATTEMPTS:
+            raise StorageError(
+                f"publishing a batch at offset {slot} of {states.topic}-"
+                f"{states.partition} failed {failures} times: {exc}") from exc
+        logger.info("%s-%d: publishing a batch at offset %d failed (%s); reloading "
+                    "and trying again", states.topic, states.partition, slot, exc)
+
+    def _settled(self, slot: int, step: _Slot, proven: bool) -> AppendResult | None:
+        """The result of a batch that won ``slot``, or None if it must be written again.
+
+        Winning the slot is not enough when ``proven`` is false: a compaction
+        ran meanwhile, so the batch counts only if the log, reloaded, holds it
+        at the slot (else its object is a stray past a compacted-away end).
+        """
+        states = self._states
+        if proven:
+            states.applied(step.header, step.control, step.data)
+        elif not states.holds(slot, step.data[:ANCHOR_BYTES]):
+            logger.info("%s-%d: offset %d was compacted away while this batch was "
+                        "published there; writing it again at the log end",
+                        states.topic, states.partition, slot)
+            return None
+        states.maybe_snapshot()
+        appended_at = step.header.max_timestamp \
+            if step.header.timestamp_type == LOG_APPEND_TIME else -1
+        return AppendResult(slot, step.header.last_offset, log_append_time=appended_at)
 
     def _place(self, state: ProducerState, header: BatchHeader,
                log_append_time: bool) -> BatchHeader | AppendResult:

@@ -26,8 +26,9 @@ from .. import clock
 from ..format.batch import BatchHeader, ControlRecord, decode_control, decode_header, payload_of
 from .producer_state import ProducerState
 from ..errors import CorruptBatchError, StorageError
+from ..integers import is_int
 from ..format.segment import encode_segment_head
-from ..storage.backends import DEFAULT_PART_BYTES
+from ..storage.contract import DEFAULT_PART_BYTES
 from ..storage.paths import BATCH_SUFFIX, SNAPSHOT_SUFFIX, named_offsets, snapshots_dir
 from .state_manager import ANCHOR_BYTES, StateManager
 from .storage_cache import BatchRef
@@ -66,36 +67,13 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
     only, which fixes every byte before the data section; the second streams
     the batches' bytes into the store one at a time.
     """
-    if not isinstance(buffer_bytes, int) or isinstance(buffer_bytes, bool) or buffer_bytes < 1:
+    if not is_int(buffer_bytes) or buffer_bytes < 1:
         raise ValueError(f"compaction buffer_bytes must be a positive integer, not "
                          f"{buffer_bytes!r}")
     state = states.state()
     start = states.cache.compacted_end(refresh=True)
     stop = state.end_offset if upto is None else min(upto, state.end_offset)
-    run: list[tuple[BatchHeader, int, BatchRef]] = []
-    controls: list[ControlRecord | None] = []
-    size = 0
-    expected = start
-    full = False  # the run ends because the next batch would not fit in max_bytes
-    for ref in states.cache.refs(start, stop, state.end_offset):
-        if ref.in_segment or ref.base != expected:
-            break  # another compaction got ahead of this one: it has this run
-        header = states.cache.header(ref.base)  # cached, or one small read: never a payload
-        if header.next_offset > stop:
-            break
-        inline_size = header.header_length + header.payload_length  # as it lies in a segment
-        if run and size + inline_size > max_bytes:
-            full = True
-            break
-        control = None
-        if header.is_control:  # a marker is tiny: its record is read (and checked) now
-            url = states.cache.url(ref.path)
-            control = decode_control(payload_of(states.cache.inline(ref), header, url),
-                                     header, url)
-        run.append((header, inline_size, ref))
-        controls.append(control)
-        size += inline_size
-        expected = header.next_offset
+    run, controls, size, full = _first_pass(states, start, stop, state.end_offset, max_bytes)
     # A full run is compacted however few batches it has: every compaction starts
     # here, so one large batch must never hold the partition back.
     if not run or (len(run) < min_batches and not full):
@@ -123,6 +101,41 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
     logger.info("%s-%d: compacted %d batches (offsets %d to %d) into a %d-byte segment",
                 states.topic, states.partition, len(run), start, end, total)
     return Compacted(start, end, len(run), total)
+
+
+def _first_pass(states: StateManager, start: int, stop: int, end_offset: int, max_bytes: int
+                ) -> tuple[list[tuple[BatchHeader, int, BatchRef]], list[ControlRecord | None],
+                           int, bool]:
+    """The run from ``start`` that compaction copies, by headers only: each batch with its
+    size inline and its object, the markers' records, the run's size, and whether it
+    stopped because the next batch would not fit in ``max_bytes``.  Apart from the
+    second pass (_segment_chunks) because everything the head promises is fixed here,
+    before a byte of the segment is written."""
+    run: list[tuple[BatchHeader, int, BatchRef]] = []
+    controls: list[ControlRecord | None] = []
+    size = 0
+    expected = start
+    full = False  # the run ends because the next batch would not fit in max_bytes
+    for ref in states.cache.refs(start, stop, end_offset):
+        if ref.in_segment or ref.base != expected:
+            break  # another compaction got ahead of this one: it has this run
+        header = states.cache.header(ref.base)  # cached, or one small read: never a payload
+        if header.next_offset > stop:
+            break
+        inline_size = header.header_length + header.payload_length  # as it lies in a segment
+        if run and size + inline_size > max_bytes:
+            full = True
+            break
+        control = None
+        if header.is_control:  # a marker is tiny: its record is read (and checked) now
+            url = states.cache.url(ref.path)
+            control = decode_control(payload_of(states.cache.inline(ref), header, url),
+                                     header, url)
+        run.append((header, inline_size, ref))
+        controls.append(control)
+        size += inline_size
+        expected = header.next_offset
+    return run, controls, size, full
 
 
 def _segment_chunks(states: StateManager, head: bytes,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..format.batch import BatchHeader, Payload
-from ..storage.backends import Storage
+from ..storage.contract import Storage
 from .appender import Appender, AppendResult, DataReference
 from .compaction import (DEFAULT_BUFFER_BYTES, DEFAULT_MIN_BATCHES, DEFAULT_SEGMENT_BYTES, Compacted, compact,
                          retire_batches)

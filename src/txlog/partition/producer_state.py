@@ -503,6 +503,65 @@ class ProducerEntries:
         return opened, data, count, columns.min_append()
 
 
+def _check_first_batch(header: BatchHeader,
+                       verify: Callable[[BatchHeader], bool] | None) -> None:
+    """Refuse a batch of a producer this partition does not know (new, or its entry
+    expired): with no entry to compare against, only the coordinator (``verify``) can
+    tell a fenced transactional producer, and the sequence must start again at 0."""
+    pid, epoch, seq = header.producer_id, header.producer_epoch, header.base_sequence
+    if header.is_transactional and verify is not None and not verify(header):
+        raise ProducerFencedError(
+            f"producer {pid} epoch {epoch} (transactional id "
+            f"{header.transactional_id!r}, batch sequence {seq}) writes to transaction "
+            f"{header.decision_id!r}, which its coordinator does not know as open: the "
+            "producer was fenced or its transaction ended (this partition no longer "
+            "knows the producer: its entry expired, or it never wrote here)")
+    if seq != 0:
+        raise OutOfOrderSequenceError(
+            f"producer {pid} epoch {epoch} is unknown to this partition, so its first "
+            f"batch must have sequence 0, not {seq}")
+
+
+def _check_next_batch(entry: ProducerEntry, header: BatchHeader) -> None:
+    """Refuse a batch that is not a duplicate but does not follow ``entry``, its
+    producer's last one here: an older epoch (fenced), a change inside an open
+    transaction, or a sequence gap (checked against the entry's last sequence, or 0
+    for a new epoch)."""
+    pid, epoch, seq = header.producer_id, header.producer_epoch, header.base_sequence
+    if epoch < entry.epoch:
+        error = ProducerFencedError if header.is_transactional else InvalidProducerEpochError
+        raise error(
+            f"producer {pid} epoch {epoch} (batch sequence {seq}) is older than epoch "
+            f"{entry.epoch} already in this partition (a newer instance took over, or its "
+            "transaction was already ended)")
+    if entry.in_transaction:
+        if epoch > entry.epoch:
+            raise InvalidTxnStateError(
+                f"producer {pid} wrote epoch {epoch} while its transaction of epoch "
+                f"{entry.epoch} is still open in this partition")
+        if not header.is_transactional:
+            raise InvalidTxnStateError(
+                f"producer {pid} sent a non-transactional batch during its open transaction")
+        if header.decision_id != entry.decision_id:
+            raise InvalidTxnStateError(
+                f"producer {pid} changed decision id from {entry.decision_id!r} to "
+                f"{header.decision_id!r} inside one transaction")
+    if epoch > entry.epoch:
+        if seq != 0:
+            raise OutOfOrderSequenceError(
+                f"producer {pid}: first batch of new epoch {epoch} must have sequence 0, "
+                f"not {seq}")
+    else:
+        last = entry.last_seq
+        if last == NO_SEQUENCE and seq != 0:
+            raise OutOfOrderSequenceError(
+                f"producer {pid} epoch {epoch}: expected sequence 0, got {seq}")
+        if last != NO_SEQUENCE and not _in_sequence(last, seq):
+            raise OutOfOrderSequenceError(
+                f"producer {pid} epoch {epoch}: out-of-order sequence {seq}, expected "
+                f"{(last + 1) & INT32_MAX}")
+
+
 class ProducerState:
     """State after the prefix ``[0, end_offset)`` of one partition."""
 
@@ -542,56 +601,14 @@ class ProducerState:
         """
         if not header.is_idempotent:
             return None
-        pid, epoch, seq = header.producer_id, header.producer_epoch, header.base_sequence
-        entry = self.producers.get(pid)
+        entry = self.producers.get(header.producer_id)
         if entry is None:
-            if header.is_transactional and verify is not None and not verify(header):
-                raise ProducerFencedError(
-                    f"producer {pid} epoch {epoch} (transactional id "
-                    f"{header.transactional_id!r}, batch sequence {seq}) writes to transaction "
-                    f"{header.decision_id!r}, which its coordinator does not know as open: the "
-                    "producer was fenced or its transaction ended (this partition no longer "
-                    "knows the producer: its entry expired, or it never wrote here)")
-            if seq != 0:
-                raise OutOfOrderSequenceError(
-                    f"producer {pid} epoch {epoch} is unknown to this partition, so its first "
-                    f"batch must have sequence 0, not {seq}")
+            _check_first_batch(header, verify)
             return None
         duplicate = entry.find_duplicate(header)
         if duplicate is not None:
             return duplicate
-        if epoch < entry.epoch:
-            error = ProducerFencedError if header.is_transactional else InvalidProducerEpochError
-            raise error(
-                f"producer {pid} epoch {epoch} (batch sequence {seq}) is older than epoch "
-                f"{entry.epoch} already in this partition (a newer instance took over, or its "
-                "transaction was already ended)")
-        if entry.in_transaction:
-            if epoch > entry.epoch:
-                raise InvalidTxnStateError(
-                    f"producer {pid} wrote epoch {epoch} while its transaction of epoch "
-                    f"{entry.epoch} is still open in this partition")
-            if not header.is_transactional:
-                raise InvalidTxnStateError(
-                    f"producer {pid} sent a non-transactional batch during its open transaction")
-            if header.decision_id != entry.decision_id:
-                raise InvalidTxnStateError(
-                    f"producer {pid} changed decision id from {entry.decision_id!r} to "
-                    f"{header.decision_id!r} inside one transaction")
-        if epoch > entry.epoch:
-            if seq != 0:
-                raise OutOfOrderSequenceError(
-                    f"producer {pid}: first batch of new epoch {epoch} must have sequence 0, "
-                    f"not {seq}")
-        else:
-            last = entry.last_seq
-            if last == NO_SEQUENCE and seq != 0:
-                raise OutOfOrderSequenceError(
-                    f"producer {pid} epoch {epoch}: expected sequence 0, got {seq}")
-            if last != NO_SEQUENCE and not _in_sequence(last, seq):
-                raise OutOfOrderSequenceError(
-                    f"producer {pid} epoch {epoch}: out-of-order sequence {seq}, expected "
-                    f"{(last + 1) & INT32_MAX}")
+        _check_next_batch(entry, header)
         return None
 
     def marker_needed(self, producer_id: int, marker_epoch: int) -> bool:

@@ -19,11 +19,14 @@ from dataclasses import dataclass
 
 from .. import clock
 from ..errors import OffsetOutOfRangeError
+from ..integers import is_int
 from ..format.log_start import LogStartRecord, encode_log_start
+from ..format.segment import SegmentHead
 from ..format.topic_ids import current_topic_id
 from ..storage.paths import log_start_path
 from .compaction import retire_batches
 from .state_manager import StateManager
+from .storage_cache import SegmentPiece
 
 logger = logging.getLogger(__name__)
 
@@ -63,24 +66,50 @@ def apply_retention(states: StateManager, retention_ms: int = -1, retention_byte
     start = max(pieces[0].start if pieces else 0, recorded[-1] if recorded else 0)
     doomed = []
     if len(heads) >= 2 and (retention_ms >= 0 or retention_bytes >= 0 or recorded):
-        tail_bytes = cache.tail_sizes(states.state().end_offset)[1]
-        total = sum(h.total_length for _, h in heads) + tail_bytes
-        for piece, head in heads[:-1]:
-            by_start = piece.end <= start
-            by_size = retention_bytes >= 0 and total - head.total_length >= retention_bytes
-            by_time = False
-            if retention_ms >= 0 and not (by_start or by_size):
-                try:
-                    newest = cache.time_index(piece.start).newest
-                except FileNotFoundError:  # another retention (oldest first) deleted it
-                    total -= head.total_length
-                    continue
-                newest = head.created_ms if newest is None else newest
-                by_time = newest < now_ms - retention_ms
-            if not (by_start or by_size or by_time):
-                break
-            doomed.append((piece, head))
-            total -= head.total_length
+        doomed = _doomed(states, heads, start, retention_ms, retention_bytes, now_ms)
+    _delete_below(states, doomed, hidden, recorded)
+    log_start = cache.log_start()  # listed again: another retention may have run meanwhile
+    if doomed:
+        logger.info("%s-%d: retention deleted %d segments; log start offset now %d",
+                    states.topic, states.partition, len(doomed), log_start)
+    return Retained(len(doomed), sum(h.total_length for _, h in doomed), log_start)
+
+
+def _doomed(states: StateManager, heads: list[tuple[SegmentPiece, SegmentHead]], start: int,
+            retention_ms: int, retention_bytes: int, now_ms: int
+            ) -> list[tuple[SegmentPiece, SegmentHead]]:
+    """The oldest segments that the rules or the log ``start`` let go, oldest first, up
+    to the first that must stay (never the newest).  It only reads: deciding is kept
+    apart from the deleting, whose order is what keeps the log start from moving back."""
+    cache = states.cache
+    tail_bytes = cache.tail_sizes(states.state().end_offset)[1]
+    total = sum(h.total_length for _, h in heads) + tail_bytes
+    doomed = []
+    for piece, head in heads[:-1]:
+        by_start = piece.end <= start
+        by_size = retention_bytes >= 0 and total - head.total_length >= retention_bytes
+        by_time = False
+        if retention_ms >= 0 and not (by_start or by_size):
+            try:
+                newest = cache.time_index(piece.start).newest
+            except FileNotFoundError:  # another retention (oldest first) deleted it
+                total -= head.total_length
+                continue
+            newest = head.created_ms if newest is None else newest
+            by_time = newest < now_ms - retention_ms
+        if not (by_start or by_size or by_time):
+            break
+        doomed.append((piece, head))
+        total -= head.total_length
+    return doomed
+
+
+def _delete_below(states: StateManager, doomed: list[tuple[SegmentPiece, SegmentHead]],
+                  hidden: list[tuple[int, int, str]], recorded: list[int]) -> None:
+    """Delete the ``doomed`` segments, and what lies below them, in the order that keeps
+    the log start from moving back: the new start recorded first, then the batch
+    objects and snapshots, the segments, the hidden segments below the cut, and last
+    the ``recorded`` starts that the largest one makes meaningless."""
     largest = recorded[-1] if recorded else 0
     if doomed:
         cut = doomed[-1][0].end
@@ -103,11 +132,6 @@ def apply_retention(states: StateManager, retention_ms: int = -1, retention_byte
     for offset in recorded:
         if offset < largest:
             states.storage.delete(log_start_path(states.dir, offset))
-    log_start = cache.log_start()  # listed again: another retention may have run meanwhile
-    if doomed:
-        logger.info("%s-%d: retention deleted %d segments; log start offset now %d",
-                    states.topic, states.partition, len(doomed), log_start)
-    return Retained(len(doomed), sum(h.total_length for _, h in doomed), log_start)
 
 
 def delete_records(states: StateManager, offset: int) -> int:
@@ -119,7 +143,7 @@ def delete_records(states: StateManager, offset: int) -> int:
     Returns the log start after the call (Kafka's low watermark).
     """
     name = f"{states.topic}-{states.partition}"
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < -1:
+    if not is_int(offset) or offset < -1:
         raise OffsetOutOfRangeError(
             f"delete-records offset {offset!r} for {name} must be -1 (the log end) or a "
             "non-negative int")

@@ -29,7 +29,7 @@ from ..format.batch import BatchHeader, ControlRecord
 from ..format.segment import CorruptSegmentError, SegmentHead
 from ..format.snapshot_frame import frame, framed_length, is_framed, unframe
 from ..format.topic_ids import current_topic_id
-from ..storage.backends import Storage
+from ..storage.contract import Storage
 from ..storage.paths import SNAPSHOT_SUFFIX, named_offsets, snapshot_path, snapshots_dir
 from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerState
 from .storage_cache import RELOADS, StorageCache

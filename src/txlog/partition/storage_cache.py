@@ -28,7 +28,7 @@ from ..format.batch import (HEADER_READ_SIZE, BatchHeader, ControlRecord, check_
 from ..format.segment import (CorruptSegmentError, SegmentHead, SegmentIndex, TimeIndex,
                               read_aborted, read_head, read_header, read_index, read_time_index)
 from ..format.topic_ids import current_topic_id
-from ..storage.backends import Storage
+from ..storage.contract import Storage
 from ..storage.paths import (BATCH_SUFFIX, LOG_START_SUFFIX, batch_path, listed_segment_names,
                              named_offsets, partition_dir, segment_path, segments_dir)
 

@@ -21,6 +21,7 @@ import json
 import fsspec
 
 from ..errors import InvalidConfigError
+from ..integers import is_int
 
 TopicPartition = tuple[str, int]
 
@@ -75,8 +76,8 @@ def _kafka_shaped(line: str) -> dict[TopicPartition, int]:
         if not isinstance(parts, dict):
             return {}
         for partition, offset in parts.items():
-            if not (isinstance(partition, str) and partition.isdigit() and isinstance(offset, int)
-                    and not isinstance(offset, bool) and offset >= 0):
+            if not (isinstance(partition, str) and partition.isdigit() and is_int(offset)
+                    and offset >= 0):
                 return {}
             out[(topic, int(partition))] = offset
     return out

@@ -28,14 +28,17 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..clients.settings import Kind, Setting, Settings
 from ..errors import InvalidConfigError, InvalidNameError
 from ..exactly_once.app_versions import check_app_id, default_prefix
-from ..storage.backends import is_secret_option
+from ..integers import is_int
+from ..storage.secrets import is_secret_option
 from ..storage.names import validate_name
 from ..transactions.coordinator import MAX_TRANSACTION_TIMEOUT_MS
 from .planning import EARLIEST, LATEST, PositionSpec, Subscription
@@ -44,9 +47,6 @@ log = logging.getLogger(__name__)
 
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
 DeliveryGuarantee = Literal["exactly_once", "at_least_once"]
-
-# Spark's Kafka source: maxTriggerDelay defaults to 15 minutes.
-DEFAULT_MAX_TRIGGER_DELAY = "15m"
 
 # Spark's JavaUtils time and byte suffixes (timeStringAsMs, byteStringAsBytes).
 _TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000,
@@ -88,8 +88,9 @@ _SPARK_PASSED = ("path", "paths")
 _ALL_KNOWN = {n.lower() for n in (*_READ_NAMES, *_WRITE_NAMES, *_KAFKA_ONLY, *_SPARK_PASSED)}
 
 
-class _Opts:
-    """Case-insensitive view of Spark's options that names options in errors as the user wrote them."""
+class _Opts(Mapping[str, str]):
+    """Case-insensitive view of Spark's options that names options in errors as the user
+    wrote them; iterating gives the lower-cased names."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self._values: dict[str, str] = {}
@@ -99,14 +100,14 @@ class _Opts:
             self._values[lower] = "" if value is None else str(value)
             self._spelling[lower] = str(key)
 
-    def __contains__(self, name: str) -> bool:
-        return name.lower() in self._values
+    def __getitem__(self, name: str) -> str:
+        return self._values[name.lower()]
 
-    def get(self, name: str) -> str | None:
-        return self._values.get(name.lower())
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
 
-    def keys(self) -> list[str]:
-        return list(self._values)
+    def __len__(self) -> int:
+        return len(self._values)
 
     def spelled(self, lower: str) -> str:
         return self._spelling.get(lower, lower)
@@ -124,29 +125,6 @@ def _parse_long(option: str, raw: str, *, what: str = "an integer") -> int:
     if not _LONG_MIN <= value <= _LONG_MAX:
         raise _fail(option, f"{raw!r} does not fit a 64-bit integer")
     return value
-
-
-def _positive(opts: _Opts, name: str, *, bits: int = 64) -> int | None:
-    raw = opts.get(name)
-    if raw is None:
-        return None
-    value = _parse_long(name, raw, what="a positive integer")
-    if bits == 32 and value > _INT_MAX:
-        raise _fail(name, f"{raw!r} is larger than {_INT_MAX}")
-    if value <= 0:
-        raise _fail(name, f"must be positive, got {raw!r}")
-    return value
-
-
-def _bool(opts: _Opts, name: str, default: bool) -> bool:
-    # Scala's String.toBoolean: "true"/"false" in any case, nothing else.
-    raw = opts.get(name)
-    if raw is None:
-        return default
-    lowered = raw.strip().lower()
-    if lowered not in ("true", "false"):
-        raise _fail(name, f"expected true or false, got {raw!r}")
-    return lowered == "true"
 
 
 def parse_duration_ms(option: str, raw: str) -> int:
@@ -172,6 +150,101 @@ def parse_bytes(option: str, raw: str) -> int:
     return int(match.group(1)) * _BYTE_UNITS[match.group(2) or "b"]
 
 
+# --- kinds: how an option's text is read (the tables are with each direction) ---
+
+
+def _positive(bits: int) -> Kind:
+    """A positive integer of ``bits`` (32: Java's int, 64: its long)."""
+    def read(name: str, raw: str) -> int:
+        value = _parse_long(name, raw, what="a positive integer")
+        if bits == 32 and value > _INT_MAX:
+            raise _fail(name, f"{raw!r} is larger than {_INT_MAX}")
+        if value <= 0:
+            raise _fail(name, f"must be positive, got {raw!r}")
+        return value
+    return read
+
+
+def _long(what: str) -> Kind:
+    """Java's Long.parseLong of the text; ``what`` says what is expected."""
+    return lambda name, raw: _parse_long(name, raw, what=what)
+
+
+def _ranged(parse: Kind, low: int, high: float, beyond: str) -> Kind:
+    """What ``parse`` reads, from ``low`` to ``high``; ``beyond`` is the message for a
+    value outside, formatted with the ``raw`` text."""
+    def read(name: str, raw: str) -> int:
+        value = parse(name, raw)
+        if not low <= value <= high:
+            raise _fail(name, beyond.format(raw=raw))
+        return value
+    return read
+
+
+def _boolean(name: str, raw: str) -> bool:
+    # Scala's String.toBoolean: "true"/"false" in any case, nothing else.
+    lowered = raw.strip().lower()
+    if lowered not in ("true", "false"):
+        raise _fail(name, f"expected true or false, got {raw!r}")
+    return lowered == "true"
+
+
+def _one_of(choices: tuple[str, ...], expected: str, dashes: bool = False) -> Kind:
+    """One of ``choices``, in any case (``expected`` lists them for the message); with
+    ``dashes``, Flink's spelling (exactly-once) too."""
+    def read(name: str, raw: str) -> str:
+        value = raw.strip().lower()
+        value = value.replace("-", "_") if dashes else value
+        if value not in choices:
+            raise _fail(name, f"expected {expected}, got {raw!r}")
+        return value
+    return read
+
+
+def _compression(name: str, raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in _COMPRESSIONS:
+        why = (" (gzip and snappy are Kafka codecs txlog does not have: a txlog batch "
+               "is Arrow IPC, which compresses with lz4 or zstd)"
+               if value in ("gzip", "snappy") else "")
+        raise _fail(name, f"expected none, lz4 or zstd, got {raw!r}{why}")
+    return value
+
+
+def _named(option: str, name: object, kind: str) -> str:
+    """``name`` if it is a legal ``kind`` name (a topic, a group id...), else the error
+    naming ``option``."""
+    try:
+        return validate_name(name, kind)
+    except InvalidNameError as exc:
+        raise _fail(option, str(exc)) from None
+
+
+def _name_of(kind: str) -> Kind:
+    return lambda option, raw: _named(option, raw.strip(), kind)
+
+
+def _stripped(name: str, raw: str) -> str | None:
+    return raw.strip() or None
+
+
+_BATCH_SIZE_RANGE = f"must be between 1 byte and {_INT_MAX}, got {{raw!r}}"
+
+
+def _kafka_batch_size(name: str, raw: str) -> int:
+    size = _parse_long(name, raw, what="a size in bytes")
+    if size == 0:
+        raise _fail(name, "0 (Kafka's 'no batching') would make every record a batch object "
+                          "of its own; give a size in bytes")
+    if not 1 <= size <= _INT_MAX:
+        raise _fail(name, _BATCH_SIZE_RANGE.format(raw=raw))
+    return size
+
+
+_TIMEOUT_MS = _ranged(_long("milliseconds between 1 and 900000"), 1, MAX_TRANSACTION_TIMEOUT_MS,
+                      f"must be between 1 and {MAX_TRANSACTION_TIMEOUT_MS} ms, got {{raw!r}}")
+
+
 def _json_object(option: str, raw: str, example: str) -> dict:
     try:
         value = json.loads(raw)
@@ -187,7 +260,7 @@ def _partition_map(option: str, raw: str, example: str) -> dict[tuple[str, int],
     parsed = _json_object(option, raw.strip(), example)
     result: dict[tuple[str, int], int] = {}
     for topic, partitions in parsed.items():
-        _topic_name(option, topic)
+        _named(option, topic, "topic")
         if isinstance(partitions, str) and partitions.lower() in ("earliest", "latest"):
             raise _fail(option, f"topic {topic!r}: a topic-wide {partitions!r} is not accepted "
                                 f"(Spark 4.3's Kafka source does not take it either); name each "
@@ -199,19 +272,11 @@ def _partition_map(option: str, raw: str, example: str) -> dict[tuple[str, int],
             if not re.fullmatch(r"[+-]?[0-9]+", key) or int(key) < 0 or int(key) > _INT_MAX:
                 raise _fail(option, f"topic {topic!r}: partition {key!r} is not a "
                                     f"non-negative integer; expected e.g. {example}")
-            if isinstance(value, bool) or not isinstance(value, int) \
-                    or not _LONG_MIN <= value <= _LONG_MAX:
+            if not is_int(value) or not _LONG_MIN <= value <= _LONG_MAX:
                 raise _fail(option, f"topic {topic!r} partition {key}: expected an integer, "
                                     f"got {json.dumps(value)}")
             result[(topic, int(key))] = value
     return result
-
-
-def _topic_name(option: str, topic: object) -> str:
-    try:
-        return validate_name(topic, "topic")
-    except InvalidNameError as exc:
-        raise _fail(option, str(exc)) from None
 
 
 # --- starting and ending positions ---------------------------------------
@@ -438,73 +503,79 @@ class ReadOptions:
                 if name in opts:
                     raise _fail(name, "not valid in streaming queries (a stream has no end); "
                                       "use a batch read to stop at an offset or time")
+        if "kafka.auto.offset.reset" in opts:
+            raise _fail("kafka.auto.offset.reset", "is not supported; set 'startingOffsets' "
+                                                   "to 'earliest' or 'latest' instead")
+        _refuse_kafka(opts, _KAFKA_REFUSED_READ)
         subscription = _subscription(opts)
-        strategy = _strategy(opts)
+        value = _READ.resolve(opts)
+        strategy = value["startingOffsetsByTimestampStrategy"]
         starting = _position(opts, "starting", "latest" if streaming else "earliest", strategy)
         ending = None if streaming else _position(opts, "ending", "latest", strategy)
         if ending is not None:
             _check_batch_positions(starting, ending)
-        min_partitions = _positive(opts, "minPartitions", bits=32)
-        max_records = _positive(opts, "maxRecordsPerPartition")
-        kafka_reset = opts.get("kafka.auto.offset.reset")
-        if kafka_reset is not None:
-            raise _fail("kafka.auto.offset.reset", "is not supported; set 'startingOffsets' "
-                                                   "to 'earliest' or 'latest' instead")
-        _refuse_kafka(opts, _KAFKA_REFUSED_READ)
-        max_offsets = _positive(opts, "maxOffsetsPerTrigger")
-        min_offsets = _positive(opts, "minOffsetsPerTrigger")
-        if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
-            raise _fail("minOffsetsPerTrigger", f"{min_offsets} is higher than "
-                                                f"maxOffsetsPerTrigger ({max_offsets})")
-        delay_raw = opts.get("maxTriggerDelay")
-        delay = parse_duration_ms("maxTriggerDelay", delay_raw if delay_raw is not None
-                                  else DEFAULT_MAX_TRIGGER_DELAY)
-        max_bytes = None
-        if opts.get("maxBytesPerTrigger") is not None:
-            max_bytes = parse_bytes("maxBytesPerTrigger", opts.get("maxBytesPerTrigger") or "")
-            if max_bytes <= 0:
-                raise _fail("maxBytesPerTrigger", "must be positive")
-        if not streaming:
-            for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
-                         "maxBytesPerTrigger"):
-                if name in opts:
-                    log.warning("option %s is ignored in batch queries", name)
-            max_offsets = min_offsets = delay = max_bytes = None  # type: ignore[assignment]
-        isolation = _isolation(opts)
+        if value["groupId"] is not None and not streaming:
+            raise _fail("groupId", "records the offsets of each micro-batch a streaming query "
+                                   "committed; a batch read has no progress to record")
         _warn_ignored(opts, "streaming read" if streaming else "batch read", _KAFKA_MAPPED_READ)
         return ReadOptions(
             path=path,
             subscription=subscription,
             starting=starting,
             ending=ending,
-            fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
-            min_partitions=min_partitions,
-            max_records_per_partition=max_records,
-            include_headers=_bool(opts, "includeHeaders", False),
-            isolation_level=isolation,
-            max_offsets_per_trigger=max_offsets,
-            min_offsets_per_trigger=min_offsets,
-            max_trigger_delay_ms=delay,
-            max_bytes_per_trigger=max_bytes,
-            abort_expired_transactions=_bool(opts, "abortExpiredTransactions", True),
-            group_id=_read_group(opts, streaming),
+            fail_on_data_loss=value["failOnDataLoss"],
+            min_partitions=value["minPartitions"],
+            max_records_per_partition=value["maxRecordsPerPartition"],
+            include_headers=value["includeHeaders"],
+            isolation_level=_isolation(opts, value),
+            **_trigger_limits(opts, value, streaming),
+            abort_expired_transactions=value["abortExpiredTransactions"],
+            group_id=value["groupId"],
             storage_options=_storage_options(opts),
         )
 
 
-def _read_group(opts: _Opts, streaming: bool) -> str | None:
-    """The consumer group a stream reader records its committed micro-batches in."""
-    raw = opts.get("groupId")
-    if raw is None:
-        return None
-    try:
-        group = validate_name(raw.strip(), "group id")
-    except InvalidNameError as exc:
-        raise _fail("groupId", str(exc)) from None
+# What a read's options take, in the order they are checked (the positions, the
+# subscription and the kafka.* refusals are read on their own).
+_ISOLATION = _one_of(("read_committed", "read_uncommitted"),
+                     "'read_committed' or 'read_uncommitted'")
+_READ = Settings(
+    # Spark parses the strategy whenever positions are computed, so a bad value
+    # fails even when no timestamp option is set; so does it here.
+    Setting("startingOffsetsByTimestampStrategy", _one_of(("error", "latest"),
+                                                          "'error' or 'latest'"), "error"),
+    Setting("minPartitions", _positive(32)),
+    Setting("maxRecordsPerPartition", _positive(64)),
+    Setting("maxOffsetsPerTrigger", _positive(64)),
+    Setting("minOffsetsPerTrigger", _positive(64)),
+    # Spark's Kafka source: maxTriggerDelay defaults to 15 minutes.
+    Setting("maxTriggerDelay", parse_duration_ms, 15 * 60_000),
+    Setting("maxBytesPerTrigger", _ranged(parse_bytes, 1, math.inf, "must be positive")),
+    Setting("isolation.level", _ISOLATION),
+    Setting("kafka.isolation.level", _ISOLATION),
+    Setting("failOnDataLoss", _boolean, True),
+    Setting("includeHeaders", _boolean, False),
+    Setting("abortExpiredTransactions", _boolean, True),
+    Setting("groupId", _name_of("group id")),  # the group a stream records its batches in
+)
+
+
+def _trigger_limits(opts: _Opts, value: dict[str, Any], streaming: bool) -> dict[str, Any]:
+    """A stream's limits per micro-batch; a batch read checks them and then ignores them,
+    as Spark's Kafka source does."""
+    max_offsets, min_offsets = value["maxOffsetsPerTrigger"], value["minOffsetsPerTrigger"]
+    if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
+        raise _fail("minOffsetsPerTrigger", f"{min_offsets} is higher than "
+                                            f"maxOffsetsPerTrigger ({max_offsets})")
+    names = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
+             "maxBytesPerTrigger")
     if not streaming:
-        raise _fail("groupId", "records the offsets of each micro-batch a streaming query "
-                               "committed; a batch read has no progress to record")
-    return group
+        for name in names:
+            if name in opts:
+                log.warning("option %s is ignored in batch queries", name)
+    fields = ("max_offsets_per_trigger", "min_offsets_per_trigger", "max_trigger_delay_ms",
+              "max_bytes_per_trigger")
+    return {f: value[name] if streaming else None for f, name in zip(fields, names)}
 
 
 def _subscription(opts: _Opts) -> Subscription:
@@ -525,7 +596,7 @@ def _subscription(opts: _Opts) -> Subscription:
             raise _fail(option, f"no topics to subscribe to in {raw!r}; give a comma-separated "
                                 f"list of topic names")
         for topic in topics:
-            _topic_name(option, topic)
+            _named(option, topic, "topic")
         return Subscription.subscribe(topics)
     if key == "subscribepattern":
         pattern = raw.strip()
@@ -542,10 +613,9 @@ def _subscription(opts: _Opts) -> Subscription:
     parsed = _json_object(option, raw.strip(), example)
     assignment: list[tuple[str, int]] = []
     for topic, partitions in parsed.items():
-        _topic_name(option, topic)
-        if not isinstance(partitions, list) or not all(
-                isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= _INT_MAX
-                for p in partitions):
+        _named(option, topic, "topic")
+        if not isinstance(partitions, list) or \
+                not all(is_int(p) and 0 <= p <= _INT_MAX for p in partitions):
             raise _fail(option, f"topic {topic!r} must map to a list of partition numbers "
                                 f">= 0, as in {example}; got {json.dumps(partitions)}")
         assignment.extend((topic, p) for p in partitions)
@@ -554,30 +624,13 @@ def _subscription(opts: _Opts) -> Subscription:
     return Subscription.assign(assignment)
 
 
-def _strategy(opts: _Opts) -> Literal["error", "latest"]:
-    # Spark parses the strategy whenever positions are computed, so a bad value
-    # fails even when no timestamp option is set; so does it here.
-    raw = opts.get("startingOffsetsByTimestampStrategy")
-    if raw is None:
-        return "error"
-    value = raw.strip().lower()
-    if value not in ("error", "latest"):
-        raise _fail("startingOffsetsByTimestampStrategy",
-                    f"expected 'error' or 'latest', got {raw!r}")
-    return value  # type: ignore[return-value]
-
-
-def _isolation(opts: _Opts) -> IsolationLevel:
-    plain = opts.get("isolation.level")
-    kafka = opts.get("kafka.isolation.level")
-    for name, raw in (("isolation.level", plain), ("kafka.isolation.level", kafka)):
-        if raw is not None and raw.strip().lower() not in ("read_committed", "read_uncommitted"):
-            raise _fail(name, f"expected 'read_committed' or 'read_uncommitted', got {raw!r}")
-    if plain is not None and kafka is not None and plain.strip().lower() != kafka.strip().lower():
-        raise _fail("isolation.level", f"{plain!r} contradicts kafka.isolation.level "
-                                       f"{kafka!r}; give one of them")
-    chosen = plain if plain is not None else kafka
-    return "read_committed" if chosen is None else chosen.strip().lower()  # type: ignore[return-value]
+def _isolation(opts: _Opts, value: dict[str, Any]) -> IsolationLevel:
+    plain, kafka = value["isolation.level"], value["kafka.isolation.level"]
+    if plain is not None and kafka is not None and plain != kafka:
+        raise _fail("isolation.level", f"{opts['isolation.level']!r} contradicts "
+                                       f"kafka.isolation.level {opts['kafka.isolation.level']!r}; "
+                                       "give one of them")
+    return plain or kafka or "read_committed"
 
 
 # --- write ------------------------------------------------------------------
@@ -615,93 +668,117 @@ class WriteOptions:
         opts = _Opts(options)
         _check_spelling(opts)
         path = _path(opts)
-        topic = None
-        if opts.get("topic") is not None:
-            topic = _topic_name("topic", (opts.get("topic") or "").strip())
-        guarantee = _guarantee(opts)
-        prefix = None
-        if opts.get("transactional.id.prefix") is not None:
-            try:
-                prefix = validate_name((opts.get("transactional.id.prefix") or "").strip(),
-                                       "transactional id prefix")
-            except InvalidNameError as exc:
-                raise _fail("transactional.id.prefix", str(exc)) from None
-        if streaming and guarantee == "exactly_once" and prefix is None:
-            raise _fail("transactional.id.prefix",
-                        "a streaming write with deliveryGuarantee exactly_once needs it: "
-                        "transactional ids derived from a stable prefix are what lets a "
-                        "restarted query fence and finish its predecessor's transactions. "
-                        "Set it to a name unique to this query, or use "
-                        "deliveryGuarantee at_least_once")
-        kafka = _kafka_write(opts, guarantee)
-        num_partitions = _positive(opts, "numPartitions", bits=32)
-        group_id = None
-        if opts.get("groupId") is not None:
-            try:
-                group_id = validate_name((opts.get("groupId") or "").strip(), "group id")
-            except InvalidNameError as exc:
-                raise _fail("groupId", str(exc)) from None
-            if not streaming:
-                raise _fail("groupId", "records a streaming query's source offsets with each "
-                                       "micro-batch; a batch write has none to record")
-        checkpoint = (opts.get("checkpointLocation") or "").strip() or None
-        if group_id is not None and checkpoint is None:
-            raise _fail("groupId", "needs the query's option checkpointLocation (set on "
-                                   "writeStream), where the offsets each micro-batch read "
-                                   "are taken from")
-        if streaming and guarantee == "exactly_once" and checkpoint is None:
-            named = opts.get("queryName")
-            raise _fail("checkpointLocation",
-                        "a streaming write with deliveryGuarantee exactly_once needs it as an "
-                        "option of writeStream (.option(\"checkpointLocation\", ...)): the sink "
-                        "reads the query's id there, which says whether the query that owns "
-                        "transactional.id.prefix is this one. A location set only through "
-                        "spark.sql.streaming.checkpointLocation is not passed to data sources"
-                        + (f" (with it, query {named!r} checkpoints in <that location>/{named}: "
-                           "give that path as the option)" if named else ""))
-        take_over = None
-        if opts.get("takeOverFrom") is not None:
-            take_over = (opts.get("takeOverFrom") or "").strip()
-            if not streaming or guarantee != "exactly_once":
-                raise _fail("takeOverFrom", "names the streaming query whose "
-                                            "transactional.id.prefix an exactly_once stream "
-                                            "write takes over; it means nothing here")
-            try:
-                validate_name(take_over, "query id")
-            except InvalidNameError as exc:
-                raise _fail("takeOverFrom", str(exc)) from None
-        data_object_bytes = None
-        if opts.get("dataObjectBytes") is not None:
-            data_object_bytes = parse_bytes("dataObjectBytes", opts.get("dataObjectBytes") or "")
-            if not 1 <= data_object_bytes <= 1 << 30:
-                raise _fail("dataObjectBytes", "must be between 1 byte and 1g (each task holds "
-                                               f"about twice this in memory), got "
-                                               f"{opts.get('dataObjectBytes')!r}")
+        _refuse_kafka(opts, _KAFKA_REFUSED_WRITE)
+        value = _WRITE.resolve(opts)
+        guarantee = value["deliveryGuarantee"]
+        if guarantee == "exactly_once":
+            _check_transactional(value, streaming)
+        _check_progress(opts, value, streaming)
         app_id, version = _txn(opts, streaming, guarantee)
+        prefix = value["transactional.id.prefix"]
         if app_id is not None and prefix is None:
             prefix = default_prefix(app_id)
         _warn_ignored(opts, "streaming write" if streaming else "batch write",
                       _KAFKA_MAPPED_WRITE)
         return WriteOptions(
             path=path,
-            topic=topic,
+            topic=value["topic"],
             delivery_guarantee=guarantee,
             transactional_id_prefix=prefix,
-            transaction_timeout_ms=kafka["transaction_timeout_ms"],
-            create_topics=_bool(opts, "createTopics", False),
-            num_partitions=1 if num_partitions is None else num_partitions,
-            compression=kafka["compression"],
-            batch_size=kafka["batch_size"],
-            group_id=group_id,
-            checkpoint_location=checkpoint,
-            take_over_from=take_over,
+            transaction_timeout_ms=_agree(value, "transaction.timeout.ms",
+                                          "kafka.transaction.timeout.ms",
+                                          MAX_TRANSACTION_TIMEOUT_MS),
+            create_topics=value["createTopics"],
+            num_partitions=value["numPartitions"],
+            compression=_agree(value, "compression", "kafka.compression.type", "none"),
+            batch_size=_agree(value, "batch.size", "kafka.batch.size", None),
+            group_id=value["groupId"],
+            checkpoint_location=value["checkpointLocation"],
+            take_over_from=value["takeOverFrom"],
             txn_app_id=app_id,
             txn_version=version,
             storage_options=_storage_options(opts),
-            linger_ms=kafka["linger_ms"],
-            max_request_size=kafka["max_request_size"],
-            data_object_bytes=data_object_bytes,
+            linger_ms=value["kafka.linger.ms"],
+            max_request_size=value["kafka.max.request.size"],
+            data_object_bytes=value["dataObjectBytes"],
         )
+
+
+# What a write's options take, in the order they are checked.  A txlog option and its
+# kafka.* twin default to None here: _agree gives the one given, or the default.
+_WRITE = Settings(
+    Setting("topic", _name_of("topic")),
+    Setting("deliveryGuarantee", _one_of(("exactly_once", "at_least_once"),
+                                         "exactly_once or at_least_once", dashes=True),
+            "exactly_once"),
+    Setting("transactional.id.prefix", _name_of("transactional id prefix")),
+    Setting("compression", _compression),
+    Setting("kafka.compression.type", _compression),
+    Setting("batch.size", _ranged(parse_bytes, 1, _INT_MAX, _BATCH_SIZE_RANGE)),
+    Setting("kafka.batch.size", _kafka_batch_size),
+    Setting("transaction.timeout.ms", _TIMEOUT_MS),
+    Setting("kafka.transaction.timeout.ms", _TIMEOUT_MS),
+    Setting("kafka.linger.ms", _ranged(_long("milliseconds"), 0, math.inf,
+                                       "must not be negative, got {raw!r}")),
+    Setting("kafka.max.request.size", _positive(32)),
+    Setting("kafka.enable.idempotence", _boolean, True),
+    Setting("numPartitions", _positive(32), 1),
+    Setting("groupId", _name_of("group id")),
+    Setting("checkpointLocation", _stripped),
+    # A query id, checked once the write is known to be one it can mean something to.
+    Setting("takeOverFrom", lambda name, raw: raw.strip()),
+    Setting("dataObjectBytes", _ranged(parse_bytes, 1, 1 << 30, (
+        "must be between 1 byte and 1g (each task holds about twice this in memory), "
+        "got {raw!r}"))),
+    Setting("createTopics", _boolean, False),
+)
+_TXN_VERSION = _ranged(_long("a non-negative integer"), 0, math.inf,
+                       "must be a non-negative integer, got {raw!r}")
+
+
+def _check_transactional(value: dict[str, Any], streaming: bool) -> None:
+    """What an exactly_once write's transactions need."""
+    if streaming and value["transactional.id.prefix"] is None:
+        raise _fail("transactional.id.prefix",
+                    "a streaming write with deliveryGuarantee exactly_once needs it: "
+                    "transactional ids derived from a stable prefix are what lets a "
+                    "restarted query fence and finish its predecessor's transactions. "
+                    "Set it to a name unique to this query, or use "
+                    "deliveryGuarantee at_least_once")
+    if not value["kafka.enable.idempotence"]:
+        raise _fail("kafka.enable.idempotence",
+                    "false cannot go with deliveryGuarantee exactly_once: transactions need "
+                    "an idempotent producer (Kafka refuses a transactional.id without it); "
+                    "use deliveryGuarantee at_least_once")
+
+
+def _check_progress(opts: _Opts, value: dict[str, Any], streaming: bool) -> None:
+    """The options through which a streaming query's progress is kept, and what each needs."""
+    exactly_once = value["deliveryGuarantee"] == "exactly_once"
+    if value["groupId"] is not None:
+        if not streaming:
+            raise _fail("groupId", "records a streaming query's source offsets with each "
+                                   "micro-batch; a batch write has none to record")
+        if value["checkpointLocation"] is None:
+            raise _fail("groupId", "needs the query's option checkpointLocation (set on "
+                                   "writeStream), where the offsets each micro-batch read "
+                                   "are taken from")
+    if streaming and exactly_once and value["checkpointLocation"] is None:
+        named = opts.get("queryName")
+        raise _fail("checkpointLocation",
+                    "a streaming write with deliveryGuarantee exactly_once needs it as an "
+                    "option of writeStream (.option(\"checkpointLocation\", ...)): the sink "
+                    "reads the query's id there, which says whether the query that owns "
+                    "transactional.id.prefix is this one. A location set only through "
+                    "spark.sql.streaming.checkpointLocation is not passed to data sources"
+                    + (f" (with it, query {named!r} checkpoints in <that location>/{named}: "
+                       "give that path as the option)" if named else ""))
+    if value["takeOverFrom"] is not None:
+        if not streaming or not exactly_once:
+            raise _fail("takeOverFrom", "names the streaming query whose "
+                                        "transactional.id.prefix an exactly_once stream "
+                                        "write takes over; it means nothing here")
+        _named("takeOverFrom", value["takeOverFrom"], "query id")
 
 
 def _txn(opts: _Opts, streaming: bool, guarantee: DeliveryGuarantee
@@ -726,21 +803,7 @@ def _txn(opts: _Opts, streaming: bool, guarantee: DeliveryGuarantee
         app_id = check_app_id(raw_app.strip())
     except InvalidConfigError as exc:
         raise _fail("txnAppId", str(exc)) from None
-    version = _parse_long("txnVersion", raw_version, what="a non-negative integer")
-    if version < 0:
-        raise _fail("txnVersion", f"must be a non-negative integer, got {raw_version!r}")
-    return app_id, version
-
-
-def _guarantee(opts: _Opts) -> DeliveryGuarantee:
-    raw = opts.get("deliveryGuarantee")
-    if raw is None:
-        return "exactly_once"
-    # Flink spells these exactly-once / at-least-once; accept both spellings.
-    value = raw.strip().lower().replace("-", "_")
-    if value not in ("exactly_once", "at_least_once"):
-        raise _fail("deliveryGuarantee", f"expected exactly_once or at_least_once, got {raw!r}")
-    return value  # type: ignore[return-value]
+    return app_id, _TXN_VERSION("txnVersion", raw_version)
 
 
 # --- kafka.* options: Spark's Kafka integration mapped onto txlog ------------
@@ -822,72 +885,12 @@ def _warn_ignored(opts: _Opts, kind: str, known: tuple[str, ...]) -> list[str]:
     return ignored
 
 
-def _agree(values: dict[str, Any], default: Any) -> Any:
+def _agree(value: dict[str, Any], ours: str, theirs: str, default: Any) -> Any:
     """txlog's option and its kafka.* twin: either alone, or both with the same value."""
-    if len(values) > 1:
-        (a, a_value), (b, b_value) = values.items()
-        if a_value != b_value:
-            raise _fail(a, f"{a_value!r} contradicts {b} {b_value!r}; give one of them")
-    return next(iter(values.values()), default)
-
-
-def _kafka_write(opts: _Opts, guarantee: DeliveryGuarantee) -> dict[str, Any]:
-    """The write settings that have a txlog and a kafka.* spelling, and Kafka's producer
-    settings that mean something here; refusals and warnings first."""
-    _refuse_kafka(opts, _KAFKA_REFUSED_WRITE)
-    compressions: dict[str, str] = {}
-    for name in ("compression", "kafka.compression.type"):
-        raw = opts.get(name)
-        if raw is None:
-            continue
-        value = raw.strip().lower()
-        if value not in _COMPRESSIONS:
-            why = (" (gzip and snappy are Kafka codecs txlog does not have: a txlog batch "
-                   "is Arrow IPC, which compresses with lz4 or zstd)"
-                   if value in ("gzip", "snappy") else "")
-            raise _fail(name, f"expected none, lz4 or zstd, got {raw!r}{why}")
-        compressions[name] = value
-    sizes: dict[str, int] = {}
-    raw = opts.get("batch.size")
-    if raw is not None:
-        sizes["batch.size"] = parse_bytes("batch.size", raw)
-    raw = opts.get("kafka.batch.size")
-    if raw is not None:
-        size = _parse_long("kafka.batch.size", raw, what="a size in bytes")
-        if size == 0:
-            raise _fail("kafka.batch.size", "0 (Kafka's 'no batching') would make every "
-                                            "record a batch object of its own; give a size "
-                                            "in bytes")
-        sizes["kafka.batch.size"] = size
-    for name, size in sizes.items():
-        if not 1 <= size <= _INT_MAX:
-            raise _fail(name, f"must be between 1 byte and {_INT_MAX}, got {opts.get(name)!r}")
-    timeouts: dict[str, int] = {}
-    for name in ("transaction.timeout.ms", "kafka.transaction.timeout.ms"):
-        raw = opts.get(name)
-        if raw is None:
-            continue
-        timeout = _parse_long(name, raw, what="milliseconds between 1 and 900000")
-        if not 1 <= timeout <= MAX_TRANSACTION_TIMEOUT_MS:
-            raise _fail(name, f"must be between 1 and {MAX_TRANSACTION_TIMEOUT_MS} ms, "
-                              f"got {raw!r}")
-        timeouts[name] = timeout
-    linger = None
-    raw = opts.get("kafka.linger.ms")
-    if raw is not None:
-        linger = _parse_long("kafka.linger.ms", raw, what="milliseconds")
-        if linger < 0:
-            raise _fail("kafka.linger.ms", f"must not be negative, got {raw!r}")
-    max_request = _positive(opts, "kafka.max.request.size", bits=32)
-    if not _bool(opts, "kafka.enable.idempotence", True) and guarantee == "exactly_once":
-        raise _fail("kafka.enable.idempotence",
-                    "false cannot go with deliveryGuarantee exactly_once: transactions need "
-                    "an idempotent producer (Kafka refuses a transactional.id without it); "
-                    "use deliveryGuarantee at_least_once")
-    return {"compression": _agree(compressions, "none"),
-            "batch_size": _agree(sizes, None),
-            "transaction_timeout_ms": _agree(timeouts, MAX_TRANSACTION_TIMEOUT_MS),
-            "linger_ms": linger, "max_request_size": max_request}
+    if value[ours] is not None and value[theirs] is not None and value[ours] != value[theirs]:
+        raise _fail(ours, f"{value[ours]!r} contradicts {theirs} {value[theirs]!r}; "
+                          "give one of them")
+    return next((v for v in (value[ours], value[theirs]) if v is not None), default)
 
 
 # --- SQL: options from a catalog table ---------------------------------------

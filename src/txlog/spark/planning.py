@@ -24,6 +24,7 @@ import pyarrow as pa
 from ..clients.columns import to_spark_table
 from ..clients.positions import PartitionBounds, bounds, offset_for_timestamp
 from ..errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicError
+from ..integers import is_int
 from ..partition.isolation import READ_COMMITTED, check_isolation_level
 from ..storage.names import validate_name
 
@@ -74,7 +75,7 @@ class Subscription:
             raise InvalidConfigError("assign needs at least one topic partition")
         for t, p in assignment:
             validate_name(t, "topic")
-            if not isinstance(p, int) or isinstance(p, bool) or p < 0:
+            if not is_int(p) or p < 0:
                 raise InvalidConfigError(
                     f"assign: partition {p!r} of topic {t!r} must be a non-negative integer")
         return Subscription("assign", assignment=tuple(dict.fromkeys(assignment)))

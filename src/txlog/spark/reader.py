@@ -17,6 +17,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
 from ..clients.positions import end_expired_transactions, offset_for_timestamp
 from . import planning
 from ..errors import InvalidConfigError
+from ..integers import is_int
 from ..log import Log
 from .options import ReadOptions
 from .worker_logs import worker_log
@@ -225,7 +226,7 @@ def _int_bounds(f: Filter) -> tuple[int | None, int | None, set[int] | None]:
         if all(isinstance(x, int) for x in v):
             return None, None, set(v)
         return None, None, None
-    if not isinstance(v, int) or isinstance(v, bool):
+    if not is_int(v):
         return None, None, None
     if isinstance(f, EqualTo):
         return v, v, None

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import msgpack
 
 from .. import clock
-from .backends import Storage
+from .contract import Storage
 from .paths import version_path
 
 # A cached newest version is trusted for this long; after it, one read to check it.

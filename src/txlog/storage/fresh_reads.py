@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 
-from .backends import Storage
+from .contract import Storage
 
 
 class _Read:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from .. import clock
 from ..errors import (InvalidTransactionTimeoutError, InvalidTxnStateError,
                       ProducerFencedError)
+from ..integers import is_int
 from ..format.batch import BatchHeader
 from ..partition.producer_state import OpenTransaction, ProducerState
 from ..storage.names import validate_name
@@ -40,7 +41,7 @@ from .sweeps import HangingTransaction, Sweeps
 
 if TYPE_CHECKING:
     from ..partition.partition_log import PartitionLog
-    from ..storage.backends import Storage
+    from ..storage.contract import Storage
 
 MAX_TRANSACTION_TIMEOUT_MS = 900_000  # Kafka's transaction.max.timeout.ms default
 
@@ -166,8 +167,7 @@ class TransactionCoordinator:
         incarnation, where the id is gone or Dead at that identity, never fence an
         instance that took the id meanwhile (Kafka checks the expected producer id
         and epoch of InitProducerId the same way, KIP-360)."""
-        if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or \
-                not 1 <= timeout_ms <= MAX_TRANSACTION_TIMEOUT_MS:
+        if not is_int(timeout_ms) or not 1 <= timeout_ms <= MAX_TRANSACTION_TIMEOUT_MS:
             raise InvalidTransactionTimeoutError(
                 f"transaction_timeout_ms must be an integer from 1 to "
                 f"{MAX_TRANSACTION_TIMEOUT_MS}, not {timeout_ms!r}")

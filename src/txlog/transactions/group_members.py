@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import clock
 from ..errors import GroupNotEmptyError
-from ..storage.backends import Storage
+from ..storage.contract import Storage
 from ..storage.chain import VersionChain
 from ..storage.names import validate_name
 from ..storage.paths import MEMBERS_DIR, generations_dir, heartbeats_dir

@@ -39,8 +39,9 @@ from typing import Any
 from .. import clock
 from ..storage.chain import VersionChain
 from ..errors import CommitFailedError, InvalidConfigError, UnknownGroupError
+from ..integers import is_int
 from ..storage.names import validate_name
-from ..storage.backends import Storage
+from ..storage.contract import Storage
 from ..storage.paths import GROUP_DIR
 
 
@@ -54,7 +55,7 @@ def check_offsets(offsets: dict[tuple[str, int], int]) -> None:
         if not (isinstance(key, tuple) and len(key) == 2):
             raise InvalidConfigError(f"offset keys must be (topic, partition) tuples, not {key!r}")
         validate_name(key[0], "topic")
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        if not is_int(offset) or offset < 0:
             raise InvalidConfigError(
                 f"offset for {key[0]}-{key[1]} must be a non-negative int, not {offset!r}")
 

@@ -17,7 +17,7 @@ import uuid
 import msgpack
 
 from .. import clock
-from ..storage.backends import Storage
+from ..storage.contract import Storage
 from ..storage.paths import BLOCK_DIR, block_path
 
 BLOCK_SIZE = 1000

@@ -24,7 +24,7 @@ from ..storage.paths import DECISION_DIR, LEASE_DIR, TXN_DIR
 from .metadata import MAX_EPOCH, Decision, Lease, TransactionMetadata
 
 if TYPE_CHECKING:
-    from ..storage.backends import Storage
+    from ..storage.contract import Storage
 
 CACHED_CHAINS = 4096  # transactional ids (and decisions) whose chains a process keeps cached
 

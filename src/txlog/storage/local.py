@@ -1,0 +1,182 @@
+"""Local files: a POSIX directory as a txlog root."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterable
+
+import pyarrow as pa
+
+from ..errors import StorageError
+from .contract import DEFAULT_PART_BYTES, Storage, check_relative, length_mismatch
+from .paths import TMP_PREFIX
+
+MMAP_MIN_BYTES = 1 << 20  # smaller objects are read into memory rather than mapped
+
+
+class LocalStorage(Storage):
+    """POSIX directory: temp file, fsync, ``link`` (exclusive), fsync the directory.
+
+    ``os.link`` fails with EEXIST when the target exists, which makes the
+    publish exclusive, and the target appears only with its full contents.
+    """
+
+    def __init__(self, root: str, fsync: bool = True) -> None:
+        self.root = os.path.abspath(root)
+        self.url = self.root
+        self.fsync = fsync  # directories, the root included, appear with the first publish
+
+    def _abs(self, path: str) -> str:
+        check_relative(path)
+        return os.path.join(self.root, *path.split("/"))
+
+    def _fsync_dir(self, directory: str) -> None:
+        if not self.fsync:
+            return
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _makedirs(self, directory: str) -> None:
+        if os.path.isdir(directory):
+            return
+        parent = os.path.dirname(directory)
+        self._makedirs(parent)
+        try:
+            os.mkdir(directory)
+        except FileExistsError:
+            return
+        self._fsync_dir(parent)
+
+    def publish_if_absent(self, path: str, data: bytes) -> bool:
+        return self._publish_chunks(path, (data,), None)
+
+    def publish_stream_if_absent(self, path: str, chunks: Iterable[bytes | pa.Buffer],
+                                 size: int, part_bytes: int = DEFAULT_PART_BYTES) -> bool:
+        """Each chunk goes to the temp file as it comes (the page cache holds the
+        rest): memory is one chunk, whatever ``size`` is."""
+        return self._publish_chunks(path, chunks, size)
+
+    def _publish_chunks(self, path: str, chunks: Iterable[bytes | pa.Buffer],
+                        size: int | None) -> bool:
+        final = self._abs(path)
+        directory = os.path.dirname(final)
+        if os.path.exists(final):
+            return False
+        self._makedirs(directory)
+        tmp = os.path.join(directory, f"{TMP_PREFIX}{uuid.uuid4().hex}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            try:
+                total = 0
+                for chunk in chunks:
+                    view = memoryview(chunk).cast("B")
+                    total += len(view)
+                    while view:
+                        written = os.write(fd, view)
+                        view = view[written:]
+                    del view
+                if size is not None and total != size:
+                    raise StorageError(length_mismatch(path, total, size))
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        except BaseException:
+            os.unlink(tmp)  # a failed write (disk full) must not leave its temp file behind
+            raise
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+        self._fsync_dir(directory)
+        return True
+
+    def read(self, path: str) -> bytes:
+        with open(self._abs(path), "rb") as f:
+            return f.read()
+
+    def read_prefix(self, path: str, length: int) -> bytes:
+        with open(self._abs(path), "rb") as f:
+            return f.read(length)
+
+    def read_buffer(self, path: str) -> pa.Buffer:
+        # Large objects are memory-mapped: no copy, and the buffer stays valid
+        # even if the file is deleted meanwhile.  Setting up a map costs more
+        # than copying a small file, so those are simply read.
+        with open(self._abs(path), "rb") as f:
+            if os.fstat(f.fileno()).st_size < MMAP_MIN_BYTES:
+                return pa.py_buffer(f.read())
+            with pa.memory_map(f.name, "r") as mm:
+                return mm.read_buffer()
+
+    def read_range(self, path: str, start: int, length: int) -> pa.Buffer:
+        with open(self._abs(path), "rb") as f:
+            if length < MMAP_MIN_BYTES:
+                f.seek(start)
+                return pa.py_buffer(f.read(length))
+            with pa.memory_map(f.name, "r") as mm:
+                mm.seek(min(start, mm.size()))
+                return mm.read_buffer(length)  # a view of the map: no copy
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(self._abs(path))
+
+    def remove_temp_files(self, older_than_s: float) -> list[str]:
+        """Safe at any time: a temp name is random, used by one publish call only, and
+        never read; removing one under a writer stalled that long makes its link fail,
+        an error its caller treats as an outcome-unknown publish and retries."""
+        cutoff = time.time() - older_than_s
+        removed = []
+        for directory, _, names in os.walk(self.root):
+            for name in names:
+                if not name.startswith(TMP_PREFIX):
+                    continue
+                full = os.path.join(directory, name)
+                try:
+                    if os.lstat(full).st_mtime < cutoff:
+                        os.unlink(full)
+                        removed.append(os.path.relpath(full, self.root).replace(os.sep, "/"))
+                except FileNotFoundError:
+                    pass  # its publish finished (or another gc) meanwhile
+        return sorted(removed)
+
+    def list_times(self, directory: str) -> list[tuple[str, float]]:
+        out = []
+        try:
+            with os.scandir(self._abs(directory)) as entries:
+                for entry in entries:
+                    if entry.name.startswith(TMP_PREFIX):
+                        continue
+                    try:
+                        out.append((entry.name, entry.stat().st_mtime))
+                    except FileNotFoundError:
+                        continue
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return out
+
+    def list(self, directory: str) -> list[str]:
+        try:
+            names = os.listdir(self._abs(directory)) if directory else os.listdir(self.root)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [n for n in names if not n.startswith(TMP_PREFIX)]
+
+    def delete(self, path: str) -> None:
+        full = self._abs(path)
+        try:
+            os.unlink(full)
+        except FileNotFoundError:
+            pass
+        except IsADirectoryError:
+            try:
+                os.rmdir(full)
+            except OSError:
+                pass
