@@ -84,15 +84,15 @@ def test_a_decision_a_transaction_still_follows_stays(log: Log, tmp_path: Path,
     producer.init_transactions()
     producer.begin_transaction()
     producer.send(T, b"decided", partition=0)
-    real = log.coordinator.complete
+    real = log.coordinator.ender.complete
 
     def stop_after_deciding(transactional_id, only_decision=None):
         raise RuntimeError("the ender died between its decision and the markers")
 
-    monkeypatch.setattr(log.coordinator, "complete", stop_after_deciding)
+    monkeypatch.setattr(log.coordinator.ender, "complete", stop_after_deciding)
     with pytest.raises(RuntimeError):
         producer.commit_transaction()
-    monkeypatch.setattr(log.coordinator, "complete", real)
+    monkeypatch.setattr(log.coordinator.ender, "complete", real)
     decisions = os.listdir(tmp_path / DECISION_DIR)
     assert len(decisions) == 1
     fresh = Log(tmp_path)

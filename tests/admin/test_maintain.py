@@ -199,9 +199,9 @@ def test_gc_never_deletes_a_decision_published_while_it_runs(tmp_path: Path) -> 
         producer.begin_transaction()
         producer.send("t", b"second", partition=0)
         producer.flush()
-        meta = writer.coordinator._latest("tx")[1]
-        writer.coordinator._decide(meta.decision_id, True,
-                                   [(meta.txn_producer_id, meta.txn_epoch)], "EndTxn")
+        meta = writer.coordinator.store.latest("tx")[1]
+        writer.coordinator.store.decide(meta.decision_id, True,
+                                        [(meta.txn_producer_id, meta.txn_epoch)], "EndTxn")
         decided.append(meta.decision_id)
 
     storage = _BeforeChainRead(LocalStorage(str(tmp_path), fsync=False))

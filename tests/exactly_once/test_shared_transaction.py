@@ -19,7 +19,7 @@ from txlog.errors import (CommittedButIncompleteError, DecisionConflictError,
 from txlog.exactly_once.shared_transaction import MAX_PREFIX_LENGTH, SharedTransaction, check_prefix
 from txlog.storage.paths import partition_count_path, topic_config_path, topic_meta_path
 from txlog.storage.schemes import open_storage
-from txlog.transactions.coordinator import TxnState
+from txlog.transactions.metadata import TxnState
 
 T = "t"
 TIMEOUT_MS = 10_000
@@ -123,9 +123,9 @@ def test_an_orphan_another_process_is_rolling_forward_is_marked_before_the_end_r
     log.coordinator.end_shared_transaction(job.decision_id, [member], True)
     other = Log(log.storage)  # the sweep: PrepareAbort published, no marker yet
     txn_id = orphan.transactional_id
-    version, meta = other.coordinator._latest(txn_id)
+    version, meta = other.coordinator.store.latest(txn_id)
     assert meta.state == TxnState.ONGOING and meta.decision_id == job.decision_id
-    assert other.coordinator._publish(version + 1, meta.transition(TxnState.PREPARE_ABORT))
+    assert other.coordinator.store.publish(version + 1, meta.transition(TxnState.PREPARE_ABORT))
     job.end_orphans(log)
     with pytest.raises((ProducerFencedError, InvalidTxnStateError)):
         orphan.flush()
@@ -264,7 +264,7 @@ def test_keep_alive_leaves_a_fresh_lease_and_renews_a_stale_one(topic_log: Log,
     clock.now_ms += 1_000
     with job.keep_alive(log):
         assert log.coordinator.lease_ms(job.decision_id) == started_ms
-    assert log.coordinator._lease(job.decision_id).latest()[0] == 0  # nothing published
+    assert log.coordinator.store.lease(job.decision_id).latest()[0] == 0  # nothing published
     # Found a millisecond short of a quarter old: renewed a millisecond later, by the
     # renewal thread (not a quarter later, which would let the lease age past half).
     clock.now_ms = started_ms + timeout_ms // 4 - 1
@@ -473,7 +473,7 @@ def test_a_commit_that_fails_before_its_decision_still_fails(topic_log: Log,
     def refuse(*args, **kwargs):
         raise OSError("injected: the decision could not be written")
 
-    monkeypatch.setattr(log.coordinator, "_decide", refuse)
+    monkeypatch.setattr(log.coordinator.store, "decide", refuse)
     with pytest.raises(OSError, match="decision could not be written"):
         job.commit(log, members)
     assert visible(log, 0) == []

@@ -696,9 +696,9 @@ def test_the_expiry_sweep_after_an_append_costs_no_request_for_the_own_transacti
     table = pa.table({"value": [VALUE] * 40, "partition": [i % 2 for i in range(40)]})
     producer.send_table("t", table)  # the partitions now know the producer
     asked = []
-    for name in ("metadata", "decision", "resolve"):
-        real = getattr(log.coordinator, name)
-        monkeypatch.setattr(log.coordinator, name,
+    for name in ("latest", "decision", "resolve"):  # every read of the coordinator's state
+        real = getattr(log.coordinator.store, name)
+        monkeypatch.setattr(log.coordinator.store, name,
                             lambda *a, _real=real, _name=name, **k: asked.append(_name) or
                             _real(*a, **k))
     store.calls.clear()

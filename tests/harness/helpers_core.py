@@ -518,21 +518,21 @@ def crash_after_the_decision(monkeypatch, decision_id: str) -> Iterator[None]:
     forward (markers, group offsets, Complete*); expects that death, then revives."""
     import pytest  # here: the child processes this module also runs need no pytest
 
-    from txlog.transactions.coordinator import TransactionCoordinator
+    from txlog.transactions.ending import TransactionEnder
 
-    original = TransactionCoordinator.complete
+    original = TransactionEnder.complete
 
     def dies_after_the_decision(self, transactional_id, only_decision=None):
-        if self.decision(decision_id) is not None:
+        if self.store.decision(decision_id) is not None:
             raise Crash()
         return original(self, transactional_id, only_decision)
 
-    monkeypatch.setattr(TransactionCoordinator, "complete", dies_after_the_decision)
+    monkeypatch.setattr(TransactionEnder, "complete", dies_after_the_decision)
     try:
         with pytest.raises(Crash):
             yield
     finally:
-        monkeypatch.setattr(TransactionCoordinator, "complete", original)
+        monkeypatch.setattr(TransactionEnder, "complete", original)
 
 
 class ManualClock:

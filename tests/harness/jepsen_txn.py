@@ -121,7 +121,7 @@ def run_writer(args: argparse.Namespace) -> int:
     producer = fresh_producer()
     history.write(ev="ready", pid=producer.producer_id, epoch=producer.epoch)
     stalling = {"txn": None}
-    real_complete = log.coordinator.complete
+    real_complete = log.coordinator.ender.complete
 
     def complete_or_stall(transactional_id, only_decision=None):
         """Failpoint: die right after our own commit point, before any marker.
@@ -138,7 +138,7 @@ def run_writer(args: argparse.Namespace) -> int:
                 signal.pause()
         return real_complete(transactional_id, only_decision)
 
-    log.coordinator.complete = complete_or_stall
+    log.coordinator.ender.complete = complete_or_stall
     stall_at, txns, n = args.stall_at, args.txns, 0
     while n < txns:
         n += 1

@@ -319,8 +319,8 @@ def test_decided_transactions_read_as_kafka_reads_them_after_their_markers(log: 
     # Both decided only now: a writer rolls decided transactions forward when it
     # meets them, and here nobody must get the chance.
     for producer, (name, commit) in zip(producers, crashed.items(), strict=True):
-        log.coordinator._decide(log.coordinator.metadata(name).decision_id, commit,
-                                [(producer.producer_id, producer.epoch)], "test: crash")
+        log.coordinator.store.decide(log.coordinator.metadata(name).decision_id, commit,
+                                     [(producer.producer_id, producer.epoch)], "test: crash")
     before = {}
     for p in range(PARTITIONS):
         end = log.end_offset(TOPIC, p)

@@ -19,7 +19,7 @@ from pyspark.sql.types import IntegerType, StructField, StructType  # noqa: E402
 from helpers_core import wait_for  # noqa: E402
 from spark_io import read, write  # noqa: E402
 from txlog import Log  # noqa: E402
-from txlog.transactions.coordinator import TxnState  # noqa: E402
+from txlog.transactions.metadata import TxnState  # noqa: E402
 from txlog.clients.partitioner import partition_for_key  # noqa: E402
 
 # Python workers cannot import this test module: ship its functions by value.

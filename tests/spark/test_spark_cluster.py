@@ -31,7 +31,7 @@ from conftest import HARNESS_DIR  # noqa: E402
 from spark_cluster import StandaloneCluster, standalone_cluster  # noqa: E402
 
 from txlog import Log  # noqa: E402
-from txlog.transactions.coordinator import TxnState  # noqa: E402
+from txlog.transactions.metadata import TxnState  # noqa: E402
 
 JOBS = HARNESS_DIR / "spark_jobs.py"
 ROWS = 10_000

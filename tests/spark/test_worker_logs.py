@@ -18,7 +18,7 @@ from txlog import Log
 from txlog.spark import worker_logs
 from txlog.spark.worker_logs import worker_log
 from txlog.storage.lru import LruDict
-from txlog.transactions import coordinator as coordinator_module
+from txlog.transactions import store as store_module
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from object_store_requests import micro_batch_requests  # noqa: E402  (the benchmark's job)
@@ -116,7 +116,7 @@ def test_other_storage_options_are_another_log(tmp_path):
 def test_a_process_caches_a_bounded_number_of_transaction_chains(tmp_path, monkeypatch):
     """A worker's Log lives through many tasks, each with its own transactional id: the
     coordinator's per-id caches stay bounded, and an id whose chain was dropped works."""
-    monkeypatch.setattr(coordinator_module, "CACHED_CHAINS", 3)
+    monkeypatch.setattr(store_module, "CACHED_CHAINS", 3)
     log = Log(tmp_path / "log")
     log.create_topic("t", 1)
     for round_ in range(2):
@@ -126,7 +126,7 @@ def test_a_process_caches_a_bounded_number_of_transaction_chains(tmp_path, monke
                 producer.begin_transaction()
                 producer.send("t", b"%d-%d" % (round_, i))
                 producer.commit_transaction()
-            assert len(log.coordinator._chains) <= 3
+            assert len(log.coordinator.store.chains) <= 3
     assert Log(tmp_path / "log").read("t", 0).num_rows == 12
 
 

@@ -159,15 +159,15 @@ def test_stale_process_cannot_revive_a_deleted_transactional_id(tmp_path, clock)
     stale = stale_log.producer(transactional_id="x")
     stale.init_transactions()
     _commit(stale, [b"old"])
-    cached, _ = stale_log.coordinator._chain("x").latest()
+    cached, _ = stale_log.coordinator.store.chain("x").latest()
 
     admin = _log(tmp_path)
     _expire_and_delete(admin, clock, "x")
     fresh = admin.producer(transactional_id="x")
     fresh.init_transactions()
-    while admin.coordinator._chain("x").latest()[0] < cached:
+    while admin.coordinator.store.chain("x").latest()[0] < cached:
         fresh.init_transactions()  # each one version more: land on the stale number
-    assert admin.coordinator._chain("x").latest()[0] == cached
+    assert admin.coordinator.store.chain("x").latest()[0] == cached
     # What the stale process reads is the new chain, not the one it cached.
     assert stale_log.coordinator.metadata("x").producer_id == fresh.producer_id
 

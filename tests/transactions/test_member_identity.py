@@ -22,7 +22,7 @@ def test_old_instance_never_adopts_newer_identity(log: Log, monkeypatch) -> None
     a.flush()
 
     other = Log(log.root)
-    original_complete = type(log.coordinator).complete
+    original_complete = type(log.coordinator.ender).complete
     raced = {}
 
     def complete_after_race(self, transactional_id, only_decision=None):
@@ -32,7 +32,7 @@ def test_old_instance_never_adopts_newer_identity(log: Log, monkeypatch) -> None
             raced["new"] = other.coordinator.init_producer_id(transactional_id, 60_000)
         return original_complete(self, transactional_id, only_decision)
 
-    monkeypatch.setattr(type(log.coordinator), "complete", complete_after_race)
+    monkeypatch.setattr(type(log.coordinator.ender), "complete", complete_after_race)
     a.commit_transaction()  # its decision stands: the records are committed
     assert log.read("t", 0).column("value").to_pylist() == [b"a1"]
     assert (a.producer_id, a.epoch) != raced["new"]

@@ -25,8 +25,8 @@ from txlog import (READ_UNCOMMITTED, ConcurrentTransactionsError, DecisionConfli
                    IllegalStateError, InvalidTransactionTimeoutError, InvalidTxnStateError, Log,
                    OutOfOrderSequenceError, Producer, ProducerFencedError, TransactionAbortedError)
 from txlog.format.batch import ABORT, COMMIT, BatchHeader, decode_control, decode_header, payload_of
-from txlog.transactions.coordinator import (MAX_EPOCH, MAX_TRANSACTION_TIMEOUT_MS,
-                                            TransactionMetadata, TxnState)
+from txlog.transactions.coordinator import MAX_TRANSACTION_TIMEOUT_MS
+from txlog.transactions.metadata import MAX_EPOCH, TransactionMetadata, TxnState
 
 TOPIC = "events"
 DEADLINE_S = 20.0
@@ -260,7 +260,7 @@ def test_epoch_exhaustion_rotates_to_a_new_producer_id(log: Log) -> None:
     """
     log.create_topic(TOPIC, 1)
     first = txn_producer(log, "old-timer")
-    chain = log.coordinator._chain("old-timer")
+    chain = log.coordinator.store.chain("old-timer")
     version, value = chain.latest()
     near = dataclasses.replace(TransactionMetadata.from_dict(value), epoch=MAX_EPOCH - 2)
     assert chain.publish(version + 1, near.to_dict())
@@ -517,8 +517,8 @@ def _crash_after_decision(log: Log, commit: bool, crash_point: str
     sends = [(0, b"d0"), (1, b"d1"), (2, b"d2"), (0, b"d0b")]
     producer = open_txn(log, "crashy", sends)
     meta = log.coordinator.metadata("crashy")
-    log.coordinator._decide(meta.decision_id, commit,
-                            [(producer.producer_id, producer.epoch)], "test: crash")
+    log.coordinator.store.decide(meta.decision_id, commit,
+                                 [(producer.producer_id, producer.epoch)], "test: crash")
     if crash_point == "after_first_marker":
         def die(*args, **kwargs):
             raise OSError("the process dies here")
@@ -609,7 +609,7 @@ def test_no_record_can_join_a_transaction_after_its_decision(log: Log, monkeypat
     log.create_topic(TOPIC, 2)
     producer = open_txn(log, "flaky", [(0, b"first")])
     coordinator = log.coordinator
-    real_complete = coordinator.complete
+    real_complete = coordinator.ender.complete
     calls = []
 
     def failing_complete(txn_id, only_decision=None):
@@ -618,12 +618,12 @@ def test_no_record_can_join_a_transaction_after_its_decision(log: Log, monkeypat
             raise OSError("storage hiccup after the decision")
         return real_complete(txn_id, only_decision)
 
-    monkeypatch.setattr(coordinator, "complete", failing_complete)
+    monkeypatch.setattr(coordinator.ender, "complete", failing_complete)
     with pytest.raises(OSError):
         producer.commit_transaction()
     decision = coordinator.decision(coordinator.metadata("flaky").decision_id)
     assert decision is not None and decision.commit
-    monkeypatch.setattr(coordinator, "complete", real_complete)
+    monkeypatch.setattr(coordinator.ender, "complete", real_complete)
 
     producer.begin_transaction()
     with pytest.raises((InvalidTxnStateError, ProducerFencedError,
@@ -997,7 +997,7 @@ def test_commit_overtaken_by_a_new_instance_leaves_the_old_one_fenced(log: Log,
     log.create_topic(TOPIC, 2)
     old = open_txn(log, "race", [(0, b"committed-by-old")])
     coordinator = log.coordinator
-    real_complete = coordinator.complete
+    real_complete = coordinator.ender.complete
     successor = []
 
     def complete_after_takeover(txn_id, only_decision=None):
@@ -1005,9 +1005,9 @@ def test_commit_overtaken_by_a_new_instance_leaves_the_old_one_fenced(log: Log,
             successor.append(txn_producer(Log(log.root), "race"))
         return real_complete(txn_id, only_decision)
 
-    monkeypatch.setattr(coordinator, "complete", complete_after_takeover)
+    monkeypatch.setattr(coordinator.ender, "complete", complete_after_takeover)
     old.commit_transaction()
-    monkeypatch.setattr(coordinator, "complete", real_complete)
+    monkeypatch.setattr(coordinator.ender, "complete", real_complete)
     new = successor[0]
     assert committed_values(log, 0) == [b"committed-by-old"]
     assert (old.producer_id, old.epoch) != (new.producer_id, new.epoch)
@@ -1057,8 +1057,9 @@ def test_commit_decision_beats_a_later_timeout_abort(log: Log) -> None:
     producer = open_txn(log, "photo-finish", [(0, b"p0"), (1, b"p1")],
                         transaction_timeout_ms=800)
     meta = log.coordinator.metadata("photo-finish")
-    log.coordinator._decide(meta.decision_id, True, [(producer.producer_id, producer.epoch)],
-                            "test: committer stalls after the decision")
+    log.coordinator.store.decide(meta.decision_id, True,
+                                 [(producer.producer_id, producer.epoch)],
+                                 "test: committer stalls after the decision")
     wait_expired(log, "photo-finish")
     assert log.abort_expired_transactions() == []
     assert log.coordinator.metadata("photo-finish").state == TxnState.COMPLETE_COMMIT

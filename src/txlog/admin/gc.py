@@ -55,7 +55,7 @@ from ..storage.paths import (BATCH_SUFFIX, BLOCK_DIR, DATA_DIR, DECISION_DIR, GR
                              batch_path, generations_dir, heartbeats_dir, named_offsets,
                              partition_dir, topic_dir)
 from ..exactly_once.shared_transaction import delete_finished_attempt
-from ..transactions.coordinator import COMPLETE, TxnState
+from ..transactions.metadata import COMPLETE, TxnState
 
 if TYPE_CHECKING:  # Log.gc calls collect: gc must not import log at run time
     from ..log import Log

@@ -22,7 +22,7 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
                                     WriterCommitMessage)
 from pyspark.sql.types import StructType
 
-from ..transactions.coordinator import TransactionMember
+from ..transactions.metadata import TransactionMember
 from ..errors import InvalidConfigError, TopicExistsError, UnknownTopicError
 from ..log import Log
 from ..clients.producer import DEFAULT_BATCH_SIZE, Producer
