@@ -2,7 +2,7 @@
 
 An object store bills per request (PUT/LIST an order of magnitude above
 GET/HEAD), so the figure that matters is requests per record, not seconds.
-This starts moto's S3 server in this process (tests/s3_server.py, the one the
+This starts moto's S3 server in this process (tests/harness/s3_server.py, the one the
 tests use), counts every request it receives by kind, and for producer
 batches of 100, 10,000 and 100,000 records:
 
@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "harness"))
 
 from s3_server import MotoS3  # noqa: E402
 from txlog import Log  # noqa: E402

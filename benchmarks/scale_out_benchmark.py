@@ -11,7 +11,7 @@ once.  ``--producer-option key=value`` (repeatable) is passed to
 ``Producer(...)`` as the Spark writer passes its options, so the same script
 measures a write path with other knobs.
 
-**The store.**  The test suite's moto S3 endpoint (tests/s3_server.py) runs
+**The store.**  The test suite's moto S3 endpoint (tests/harness/s3_server.py) runs
 in this process.  Every request waits ``--latency-ms`` (default 25 ms, about
 a regional S3's first-byte latency) before moto handles it; the waits of
 concurrent requests overlap, as on S3, and no lock is held during them.
@@ -89,7 +89,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "harness"))
 
 from producer_options import producer_options  # noqa: E402
 from s3_server import MotoS3, request_kind  # noqa: E402

@@ -143,13 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     options = None
     moto = None
     if args.s3:
-        tests = Path(__file__).resolve().parent.parent / "tests"
-        sys.path.insert(0, str(tests))
+        harness = Path(__file__).resolve().parent.parent / "tests" / "harness"
+        sys.path.insert(0, str(harness))
         from s3_server import MotoS3
 
         # In a process of its own: moto's ~3 ms of Python per request would otherwise
         # share this process's GIL, and the run would measure the two taking turns.
-        moto = subprocess.Popen([sys.executable, str(tests / "s3_server.py")],
+        moto = subprocess.Popen([sys.executable, str(harness / "s3_server.py")],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         server = MotoS3.serving_at(moto.stdout.readline().strip())
         root, options = server.root(), server.storage_options

@@ -19,6 +19,9 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
+# The harness scripts the tests run as processes, and their helper modules (on sys.path through
+# pyproject.toml's pythonpath).
+HARNESS_DIR = REPO / "tests" / "harness"
 
 
 # Runs too long for CI's budget (the whole suite under 15 minutes on 2 cores):

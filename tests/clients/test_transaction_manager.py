@@ -13,7 +13,7 @@ from txlog import Log
 from txlog.clients.transaction_manager import _TRANSITIONS, ClientState, TransactionManager
 from txlog.errors import IllegalStateError, ProducerFencedError, TransactionAbortedError
 from txlog.format.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
-from txlog.transactions.coordinator import TxnState
+from txlog.transactions.metadata import TxnState
 
 TP = ("t", 0)
 

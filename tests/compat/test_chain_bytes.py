@@ -30,8 +30,9 @@ from make_fixtures import LOG_MANIFEST, LOG_TARBALL
 from txlog.format.batch import decode_header, encode_header
 from txlog.format.log_start import decode_log_start, encode_log_start
 from txlog.format.snapshot_frame import frame, unframe
-from txlog.transactions.coordinator import TransactionMetadata
 from txlog.transactions.group_members import GroupGeneration
+from txlog.transactions.groups import GroupOffsets
+from txlog.transactions.metadata import Decision, Lease, TransactionMetadata
 
 MANIFEST = json.loads(LOG_MANIFEST.read_text())
 
@@ -76,13 +77,16 @@ CODECS: list[tuple[str, str, Callable[[bytes], Any], Callable[[Any], bytes]]] = 
      lambda raw: TransactionMetadata.from_dict(_chain_value(raw)),
      lambda meta: _chain_bytes(meta.to_dict())),
     (r"coordinator/groups/[^/]+/\d{20}", "group offsets chain (with owner and fence)",
-     _chain_value, _chain_bytes),
+     lambda raw: GroupOffsets.from_value(_chain_value(raw)),
+     lambda group: _chain_bytes(group.to_value())),
     (r"coordinator/members/[^/]+/generations/\d{20}", "group generation chain",
      lambda raw: GroupGeneration.from_dict(_chain_value(raw)),
      lambda generation: _chain_bytes(generation.to_dict())),
-    (r"coordinator/leases/[^/]+/\d{20}", "shared transaction lease chain", _chain_value,
-     _chain_bytes),
-    (r"coordinator/decisions/[^/]+", "decision", msgpack.unpackb, msgpack.packb),
+    (r"coordinator/leases/[^/]+/\d{20}", "shared transaction lease chain",
+     lambda raw: Lease.from_value(_chain_value(raw)), lambda lease: _chain_bytes(lease.to_value())),
+    (r"coordinator/decisions/[^/]+", "decision",
+     lambda raw: Decision.from_value(msgpack.unpackb(raw)),
+     lambda decision: msgpack.packb(decision.to_value())),
     (r"coordinator/producer-ids/\d{20}", "producer-id block", msgpack.unpackb, msgpack.packb),
 ]
 NOT_RECORDS = (r"topics/[^/]+/\d+/segments/.*\.segment", r"data/[0-9a-f]{32}\.data")

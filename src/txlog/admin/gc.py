@@ -54,7 +54,7 @@ from ..storage.paths import (BATCH_SUFFIX, BLOCK_DIR, DATA_DIR, DECISION_DIR, GR
                              partition_dir, topic_dir)
 from ..exactly_once.shared_transaction import delete_finished_attempt
 from ..root.root import Root
-from ..transactions.coordinator import COMPLETE, TxnState
+from ..transactions.metadata import COMPLETE, TxnState
 
 DEFAULT_CHAIN_AGE_S = 3600.0
 DEFAULT_DECISION_AGE_S = 7 * 24 * 3600.0  # Kafka's transactional.id.expiration.ms

@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import clock
 from ..api.log import Log
-from ..transactions.coordinator import TxnState
+from ..transactions.metadata import TxnState
 from .common import (CommandError, LeafParser, json_option, non_negative_int, open_log,
                      print_table, utc)
 

@@ -33,7 +33,7 @@ from .transaction_manager import ClientState, TransactionManager
 
 if TYPE_CHECKING:
     from ..api.log import Log
-    from ..transactions.coordinator import TransactionMember
+    from ..transactions.metadata import TransactionMember
 
 DEFAULT_BATCH_SIZE = 1 << 20  # bytes; each batch is one claim, so larger than Kafka's 16 KiB
 # Bytes of payload a producer gathers (over all partitions) into one data object

@@ -21,7 +21,7 @@ from ..errors import (CommitFailedError, IllegalStateError, InvalidConfigError,
                       InvalidPidMappingError, ProducerFencedError)
 from ..format.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from ..storage.names import validate_name
-from ..transactions.coordinator import TransactionMember, plain_decision_id
+from ..transactions.metadata import TransactionMember, plain_decision_id
 from ..transactions.groups import check_offsets, register_transactional_offsets
 from .membership import check_generation
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from ..errors import InvalidConfigError, InvalidNameError
 from ..integers import is_int
 from ..storage.names import validate_name
-from ..transactions.coordinator import TransactionMember
+from ..transactions.metadata import TransactionMember
 from .shared_transaction import MAX_PREFIX_LENGTH, SharedTransaction
 from .stream_sink import BATCH_TOPIC, StreamSink
 
@@ -74,6 +74,24 @@ def default_prefix(app_id: str) -> str:
 
 
 @dataclass(frozen=True)
+class CommittedVersion:
+    """An app's progress as its sink group records it: the offset of
+    ``(_batch.<app id>, 0)`` is the version after the last one committed (0 before
+    the first), as a stream sink's is the batch id after its last."""
+
+    following: int
+
+    @property
+    def last(self) -> int | None:
+        """The highest version committed (None before the first)."""
+        return self.following - 1 if self.following > 0 else None
+
+    def covers(self, version: int) -> bool:
+        """Whether writing ``version`` now would write nothing: it is at or below the last."""
+        return self.last is not None and version <= self.last
+
+
+@dataclass(frozen=True)
 class AppVersions:
     """The numbered writes of one app: small and picklable, it travels to every task."""
 
@@ -94,9 +112,12 @@ class AppVersions:
         A commit whose decision stands but whose completion was cut short is
         rolled forward first, so its version counts.
         """
+        return self._progress(log).last
+
+    def _progress(self, log: Log) -> CommittedVersion:
+        """The app's progress (see ``last_committed``)."""
         self.sink.claim(log)
-        following = self.sink.next_batch(log)
-        return following - 1 if following > 0 else None
+        return CommittedVersion(self.sink.next_batch(log))
 
     def start(self, log: Log, version: int) -> SharedTransaction | None:
         """The job that writes ``version``, or None (logged) if the version is committed.
@@ -106,9 +127,9 @@ class AppVersions:
         version in between).
         """
         check_version(version)
-        last = self.last_committed(log)
-        if last is not None and version <= last:
-            self._skipped(version, last)
+        committed = self._progress(log)
+        if committed.covers(version):
+            self._skipped(version, committed.last)
             return None
         return SharedTransaction.start(log, self.prefix, self.timeout_ms)
 

@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from .. import clock
-from ..transactions.coordinator import (COMPLETE, PREPARED, Decision, TransactionMember,
-                                        TransactionMetadata, TxnState)
+from ..transactions.metadata import (COMPLETE, PREPARED, Decision, TransactionMember,
+                                     TransactionMetadata, TxnState)
 from ..errors import CommittedButIncompleteError, InvalidConfigError, TransactionAbortedError
 from ..storage.names import validate_name
 from ..storage.paths import TXN_DIR, job_dir

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING
 from ..clients.producer import Producer
 from ..errors import SinkOwnerError
 from ..storage.names import validate_name
-from ..transactions.coordinator import TransactionMember
+from ..transactions.metadata import TransactionMember
 from ..transactions.groups import committed_offsets, set_owner
 from .shared_transaction import SharedTransaction, check_prefix, end_open_jobs
 
@@ -72,6 +72,26 @@ SINK_SUFFIX = "-sink"
 def batch_key(query_id: str) -> tuple[str, int]:
     """The sink group's key holding query ``query_id``'s next batch id."""
     return (f"{BATCH_TOPIC}.{query_id}", 0)
+
+
+@dataclass(frozen=True)
+class SinkOwner:
+    """The sink group's owner and offsets, as a claim finds them (the group's chain
+    records both, transactions/groups.py); ``owner`` is None for a new sink, or one
+    written before owners were recorded."""
+
+    owner: str | None
+    offsets: dict[tuple[str, int], int]
+
+    def claimed_by(self, query_id: str) -> SinkOwner:
+        """Owned by ``query_id``.  A sink that had no owner hands its batch key
+        ``(_batch, 0)``, if any, over to the claimant's."""
+        offsets = dict(self.offsets)
+        if self.owner is None:
+            legacy = offsets.pop((BATCH_TOPIC, 0), None)
+            if legacy is not None:
+                offsets[batch_key(query_id)] = legacy
+        return SinkOwner(query_id, offsets)
 
 
 @dataclass(frozen=True)
@@ -106,16 +126,13 @@ class StreamSink:
         """
         def step(owner: str | None, offsets: dict[tuple[str, int], int]
                  ) -> tuple[str, dict[tuple[str, int], int]] | None:
-            if owner == self.query_id:
+            current = SinkOwner(owner, offsets)
+            if current.owner == self.query_id:
                 return None
-            if owner is None:
-                legacy = offsets.pop((BATCH_TOPIC, 0), None)
-                if legacy is not None:
-                    offsets[batch_key(self.query_id)] = legacy
-                return self.query_id, offsets
-            if owner == self.take_over_from:
-                return self.query_id, offsets
-            raise self._owned_by(owner)
+            if current.owner is not None and current.owner != self.take_over_from:
+                raise self._owned_by(current.owner)
+            claimed = current.claimed_by(self.query_id)
+            return self.query_id, claimed.offsets
 
         set_owner(log.services.storage, self.sink_id, step)
 

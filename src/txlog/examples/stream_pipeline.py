@@ -11,7 +11,7 @@ partition, and no aborted reading may have one.
 
 Run it with spark-submit or ``python -m txlog.examples.stream_pipeline DIR``.
 Killing it at any moment and running it again on the same directory (it
-resumes from DIR/checkpoint) keeps that property; tests/stream_kill_harness.py
+resumes from DIR/checkpoint) keeps that property; tests/harness/stream_kill_harness.py
 does exactly that, with SIGKILL, many times over.
 
 ``--generate N`` feeds N readings while the query runs (the default); with

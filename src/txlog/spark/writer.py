@@ -23,7 +23,7 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
                                     WriterCommitMessage)
 from pyspark.sql.types import StructType
 
-from ..transactions.coordinator import TransactionMember
+from ..transactions.metadata import TransactionMember
 from ..errors import InvalidConfigError, TopicExistsError, UnknownTopicError
 from ..api.log import Log
 from ..root.root import Root

@@ -33,6 +33,8 @@ it forward; a delete drops it with the offsets.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .. import clock
 from ..storage.chain import VersionChain
@@ -58,42 +60,182 @@ def check_offsets(offsets: dict[tuple[str, int], int]) -> None:
                 f"offset for {key[0]}-{key[1]} must be a non-negative int, not {offset!r}")
 
 
-def _as_map(value: dict | None) -> dict[tuple[str, int], int]:
-    if value is None:
-        return {}
-    return {(t, p): o for t, p, o in value["offsets"]}
+TopicPartition = tuple[str, int]
+Offsets = dict[TopicPartition, int]
 
 
-def _encode(offsets: dict[tuple[str, int], int], marks: dict[str, int],
-            owner: str | None = None, fence: dict | None = None) -> dict:
-    value = {"offsets": [[t, p, o] for (t, p), o in sorted(offsets.items())],
-             "txn_marks": marks, "time_ms": clock.now_ms()}
-    if owner is not None:
-        value["owner"] = owner
-    if fence:
-        if fence.get("generation", -1) >= 0:
-            value["generation"] = fence["generation"]
-        if fence.get("pending_txns"):
-            value["pending_txns"] = fence["pending_txns"]
-    return value
+@dataclass(frozen=True, order=True)
+class TxnMark:
+    """The generation a transactional id's offsets were last applied from: its
+    chain's incarnation and the metadata version.  Stored as the bare version
+    when the incarnation is 0 (chains written before incarnations were
+    recorded), as a pair otherwise."""
+
+    incarnation_ms: int
+    version: int
+
+    def to_value(self) -> int | list[int]:
+        return [self.incarnation_ms, self.version] if self.incarnation_ms else self.version
+
+    @classmethod
+    def from_value(cls, mark: object) -> TxnMark:
+        if isinstance(mark, list):
+            return cls(mark[0], mark[1])
+        return cls(0, mark if isinstance(mark, int) else -1)
 
 
-def _fence(value: dict | None) -> dict:
-    """The generation fence a version carries forward (a tombstone keeps it too: a
-    deleted group's old members must stay refused)."""
-    if value is None:
-        return {"generation": -1, "pending_txns": {}}
-    return {"generation": value.get("generation", -1),
-            "pending_txns": dict(value.get("pending_txns", {}))}
+NO_MARK = TxnMark(0, -1)  # an id whose offsets were never applied
 
 
-def fenced_generation(value: dict | None) -> int:
-    """The newest generation a member has fenced the group with, -1 if none."""
-    return -1 if value is None else value.get("generation", -1)
+@dataclass(frozen=True)
+class PendingSend:
+    """A transactional offset send registered under a group generation (KIP-447),
+    stored as ``[producer id, epoch, generation, member id, [[topic, partition]...]]``."""
+
+    producer_id: int
+    epoch: int
+    generation: int
+    member_id: str
+    partitions: tuple[TopicPartition, ...]  # sorted
+
+    @property
+    def writer(self) -> tuple[int, int]:
+        return (self.producer_id, self.epoch)
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        """What makes two registrations one: the same transaction, the same generation."""
+        return (self.producer_id, self.epoch, self.generation)
+
+    def to_value(self) -> list[Any]:
+        return [self.producer_id, self.epoch, self.generation, self.member_id,
+                [list(tp) for tp in self.partitions]]
+
+    @classmethod
+    def from_value(cls, entry: list[Any]) -> PendingSend:
+        return cls(entry[0], entry[1], entry[2], entry[3], tuple((t, p) for t, p in entry[4]))
 
 
-def _refuse_stale(group_id: str, value: dict | None, generation: int, what: str) -> None:
-    fenced = fenced_generation(value)
+@dataclass(frozen=True)
+class GroupOffsets:
+    """One version of a group's chain: its committed offsets, the marks of the
+    transactions applied to them, its owner, its generation fence (-1: none)
+    and the sends pending under it; a tombstone is ``deleted``.
+
+    Every transition is the next version, stamped now; a tombstone's next
+    version starts the group afresh but keeps its marks and fence.
+    """
+
+    offsets: Offsets = field(default_factory=dict)
+    txn_marks: dict[str, TxnMark] = field(default_factory=dict)
+    time_ms: int = -1
+    owner: str | None = None
+    generation: int = -1
+    pending: dict[str, PendingSend] = field(default_factory=dict)
+    deleted: bool = False
+
+    @property
+    def live_owner(self) -> str | None:
+        return None if self.deleted else self.owner
+
+    def _next(self, **changes: Any) -> GroupOffsets:
+        kept = {"owner": self.live_owner, "deleted": False, **changes}
+        return replace(self, time_ms=clock.now_ms(), **kept)
+
+    def committed(self, offsets: Offsets, generation: int | None) -> GroupOffsets:
+        """``offsets`` merged in; a member's commit raises the fence to its generation."""
+        fence = self.generation if generation is None else max(self.generation, generation)
+        return self._next(offsets={**self.offsets, **offsets}, generation=fence)
+
+    def tombstone(self) -> GroupOffsets:
+        return self._next(offsets={}, owner=None, deleted=True)
+
+    def reset(self, offsets: Offsets, fence_to: int | None) -> GroupOffsets:
+        fence = self.generation if fence_to is None else max(self.generation, fence_to)
+        return self._next(offsets={**self.offsets, **offsets}, generation=fence)
+
+    def mark_of(self, transactional_id: str) -> TxnMark:
+        return self.txn_marks.get(transactional_id, NO_MARK)
+
+    def applied(self, transactional_id: str, offsets: Offsets, mark: TxnMark,
+                writer: tuple[int, int] | None) -> GroupOffsets:
+        """A transaction's offsets applied, marked, and its pending send (of ``writer``)
+        cleared."""
+        pending = self.pending
+        sent = pending.get(transactional_id)
+        if sent is not None and writer is not None and sent.writer == tuple(writer):
+            pending = {t: s for t, s in pending.items() if t != transactional_id}
+        return self._next(offsets={**self.offsets, **offsets},
+                          txn_marks={**self.txn_marks, transactional_id: mark}, pending=pending)
+
+    def owned_by(self, owner: str, offsets: Offsets) -> GroupOffsets:
+        return self._next(owner=owner, offsets=offsets)
+
+    def registered(self, transactional_id: str, send: PendingSend) -> GroupOffsets | None:
+        """``send`` registered (its partitions joined to a registration of the same
+        transaction and generation); None if registered already."""
+        old = self.pending.get(transactional_id)
+        if old is not None and old.key == send.key:
+            merged = tuple(sorted(set(old.partitions) | set(send.partitions)))
+            if len(merged) == len(old.partitions) and self.generation >= send.generation:
+                return None
+            send = replace(send, partitions=merged)
+        return self._next(pending={**self.pending, transactional_id: send},
+                          generation=max(self.generation, send.generation))
+
+    def fenced_at(self, generation: int) -> GroupOffsets:
+        return self._next(generation=generation)
+
+    def without_pending(self, transactional_ids: list[str]) -> GroupOffsets:
+        return self._next(pending={t: s for t, s in self.pending.items()
+                                   if t not in transactional_ids})
+
+    def to_value(self) -> dict[str, Any]:
+        value: dict[str, Any] = {
+            "offsets": [[t, p, o] for (t, p), o in sorted(self.offsets.items())],
+            "txn_marks": {t: mark.to_value() for t, mark in self.txn_marks.items()},
+            "time_ms": self.time_ms}
+        if self.owner is not None:
+            value["owner"] = self.owner
+        if self.generation >= 0:
+            value["generation"] = self.generation
+        if self.pending:
+            value["pending_txns"] = {t: send.to_value() for t, send in self.pending.items()}
+        if self.deleted:
+            value["deleted"] = True
+        return value
+
+    @classmethod
+    def from_value(cls, value: dict[str, Any]) -> GroupOffsets:
+        return cls({(t, p): o for t, p, o in value["offsets"]},
+                   {t: TxnMark.from_value(m) for t, m in value["txn_marks"].items()},
+                   value["time_ms"], value.get("owner"), value.get("generation", -1),
+                   {t: PendingSend.from_value(e)
+                    for t, e in value.get("pending_txns", {}).items()},
+                   value.get("deleted", False))
+
+
+NO_GROUP = GroupOffsets()  # what a group with no version starts from
+
+
+def _read(storage: Storage, group_id: str) -> tuple[int, GroupOffsets | None]:
+    version, value = _chain(storage, group_id).latest()
+    return version, None if value is None else GroupOffsets.from_value(value)
+
+
+def _update(storage: Storage, group_id: str,
+            step: Callable[[GroupOffsets | None], GroupOffsets | None]) -> None:
+    """Publish the version ``step`` computes from the newest (None: no change)."""
+    def chain_step(version: int, value: dict | None) -> dict | None:
+        new = step(None if value is None else GroupOffsets.from_value(value))
+        return None if new is None else new.to_value()
+
+    _chain(storage, group_id).update(chain_step)
+
+
+def _refuse_stale(group_id: str, group: GroupOffsets | None, generation: int,
+                  what: str) -> None:
+    fenced = -1 if group is None else group.generation
     if generation < fenced:
         raise CommitFailedError(
             f"{what} for group {group_id!r} refused: generation {generation} is stale, the "
@@ -101,18 +243,18 @@ def _refuse_stale(group_id: str, value: dict | None, generation: int, what: str)
             "was removed); rejoin the group and retry")
 
 
-def _owner(value: dict | None) -> str | None:
-    return value.get("owner") if _live(value) else None  # type: ignore[union-attr]
-
-
-def _live(value: dict | None) -> bool:
-    return value is not None and not value.get("deleted", False)
+def _existing(group_id: str, group: GroupOffsets | None) -> GroupOffsets:
+    if group is None or group.deleted:
+        raise UnknownGroupError(f"group {group_id!r} does not exist"
+                                + (" (it was deleted)" if group is not None else ""))
+    return group
 
 
 def group_ids(storage: Storage) -> list[str]:
     """Every group that has committed offsets and is not deleted, sorted (reads the
     newest version of each group)."""
-    return sorted(g for g in storage.list(GROUP_DIR) if _live(_chain(storage, g).latest()[1]))
+    return sorted(g for g in storage.list(GROUP_DIR)
+                  if (group := _read(storage, g)[1]) is not None and not group.deleted)
 
 
 def delete_group(storage: Storage, group_id: str) -> None:
@@ -120,21 +262,14 @@ def delete_group(storage: Storage, group_id: str) -> None:
 
     UnknownGroupError if it has no version, or its newest is a tombstone already.
     """
-    def step(version: int, value: dict | None) -> dict:
-        if not _live(value):
-            raise UnknownGroupError(f"group {group_id!r} does not exist"
-                                    + (" (it was deleted)" if value is not None else ""))
-        assert value is not None
-        return {**_encode({}, dict(value["txn_marks"]), fence=_fence(value)), "deleted": True}
-
-    _chain(storage, group_id).update(step)
+    _update(storage, group_id, lambda group: _existing(group_id, group).tombstone())
 
 
 def committed_offsets(storage: Storage, group_id: str,
                       partitions: list[tuple[str, int]] | None = None
                       ) -> dict[tuple[str, int], int]:
-    _, value = _chain(storage, group_id).latest()
-    offsets = _as_map(value)
+    group = _read(storage, group_id)[1]
+    offsets = {} if group is None else dict(group.offsets)
     if partitions is None:
         return offsets
     return {tp: offsets[tp] for tp in map(tuple, partitions) if tp in offsets}
@@ -152,16 +287,12 @@ def commit_offsets(storage: Storage, group_id: str, offsets: dict[tuple[str, int
     """
     check_offsets(offsets)
 
-    def step(version: int, value: dict | None) -> dict:
-        fence = _fence(value)
+    def step(group: GroupOffsets | None) -> GroupOffsets:
         if generation is not None:
-            _refuse_stale(group_id, value, generation, "offset commit")
-            fence["generation"] = max(fence.get("generation", -1), generation)
-        merged = _as_map(value)
-        merged.update(offsets)
-        return _encode(merged, dict(value["txn_marks"]) if value else {}, _owner(value), fence)
+            _refuse_stale(group_id, group, generation, "offset commit")
+        return (group or NO_GROUP).committed(offsets, generation)
 
-    _chain(storage, group_id).update(step)
+    _update(storage, group_id, step)
 
 
 class StaleGroupFence(Exception):
@@ -190,33 +321,18 @@ def reset_offsets(storage: Storage, group_id: str, step: OffsetsStep,
     """
     applied: dict[tuple[str, int], int] = {}
 
-    def update(version: int, value: dict | None) -> dict:
-        if not _live(value):
-            raise UnknownGroupError(f"group {group_id!r} does not exist"
-                                    + (" (it was deleted)" if value is not None else ""))
-        assert value is not None
-        if fenced_at is not None and fenced_generation(value) != fenced_at:
+    def update(found: GroupOffsets | None) -> GroupOffsets:
+        group = _existing(group_id, found)
+        if fenced_at is not None and group.generation != fenced_at:
             raise StaleGroupFence(group_id)
-        current = _as_map(value)
-        new = step(dict(current))
+        new = step(dict(group.offsets))
         check_offsets(new)
         applied.clear()
         applied.update(new)
-        fence = _fence(value)
-        if fence_to is not None:
-            fence["generation"] = max(fence["generation"], fence_to)
-        return _encode({**current, **new}, dict(value["txn_marks"]), _owner(value), fence)
+        return group.reset(new, fence_to)
 
-    _chain(storage, group_id).update(update)
+    _update(storage, group_id, update)
     return applied
-
-
-def _generation(mark: object) -> tuple[int, int]:
-    """A mark as (incarnation, version); a plain int is a version of a chain written
-    before incarnations were recorded (incarnation 0)."""
-    if isinstance(mark, list):
-        return (mark[0], mark[1])
-    return (0, mark if isinstance(mark, int) else -1)
 
 
 def apply_transactional_offsets(storage: Storage, group_id: str,
@@ -235,27 +351,21 @@ def apply_transactional_offsets(storage: Storage, group_id: str,
     its decision instead (section 9.4).  ``writer``, the transaction's
     (producer id, epoch), clears its pending registration.
     """
-    new = (incarnation_ms, generation)
+    mark = TxnMark(incarnation_ms, generation)
 
-    def step(version: int, value: dict | None) -> dict | None:
-        marks = dict(value["txn_marks"]) if value else {}
-        if _generation(marks.get(transactional_id, -1)) >= new:
+    def step(found: GroupOffsets | None) -> GroupOffsets | None:
+        group = found or NO_GROUP
+        if group.mark_of(transactional_id) >= mark:
             return None
-        merged = _as_map(value)
-        merged.update(offsets)
-        marks[transactional_id] = [incarnation_ms, generation] if incarnation_ms else generation
-        fence = _fence(value)
-        entry = fence.get("pending_txns", {}).get(transactional_id)
-        if entry is not None and writer is not None and tuple(entry[:2]) == tuple(writer):
-            del fence["pending_txns"][transactional_id]
-        return _encode(merged, marks, _owner(value), fence)
+        return group.applied(transactional_id, offsets, mark, writer)
 
-    _chain(storage, group_id).update(step)
+    _update(storage, group_id, step)
 
 
 def group_owner(storage: Storage, group_id: str) -> str | None:
     """The group's recorded owner (a stream sink's query), None if it has none."""
-    return _owner(_chain(storage, group_id).latest()[1])
+    group = _read(storage, group_id)[1]
+    return None if group is None else group.live_owner
 
 
 OwnerStep = Callable[[str | None, dict[tuple[str, int], int]],
@@ -270,14 +380,14 @@ def set_owner(storage: Storage, group_id: str, step: OwnerStep) -> None:
     exclusive publish serialises it with every commit and every other
     claim, so two claimants can never both believe they own the group.
     """
-    def update(version: int, value: dict | None) -> dict | None:
-        changed = step(_owner(value), _as_map(value) if _live(value) else {})
+    def update(found: GroupOffsets | None) -> GroupOffsets | None:
+        group = found or NO_GROUP
+        changed = step(group.live_owner, {} if group.deleted else dict(group.offsets))
         if changed is None:
             return None
-        owner, offsets = changed
-        return _encode(offsets, dict(value["txn_marks"]) if value else {}, owner, _fence(value))
+        return group.owned_by(*changed)
 
-    _chain(storage, group_id).update(update)
+    _update(storage, group_id, update)
 
 
 # --- generation fencing of members' commits (docs/protocol.md, section 9.4) ---------------------
@@ -293,24 +403,14 @@ def register_transactional_offsets(storage: Storage, group_id: str, transactiona
     owner that fences the group afterwards finds the transaction here and
     resolves it (aborts it if undecided) before it reads the offsets.
     """
-    entry = [writer[0], writer[1], generation, member_id,
-             sorted([t, p] for t, p in partitions)]
+    send = PendingSend(writer[0], writer[1], generation, member_id,
+                       tuple(sorted((t, p) for t, p in partitions)))
 
-    def step(version: int, value: dict | None) -> dict | None:
-        _refuse_stale(group_id, value, generation, "transactional offset commit")
-        fence = _fence(value)
-        old = fence["pending_txns"].get(transactional_id)
-        if old is not None and old[:3] == entry[:3]:
-            merged = sorted({tuple(tp) for tp in old[4]} | {tuple(tp) for tp in entry[4]})
-            if len(merged) == len(old[4]) and fence["generation"] >= generation:
-                return None  # already registered
-            entry[4] = [list(tp) for tp in merged]
-        fence["pending_txns"][transactional_id] = entry
-        fence["generation"] = max(fence["generation"], generation)
-        return _encode(_as_map(value) if _live(value) else {},
-                       dict(value["txn_marks"]) if value else {}, _owner(value), fence)
+    def step(group: GroupOffsets | None) -> GroupOffsets | None:
+        _refuse_stale(group_id, group, generation, "transactional offset commit")
+        return (group or NO_GROUP).registered(transactional_id, send)
 
-    _chain(storage, group_id).update(step)
+    _update(storage, group_id, step)
 
 
 PendingTxn = tuple[str, int, int, int]  # transactional id, producer id, epoch, generation
@@ -324,41 +424,35 @@ def fence_generation(storage: Storage, group_id: str, generation: int,
     found: list[PendingTxn] = []
     wanted = {tuple(tp) for tp in partitions}
 
-    def step(version: int, value: dict | None) -> dict | None:
-        fence = _fence(value)
+    def step(current: GroupOffsets | None) -> GroupOffsets | None:
+        group = current or NO_GROUP
         found.clear()
-        for tid, (pid, epoch, gen, _member, parts) in fence.get("pending_txns", {}).items():
-            if gen < generation and wanted & {tuple(tp) for tp in parts}:
-                found.append((tid, pid, epoch, gen))
-        if fence.get("generation", -1) >= generation:
+        for tid, send in group.pending.items():
+            if send.generation < generation and wanted & set(send.partitions):
+                found.append((tid, send.producer_id, send.epoch, send.generation))
+        if group.generation >= generation:
             return None
-        fence["generation"] = generation
-        return _encode(_as_map(value) if _live(value) else {},
-                       dict(value["txn_marks"]) if value else {}, _owner(value), fence)
+        return group.fenced_at(generation)
 
-    _chain(storage, group_id).update(step)
+    _update(storage, group_id, step)
     return found
 
 
 def drop_pending(storage: Storage, group_id: str, resolved: list[PendingTxn]) -> None:
     """Forget pending sends that have been resolved (if still registered as they were)."""
-    def step(version: int, value: dict | None) -> dict | None:
-        fence = _fence(value)
-        pending = fence.get("pending_txns", {})
+    def step(current: GroupOffsets | None) -> GroupOffsets | None:
+        group = current or NO_GROUP
         gone = [tid for tid, pid, epoch, gen in resolved
-                if tid in pending and tuple(pending[tid][:3]) == (pid, epoch, gen)]
+                if tid in group.pending and group.pending[tid].key == (pid, epoch, gen)]
         if not gone:
             return None
-        for tid in gone:
-            del pending[tid]
-        return _encode(_as_map(value) if _live(value) else {},
-                       dict(value["txn_marks"]) if value else {}, _owner(value), fence)
+        return group.without_pending(gone)
 
     if resolved:
-        _chain(storage, group_id).update(step)
+        _update(storage, group_id, step)
 
 
 def fence_state(storage: Storage, group_id: str) -> tuple[int, int]:
     """(chain version, fenced generation) of the group's offsets, (-1, -1) if none."""
-    version, value = _chain(storage, group_id).latest()
-    return version, fenced_generation(value)
+    version, group = _read(storage, group_id)
+    return version, -1 if group is None else group.generation

@@ -1,0 +1,253 @@
+"""Ending transactions: the decision, the markers, the Complete* version, roll-forward.
+
+Publishing the decision is the commit point: publish-if-absent means a
+committer and a timeout-aborter cannot both win.  Everything after it
+(markers, group offsets, the Complete* version) is idempotent and is rolled
+forward by whichever process finds it unfinished (docs/protocol.md, 4.5-4.7).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from ..errors import DecisionConflictError, InvalidTxnStateError, TransactionAbortedError
+from ..storage.pools import shared_pool
+from .groups import apply_transactional_offsets
+from .metadata import (COMPLETE, IDLE, PREPARED, Decision, TransactionMember, TransactionMetadata,
+                       TxnState as S, check_member)
+from .store import CoordinatorStore
+
+if TYPE_CHECKING:
+    from ..partition.partition_log import PartitionLog
+
+# The coordinator's parts log under its name, which operators watch for transactions
+# ended by anyone but their own producer (docs/protocol.md, 4.9).
+COORDINATOR_LOGGER = "txlog.transactions.coordinator"
+logger = logging.getLogger(COORDINATOR_LOGGER)
+
+MARKER_THREADS = 8  # partitions of one transaction marked at once (protocol.md, 4.6)
+
+
+def _marker_pool() -> ThreadPoolExecutor:
+    """Threads writing one transaction's markers at once: each partition's marker is an
+    independent slot claim, so their requests need not wait on each other."""
+    return shared_pool("txlog-marker", MARKER_THREADS)
+
+
+class TransactionEnder:
+    """Decides transactions and rolls decided ones forward, for ``TransactionCoordinator``.
+
+    ``partition(topic, partition)`` opens a partition, to write its marker.
+    """
+
+    def __init__(self, store: CoordinatorStore,
+                 partition: Callable[[str, int], PartitionLog]) -> None:
+        self.store = store
+        self._partition = partition
+        self._local = threading.local()  # transactional ids this thread is ending itself
+
+    def _ending(self) -> set[str]:
+        ending = getattr(self._local, "ending", None)
+        if ending is None:
+            ending = self._local.ending = set()
+        return ending
+
+    @contextmanager
+    def _owning(self, transactional_ids: list[str]) -> Iterator[None]:
+        """Mark transactions this thread ends, so that finishing them is not logged."""
+        ending = self._ending()
+        added = [t for t in transactional_ids if t not in ending]
+        ending.update(added)
+        try:
+            yield
+        finally:
+            ending.difference_update(added)
+
+    # --- EndTxn ---------------------------------------------------------------------------------
+
+    def end_transaction(self, member: TransactionMember, commit: bool) -> tuple[int, int]:
+        """EndTxn for a producer's own transaction (``TransactionCoordinator.end_transaction``)."""
+        _, meta = self.store.latest(member.transactional_id)
+        meta = check_member(meta, member)
+        if meta.state != S.ONGOING:
+            raise InvalidTxnStateError(
+                f"transactional id {member.transactional_id!r} has no open transaction to "
+                f"{'commit' if commit else 'abort'} (state {meta.state.value})")
+        decision = self.store.decide(meta.decision_id, commit,
+                                     [(member.producer_id, member.epoch)], "EndTxn")
+        with self._owning([member.transactional_id]):
+            final = self.complete(member.transactional_id, only_decision=meta.decision_id)
+        committed = decision.commits(member.producer_id, member.epoch)
+        if commit and not committed:
+            raise TransactionAbortedError(
+                f"transaction of {member.transactional_id!r} was aborted before it could commit "
+                f"({decision.reason or 'aborted'})")
+        if final is not None and final.state in COMPLETE and \
+                final.writes_as(meta.decision_id, member.producer_id, member.epoch):
+            return final.producer_id, final.epoch
+        # Someone else finished the transaction and a newer instance has taken the
+        # id since: the outcome stands, but this producer keeps its old identity,
+        # so its next request is fenced.
+        return member.producer_id, member.epoch
+
+    def end_shared_transaction(self, decision_id: str, members: list[TransactionMember],
+                               commit: bool) -> Decision:
+        """Decide a multi-producer transaction once, then complete each member
+        (``TransactionCoordinator.end_shared_transaction``)."""
+        for m in members:
+            if m.decision_id != decision_id:
+                raise InvalidTxnStateError(
+                    f"member {m.transactional_id!r} belongs to decision {m.decision_id!r}, "
+                    f"not {decision_id!r}")
+        decision = self.store.decide(decision_id, commit,
+                                     [(m.producer_id, m.epoch) for m in members],
+                                     "EndTxn (shared)")
+        with self._owning([m.transactional_id for m in members]):
+            for m in members:
+                self.complete(m.transactional_id, only_decision=decision_id)
+        if commit:
+            left_out = [m.transactional_id for m in members
+                        if not decision.commits(m.producer_id, m.epoch)]
+            if left_out:
+                standing = "an ABORT" if not decision.commit else "a COMMIT of other members"
+                raise DecisionConflictError(
+                    f"decision {decision_id!r} already stands as {standing} "
+                    f"({decision.reason or 'no reason recorded'}); the records of "
+                    f"{', '.join(map(repr, left_out))} are aborted, not committed",
+                    decision_id, left_out)
+        return decision
+
+    # --- completion ---------------------------------------------------------------------------
+
+    def complete(self, transactional_id: str,
+                 only_decision: str | None = None) -> TransactionMetadata | None:
+        """Roll a decided transaction forward (``TransactionCoordinator.complete``)."""
+        while True:
+            version, meta = self.store.latest(transactional_id)
+            if meta is None:
+                return None
+            if only_decision is not None and meta.decision_id != only_decision:
+                return meta
+            if meta.state in (S.ONGOING, S.PREPARE_EPOCH_FENCE):
+                decision = self.store.decision(meta.decision_id)
+                if decision is None:
+                    if meta.state == S.ONGOING:
+                        return meta  # undecided: nothing to roll forward
+                    # A fence is only published after its ABORT decision; repair if not.
+                    decision = self.store.decide(meta.decision_id, False, [], meta.reason)
+                commits = decision.commits(meta.txn_producer_id, meta.txn_epoch)
+                if commits and meta.state == S.PREPARE_EPOCH_FENCE:
+                    raise InvalidTxnStateError(
+                        f"transactional id {transactional_id!r} was fenced for abort but "
+                        f"its decision {meta.decision_id!r} commits it")
+                self.store.publish(version + 1, meta.prepared(commits))  # lost race: reload
+                continue
+            if meta.state in PREPARED:
+                return self._finish(version, meta)
+            return meta
+
+    def _write_outcome(self, version: int, meta: TransactionMetadata) -> None:
+        """Every marker and, for a commit, group-offset update of a prepared transaction.
+
+        Each is idempotent (2.3, section 9) and all run at once: the decision
+        already fixed the outcome, and nothing orders one partition's marker,
+        or a group's offsets, after another's (protocol.md 4.6).
+        """
+        commit = meta.state == S.PREPARE_COMMIT
+
+        def mark(tp: tuple[str, int]) -> None:
+            self._partition(*tp).append_marker(
+                meta.txn_producer_id, meta.txn_epoch + 1, commit, coordinator_epoch=version,
+                decision_id=meta.decision_id, transactional_id=meta.transactional_id)
+
+        def apply(group: str) -> None:
+            apply_transactional_offsets(self.store.storage, group, meta.pending_offsets[group],
+                                        meta.transactional_id, version,
+                                        (meta.txn_producer_id, meta.txn_epoch),
+                                        meta.incarnation_ms)
+
+        steps = [(mark, tuple(tp)) for tp in meta.partitions]
+        if commit:
+            steps += [(apply, group) for group in meta.pending_offsets]
+        if len(steps) > 1:
+            # Every step ends before this returns or raises (the first error in order):
+            # nothing of this roll-forward is still writing when the caller goes on.
+            futures = [_marker_pool().submit(fn, arg) for fn, arg in steps]
+            wait(futures)
+            for future in futures:
+                future.result()
+        else:
+            for fn, arg in steps:
+                fn(arg)
+
+    def _finish(self, version: int, meta: TransactionMetadata) -> TransactionMetadata:
+        """Markers and group offsets, then the Complete* version."""
+        self._write_outcome(version, meta)
+        done = meta.completed(*self.store.next_identity(meta.txn_producer_id, meta.txn_epoch))
+        if self.store.publish(version + 1, done):
+            if meta.transactional_id not in self._ending():
+                logger.info("rolled forward transaction %r of %r (producer %d epoch %d): %s in "
+                            "%d partition(s)", meta.decision_id, meta.transactional_id,
+                            meta.txn_producer_id, meta.txn_epoch,
+                            "COMMIT" if done.state == S.COMPLETE_COMMIT else "ABORT",
+                            len(meta.partitions))
+            return done
+        _, latest = self.store.latest(meta.transactional_id)
+        assert latest is not None
+        return latest
+
+    # --- fencing ------------------------------------------------------------------------------
+
+    def fence_and_abort(self, transactional_id: str, reason: str,
+                        only: TransactionMetadata | None = None) -> None:
+        """Abort the Ongoing transaction of ``transactional_id`` and fence its producer.
+
+        With ``only``, abort nothing but that transaction (same decision id,
+        producer id and epoch): a timeout seen on an older read must not
+        abort the transaction that has replaced it since (Kafka checks the
+        producer id and epoch before aborting a timed-out transaction).
+
+        The ABORT decision is published first (unless a COMMIT won the race,
+        which then rolls forward).  For a member of a shared transaction that
+        decision is the shared one, so the whole shared transaction aborts:
+        aborting one member alone would need a second commit point, and
+        readers could then see the member flip from committed to aborted.
+        """
+        version, meta = self.store.latest(transactional_id)
+        if meta is None or meta.state != S.ONGOING or (only is not None and not meta.writes_as(
+                only.decision_id, only.txn_producer_id, only.txn_epoch)):
+            self.complete(transactional_id)
+            return
+        decision = self.store.decide(meta.decision_id, False, [], reason)
+        if not decision.commits(meta.txn_producer_id, meta.txn_epoch):
+            # losing the race is fine: complete() reloads
+            self.store.publish(version + 1, meta.fenced(reason))
+        self.complete(transactional_id)
+
+    def fence_writer(self, transactional_id: str, producer_id: int, epoch: int,
+                     reason: str) -> None:
+        """End or fence the transaction of ``(producer_id, epoch)``
+        (``TransactionCoordinator.fence_writer``)."""
+        while True:
+            version, meta = self.store.latest(transactional_id)
+            if meta is None:
+                return
+            if meta.state in PREPARED or meta.state == S.PREPARE_EPOCH_FENCE:
+                self.complete(transactional_id)
+                continue
+            if meta.state == S.ONGOING:
+                if (meta.txn_producer_id, meta.txn_epoch) == (producer_id, epoch):
+                    self.fence_and_abort(transactional_id, reason, only=meta)
+                return
+            if meta.state in IDLE and \
+                    (meta.producer_id, meta.epoch) == (producer_id, epoch):
+                pid, new_epoch = self.store.next_identity(producer_id, epoch)
+                if self.store.publish(version + 1, meta.bumped(pid, new_epoch, reason)):
+                    return
+                continue
+            return
