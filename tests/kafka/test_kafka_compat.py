@@ -203,7 +203,9 @@ def test_send_checks_its_arguments_as_kafka_python_does(root) -> None:
             p.send(TOPIC, "a str without a serializer")
         with pytest.raises(ValueError, match="partition"):  # KafkaConfigurationError is one
             p.send(TOPIC, b"v", partition=7)
-        with pytest.raises(errors.UnknownTopicOrPartitionError, match="no-such-topic"):
+        Log(root).alter_root_config({"auto.create.topics.enable": False})
+        with pytest.raises(errors.UnknownTopicOrPartitionError,
+                           match="'no-such-topic' .*auto.create.topics.enable is false"):
             p.send("no-such-topic", b"v")
     with pytest.raises(errors.IllegalStateError, match="closed"):
         p.send(TOPIC, b"v")

@@ -120,6 +120,7 @@ def test_max_message_bytes_is_enforced(memlog: Log) -> None:
 
 def test_unknown_topics_and_partitions(memlog: Log) -> None:
     memlog.create_topic("t", 2)
+    memlog.alter_root_config({"auto.create.topics.enable": False})  # a send would create it
     for call in (lambda: memlog.describe_topic("nope"), lambda: memlog.read("nope", 0),
                  lambda: memlog.end_offset("nope", 0), lambda: memlog.delete_topic("nope"),
                  lambda: memlog.producer().send("nope", b"v"),

@@ -420,7 +420,10 @@ def test_write_defaults():
     assert opts.delivery_guarantee == "exactly_once"
     assert opts.transactional_id_prefix is None
     assert opts.transaction_timeout_ms == 900_000
-    assert (opts.create_topics, opts.num_partitions) == (False, 1)
+    # Neither given: the root's auto.create.topics.enable and num.partitions decide.
+    assert (opts.create_topics, opts.num_partitions) == (None, None)
+    refused = WriteOptions.parse({"path": "/p", "createTopics": "false"}, streaming=False)
+    assert refused.create_topics is False  # given: it overrides the root for this query
     assert opts.compression == "none" and opts.batch_size is None and opts.group_id is None
     assert pickle.loads(pickle.dumps(opts)) == opts
 

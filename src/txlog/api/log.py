@@ -29,6 +29,7 @@ from ..partition.partition_log import PartitionLog
 from ..partition.retention import Retained
 from ..partition.segment_merge import Merged
 from ..root.root import Root
+from ..root.root_config import RootConfig
 from ..root.topics import TopicDescription
 from ..storage.contract import Storage
 from ..transactions import groups as group_offsets
@@ -86,6 +87,17 @@ class Log:
         """Set or remove (back to Kafka's default) retention and segment settings of a
         topic (kafka-configs --alter); each change is a new version of its config chain."""
         return self.services.alter_topic_config(name, set, delete)
+
+    def describe_root_config(self) -> RootConfig:
+        """The root's settings (``auto.create.topics.enable``, ``num.partitions``), as a
+        Kafka broker's: Kafka's default where the root sets none."""
+        return self.services.root_config(refresh=True)
+
+    def alter_root_config(self, set: dict[str, Any] | None = None,
+                          delete: list[str] | tuple[str, ...] = ()) -> RootConfig:
+        """Set or remove (back to Kafka's default) the root's settings: whether a topic is
+        created on first use, and with how many partitions (docs/clients.md)."""
+        return self.services.alter_root_config(set, delete)
 
     def create_partitions(self, name: str, total: int) -> TopicDescription:
         """Grow topic ``name`` to ``total`` partitions (Kafka's CreatePartitions)."""

@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import TxlogError
-from . import groups, inspection, maintain, maintenance, records, topics, transactions
+from . import (groups, inspection, maintain, maintenance, records, root_config, topics,
+               transactions)
 from .common import ROOT_ENV, CommandError
 
 PROG = "txlog"
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         return group.add_parser(name, parents=[leaf], **kwargs)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     topics.add_topics(commands, leaf_parser)
+    root_config.add_root_config(commands, leaf_parser)
     records.add_produce(commands, leaf_parser)
     records.add_consume(commands, leaf_parser)
     topics.add_offsets(commands, leaf_parser)
@@ -65,7 +67,8 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {
     "producers": transactions.run_producers, "compact": maintenance.run_compact,
     "retention": maintenance.run_retention, "gc": maintenance.run_gc,
     "delete-records": maintenance.run_delete_records, "maintain": maintain.run_maintain,
-    "dump": inspection.run_dump, "verify": inspection.run_verify, "groups": groups.run_groups}
+    "dump": inspection.run_dump, "verify": inspection.run_verify, "groups": groups.run_groups,
+    "root-config": root_config.run_root_config}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

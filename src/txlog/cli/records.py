@@ -27,7 +27,9 @@ def add_produce(commands: Any, leaf_parser: LeafParser) -> None:
                     "object per line) with an idempotent producer, or with "
                     "--transactional-id in one transaction. Prints how many records went "
                     "to which offsets.")
-    produce.add_argument("topic", metavar="TOPIC", help="topic to write to")
+    produce.add_argument("topic", metavar="TOPIC",
+                         help="topic to write to; a missing one is created first if the "
+                              "root's auto.create.topics.enable allows it (txlog root-config)")
     keys = produce.add_mutually_exclusive_group()
     keys.add_argument("--key", metavar="K",
                       help="key of every record (UTF-8); records are then partitioned by "
@@ -105,7 +107,9 @@ def add_consume(commands: Any, leaf_parser: LeafParser) -> None:
 
 def run_produce(args: argparse.Namespace) -> None:
     log = open_log(args.root)
-    log.describe_topic(args.topic)  # fail before reading any input
+    # Created now if missing and the root allows it (as kafka-console-producer's first send
+    # has the broker create it), else refused before any input is read.
+    log.services.ensure_topic(args.topic)
     if args.partition is not None:
         log.partition(args.topic, args.partition)
     key = None if args.key is None else args.key.encode("utf-8")

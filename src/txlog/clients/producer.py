@@ -69,7 +69,8 @@ class Producer:
                  key_serializer: Callable[[Any], bytes] | None = None,
                  value_serializer: Callable[[Any], bytes] | None = None,
                  compression_type: str | None = None,
-                 data_object_bytes: int = DEFAULT_DATA_OBJECT_BYTES) -> None:
+                 data_object_bytes: int = DEFAULT_DATA_OBJECT_BYTES,
+                 allow_auto_create_topics: bool = True) -> None:
         compression = check_producer_settings(
             compression=compression, compression_type=compression_type, batch_size=batch_size,
             data_object_bytes=data_object_bytes, linger_ms=linger_ms,
@@ -84,6 +85,9 @@ class Producer:
         self.enable_idempotence = enable_idempotence
         self.transactional_id = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
+        # A topic missing at first use is created as the root says, unless this is False.
+        self._auto_create = None if allow_auto_create_topics \
+            else ("allow_auto_create_topics", False)
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._partitioner = StickyPartitioner()
@@ -104,7 +108,8 @@ class Producer:
         return self._transactions.epoch
 
     def partitions_for(self, topic: str) -> set[int]:
-        return set(range(self._services.describe_topic(topic).partitions))
+        """The topic's partitions; a topic missing is created as ``send`` would create it."""
+        return set(range(self._services.ensure_topic(topic, self._auto_create).partitions))
 
     # --- sending -----------------------------------------------------------------------
 
@@ -243,8 +248,9 @@ class Producer:
 
     def _partition_count(self, topic: str, wanted: object = None) -> int:
         """The topic's partition count, looked up again when ``wanted`` is past the cached
-        one (a partition added since, as a Kafka producer refreshes its metadata)."""
-        count = self._services.describe_topic(topic).partitions
+        one (a partition added since, as a Kafka producer refreshes its metadata); a topic
+        missing is created if the root allows it (Kafka's auto.create.topics.enable)."""
+        count = self._services.ensure_topic(topic, self._auto_create).partitions
         if isinstance(wanted, int) and wanted >= count:
             count = self._services.describe_topic(topic, refresh=True).partitions
         return count

@@ -72,8 +72,9 @@ _COMMON = (
     _key("api_version", None, ACCEPTED, "txlog speaks one protocol: any value is taken and "
                         "has no effect"),
     _key("allow_auto_create_topics",
-        True, ACCEPTED, "txlog never creates topics on use: a missing one raises "
-        "UnknownTopicOrPartitionError at once (create it with `txlog topics create`)"),
+        True, USED, "as Kafka: a topic missing when sent to, subscribed or assigned is "
+        "created if the root's auto.create.topics.enable allows it (with its num.partitions); "
+        "False never creates one (a send to it raises UnknownTopicOrPartitionError)"),
     _key("metadata_max_age_ms",
         300000, USED, "how often a subscription without group_id looks for added partitions; "
         "a producer refreshes a topic's partition count whenever it needs it"),

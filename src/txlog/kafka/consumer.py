@@ -31,6 +31,7 @@ from ..clients.consumer import Consumer
 from ..clients.membership import RootMember
 from ..clients.positions import end_expired_transactions
 from ..clients.transaction_manager import EXPIRY_CHECK_INTERVAL_S
+from ..errors import UnknownTopicError
 from ..integers import is_int
 from ..partition.isolation import READ_COMMITTED
 from ..root.root import Root
@@ -193,8 +194,18 @@ class KafkaConsumer:
             self.unsubscribe()
             return
         self._maybe_auto_commit(force=True)
-        self._set_assignment([_check_tp(tp) for tp in partitions])
+        wanted = [_check_tp(tp) for tp in partitions]
+        for topic in dict.fromkeys(tp.topic for tp in wanted):
+            self._ensure_topic(topic)
+        self._set_assignment(wanted)
         self._user_assigned = True
+
+    def _ensure_topic(self, topic: str) -> None:
+        """Create ``topic`` if it is missing and both this consumer and the root allow it, as
+        a Kafka consumer's metadata request has the broker create it; else raise that it is
+        unknown, naming the setting that forbade it."""
+        self._root.ensure_topic(topic, None if self.config["allow_auto_create_topics"]
+                                else ("allow_auto_create_topics", False))
 
     def _set_assignment(self, partitions: list[TopicPartition]) -> None:
         self._core.assign([(tp.topic, tp.partition) for tp in partitions])
@@ -219,6 +230,13 @@ class KafkaConsumer:
         if isinstance(topics, str):
             topics = [topics]
         self._pattern = re.compile(pattern) if pattern is not None else None
+        for topic in dict.fromkeys(topics if pattern is None else ()):
+            try:
+                self._ensure_topic(topic)
+            except UnknownTopicError:
+                if self.config["group_id"] is None:
+                    raise
+                # A group's member waits for the topic to appear, as a Kafka member does.
         self._subscription = set(topics) if pattern is None else set()
         self._refresh_subscription(force=True)
         if self.config["group_id"] is not None:

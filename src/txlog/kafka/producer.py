@@ -165,7 +165,8 @@ class KafkaProducer:
                 transactional_id=self.config["transactional_id"],
                 transaction_timeout_ms=self.config["transaction_timeout_ms"],
                 batch_size=self.config["batch_size"], linger_ms=self.config["linger_ms"],
-                compression_type=compression)
+                compression_type=compression,
+                allow_auto_create_topics=bool(self.config["allow_auto_create_topics"]))
         self._lock = threading.RLock()  # every call into the native producer
         self._signal = threading.Condition()  # the sender's wake-ups; never held with _lock
         self._work = False

@@ -27,10 +27,11 @@ from ..storage.contract import Storage
 from ..storage.schemes import open_storage
 from ..storage.chain import VersionChain
 from ..storage.names import validate_name
-from ..storage.paths import (ROOT_MARKER, TOPICS_DIR, partition_count_path, topic_config_path,
-                             topic_dir, topic_meta_path)
+from ..storage.paths import (ROOT_CONFIG_DIR, ROOT_MARKER, TOPICS_DIR, partition_count_path,
+                             topic_config_path, topic_dir, topic_meta_path)
 from ..transactions.coordinator import TransactionCoordinator
 from ..transactions.producer_ids import ProducerIdAllocator
+from .root_config import AUTO_CREATE, RootConfig, check_root_alteration
 from .topics import (PartitionCount, TopicConfig, TopicDescription, check_alteration,
                      check_growth, check_new_topic)
 
@@ -55,6 +56,8 @@ class Root:
         # Per topic, by (topic, chain path): partitions added, config altered since creation.
         self._topic_chains: dict[tuple[str, str], VersionChain] = {}
         self._partitions: dict[tuple[str, int], PartitionLog] = {}
+        self._config_chain = VersionChain(self.storage, ROOT_CONFIG_DIR)
+        self._config: RootConfig | None = None  # the root's settings, once read
         self.producer_ids = ProducerIdAllocator(self.storage)
         self.coordinator = TransactionCoordinator(self.storage, self.producer_ids.next_id,
                                                   self.partition)
@@ -106,7 +109,33 @@ class Root:
         with self._lock:
             self._topics.clear()
             self._topic_chains.clear()
+            self._config = None
         return True
+
+    # --- the root's settings (root_config.py) ----------------------------------------
+
+    def root_config(self, refresh: bool = False) -> RootConfig:
+        """The root's settings, cached; ``refresh`` reads the chain's newest version."""
+        with self._lock:
+            cached = self._config
+        if cached is not None and not refresh:
+            return cached
+        config = RootConfig.current(self._config_chain.latest()[1])
+        with self._lock:
+            self._config = config
+        return config
+
+    def alter_root_config(self, set: dict[str, Any] | None = None,
+                          delete: list[str] | tuple[str, ...] = ()) -> RootConfig:
+        """Set or remove (back to Kafka's default) the root's settings; each change is a
+        new version of its config chain, decided against the newest."""
+        checked = check_root_alteration(dict(set or {}), delete)
+        _, value = self._config_chain.update(
+            lambda version, value: RootConfig.current(value).altered(checked, delete).encode())
+        config = RootConfig.current(value)
+        with self._lock:
+            self._config = config
+        return config
 
     # --- topics ------------------------------------------------------------------
 
@@ -128,6 +157,37 @@ class Root:
         if not self.storage.publish_if_absent(topic_meta_path(name), meta):
             raise TopicExistsError(f"topic {name!r} already exists in {self.url}")
         return desc
+
+    def ensure_topic(self, name: str, override: tuple[str, bool] | None = None,
+                     partitions: int | None = None) -> TopicDescription:
+        """The topic's description, the topic created first if it does not exist and may be
+        created on use, as a Kafka broker creates it when a client asks for it.
+
+        The root decides (``auto.create.topics.enable``, read afresh at each miss), unless
+        ``override`` names a client's setting and its value: False never creates
+        (kafka-python's ``allow_auto_create_topics``), True always does (Spark's
+        ``createTopics``).  A creation has ``partitions``, else the root's
+        ``num.partitions``.  Processes creating the same topic at once all get the one
+        that won the publish of ``topic.json`` (docs/protocol.md 10).
+        """
+        try:
+            return self.describe_topic(name)
+        except UnknownTopicError:
+            pass
+        config = self.root_config(refresh=True)
+        setting, allowed = override or (AUTO_CREATE, config.auto_create)
+        if not allowed:
+            where = " on this root" if override is None else ""
+            raise UnknownTopicError(
+                f"topic {name!r} does not exist in {self.url} and {setting} is false{where}; "
+                "create the topic first (txlog topics create)")
+        try:
+            return self.create_topic(name, partitions or config.num_partitions)
+        except TopicExistsError as exc:
+            try:  # another process created it first: that is the topic
+                return self.describe_topic(name)
+            except UnknownTopicError:
+                raise exc from None  # the leftovers of an unfinished delete
 
     def topics(self) -> list[str]:
         return sorted(n for n in self.storage.list(TOPICS_DIR)

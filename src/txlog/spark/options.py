@@ -645,8 +645,9 @@ class WriteOptions:
     delivery_guarantee: DeliveryGuarantee = "exactly_once"
     transactional_id_prefix: str | None = None
     transaction_timeout_ms: int = MAX_TRANSACTION_TIMEOUT_MS
-    create_topics: bool = False
-    num_partitions: int = 1
+    # None: the root's auto.create.topics.enable and num.partitions decide (root_config.py).
+    create_topics: bool | None = None
+    num_partitions: int | None = None
     compression: Literal["none", "lz4", "zstd"] = "none"
     batch_size: int | None = None
     group_id: str | None = None
@@ -722,7 +723,7 @@ _WRITE = Settings(
                                        "must not be negative, got {raw!r}")),
     Setting("kafka.max.request.size", _positive(32)),
     Setting("kafka.enable.idempotence", _boolean, True),
-    Setting("numPartitions", _positive(32), 1),
+    Setting("numPartitions", _positive(32)),
     Setting("groupId", _name_of("group id")),
     Setting("checkpointLocation", _stripped),
     # A query id, checked once the write is known to be one it can mean something to.
@@ -730,7 +731,7 @@ _WRITE = Settings(
     Setting("dataObjectBytes", _ranged(parse_bytes, 1, 1 << 30, (
         "must be between 1 byte and 1g (each task holds about twice this in memory), "
         "got {raw!r}"))),
-    Setting("createTopics", _boolean, False),
+    Setting("createTopics", _boolean),
 )
 _TXN_VERSION = _ranged(_long("a non-negative integer"), 0, math.inf,
                        "must be a non-negative integer, got {raw!r}")

@@ -24,7 +24,7 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
 from pyspark.sql.types import StructType
 
 from ..transactions.metadata import TransactionMember
-from ..errors import InvalidConfigError, TopicExistsError, UnknownTopicError
+from ..errors import InvalidConfigError
 from ..api.log import Log
 from ..root.root import Root
 from ..clients.producer import DEFAULT_BATCH_SIZE, Producer
@@ -442,17 +442,12 @@ def _described(job: SharedTransaction | None, log: Log,
 
 
 def _open(options: WriteOptions) -> Log:
-    return worker_log(options.path, options.storage_options, create=options.create_topics)
+    return worker_log(options.path, options.storage_options, create=bool(options.create_topics))
 
 
 def _ensure_topic(root: Root, options: WriteOptions, topic: str) -> None:
-    if topic in root.topics():
-        return
-    if not options.create_topics:
-        raise UnknownTopicError(
-            f"topic {topic!r} does not exist in {root.url}; create it (txlog topics create) or "
-            "set option createTopics=true (with numPartitions)")
-    try:
-        root.create_topic(topic, partitions=options.num_partitions)
-    except TopicExistsError:
-        pass  # another task created it first
+    """A missing topic is created as the root's auto.create.topics.enable says, unless the
+    query's createTopics, when given, says otherwise."""
+    override = None if options.create_topics is None else ("createTopics",
+                                                           options.create_topics)
+    root.ensure_topic(topic, override, options.num_partitions)

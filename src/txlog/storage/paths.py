@@ -16,6 +16,8 @@ from __future__ import annotations
 ROOT_MARKER = "txlog.json"  # the format version of the root (msgpack)
 TMP_PREFIX = ".tmp-"  # objects being written (local and atomic-rename backends); never listed
 PROBE_DIR = f"{TMP_PREFIX}probe"  # where a backend checks that conditional writes work
+# The version chain of the root's own settings (a broker's: topic auto-creation).
+ROOT_CONFIG_DIR = "config"
 
 # --- data objects (docs/format.md, section 2.7) -------------------------------------------
 
