@@ -168,7 +168,7 @@ class Root:
         (kafka-python's ``allow_auto_create_topics``), True always does (Spark's
         ``createTopics``).  A creation has ``partitions``, else the root's
         ``num.partitions``.  Processes creating the same topic at once all get the one
-        that won the publish of ``topic.json`` (docs/protocol.md 10).
+        that won the publish of ``topic.json`` (docs/protocol.md 1.7).
         """
         try:
             return self.describe_topic(name)
