@@ -12,26 +12,16 @@ import random
 
 import pytest
 
-from txlog import clock
+from helpers_core import StillClock
 from txlog.clients.metrics import (Avg, ConsumerSensors, Count, Max, MetricConfig, MetricName,
                                    Metrics, ProducerSensors, Rate, SampledTotal, Total)
 
 kafka = pytest.importorskip("kafka", reason="kafka-python is the oracle: pip install -e '.[test]'")
 
 
-class FakeClock:
-    def __init__(self, now: int = 1_000_000) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    clock_ = FakeClock()
-    monkeypatch.setattr(clock, "monotonic_ms", clock_)
-    return clock_
+def fake(monkeypatch: pytest.MonkeyPatch) -> StillClock:
+    return StillClock.installed(monkeypatch)
 
 
 def test_a_rate_counts_at_least_the_full_windows_but_the_current_one() -> None:
@@ -78,7 +68,7 @@ def test_avg_max_and_totals_with_and_without_values() -> None:
 
 @pytest.mark.parametrize("samples,window_ms", [(2, 30000), (1, 500), (3, 200), (5, 1000)])
 def test_every_figure_agrees_with_kafka_pythons_stats(samples: int, window_ms: int,
-                                                      fake: FakeClock) -> None:
+                                                      fake: StillClock) -> None:
     from kafka.metrics import MetricConfig as KafkaMetricConfig
     from kafka.metrics import Metrics as KafkaMetrics
     from kafka.metrics.stats import Avg as KAvg
@@ -114,7 +104,7 @@ def test_every_figure_agrees_with_kafka_pythons_stats(samples: int, window_ms: i
 
 
 def test_values_are_grouped_as_kafka_pythons_metrics_and_raw_gives_metric_objects(
-        fake: FakeClock) -> None:
+        fake: StillClock) -> None:
     metrics = Metrics(MetricConfig())
     sensor = metrics.sensor([("a-total", "one", "all of them", Total),
                              ("a-avg", "two", "", Avg)])
@@ -147,7 +137,7 @@ def test_the_clients_groups_hold_kafka_pythons_names_before_anything_is_recorded
         set(consumer["consumer-coordinator-metrics"])
 
 
-def test_a_producer_request_records_its_batches_not_its_records(fake: FakeClock) -> None:
+def test_a_producer_request_records_its_batches_not_its_records(fake: StillClock) -> None:
     sensors = ProducerSensors(MetricConfig(2, 1000), lambda: 1)
     sensors.request([(10, 1000, 90), (30, 2000, 70)], latency_ms=8.0)
     sensors.request([(20, 500, 25)], latency_ms=4.0)

@@ -14,7 +14,8 @@ import uuid
 
 import pytest
 
-from txlog import Log, Producer, clock
+from helpers_core import StillClock
+from txlog import Log, Producer
 from txlog.errors import ProducerFencedError
 from txlog.kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from txlog.kafka import errors
@@ -29,21 +30,9 @@ FETCH_NAMES = {"records-consumed-rate", "bytes-consumed-rate", "fetch-latency-av
                "fetch-size-avg", "records-lag-max", "records-per-request-avg"}
 
 
-class StillClock:
-    """The metrics clock, moved only by the test."""
-
-    def __init__(self) -> None:
-        self.now = 5_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-
 @pytest.fixture
 def still(monkeypatch: pytest.MonkeyPatch) -> StillClock:
-    fake = StillClock()
-    monkeypatch.setattr(clock, "monotonic_ms", fake)
-    return fake
+    return StillClock.installed(monkeypatch)
 
 
 @pytest.fixture
