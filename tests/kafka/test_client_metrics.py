@@ -74,6 +74,7 @@ def test_producer_figures_are_what_was_sent_over_the_window(root: str, still: St
         assert figures["records-per-request-avg"] == pytest.approx(n / requests)
         assert 0 < figures["request-latency-avg"] <= figures["request-latency-max"] <= elapsed_ms
         assert figures["record-error-rate"] == 0 and figures["requests-in-flight"] == 0
+        assert figures["throttle-time-max"] == 0
         still.now += 1250  # 1.5 s since the first sample began: the rate spans 1.5 s
         assert p.metrics()["producer-metrics"]["record-send-rate"] == pytest.approx(n / 1.5)
         still.now += 500  # both windows past: the rates forget, the totals do not
@@ -196,3 +197,25 @@ def test_metrics_keys_do_what_kafka_python_does_with_them(root: str) -> None:
     with pytest.raises(errors.KafkaConfigurationError, match="metrics_sample_window_ms"):
         KafkaProducer(bootstrap_servers=root, metrics_sample_window_ms="30s")
     KafkaProducer(bootstrap_servers=root, metric_reporters=[]).close()  # kafka-python's default
+
+
+def test_kafka_pythons_benchmark_reporters_print_our_figures(root: str, still: StillClock,
+                                                             capsys: pytest.CaptureFixture) -> None:
+    """The stats lines of kafka-python's own producer and consumer benchmarks, which
+    read metrics() by name, print the records per second sent and read."""
+    from kafka.benchmarks import consumer_performance, producer_performance
+
+    with KafkaProducer(bootstrap_servers=root, **WINDOW) as p:
+        for i in range(300):
+            p.send(TOPIC, b"b" * 50, partition=i % 3)
+        p.flush()
+        still.now += 500
+        producer_performance.StatsReporter(1, p).print_stats()
+    c = KafkaConsumer(TOPIC, bootstrap_servers=root, auto_offset_reset="earliest", **WINDOW)
+    while c.poll():
+        pass
+    consumer_performance.StatsReporter(1, c).print_stats()
+    c.close()
+    sent, read = capsys.readouterr().out.splitlines()
+    assert sent.startswith(f"{300 / 1.5:.0f} records/sec") and "0ms max throttle" in sent
+    assert read.startswith(f"{300 / 1.0:.0f} records/sec")  # read at once: one window

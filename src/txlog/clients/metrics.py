@@ -322,6 +322,10 @@ class ProducerSensors:
         self.latency = m.sensor(_rows(
             g, ("request-latency-avg", "The average request latency in ms.", Avg),
             ("request-latency-max", "The maximum request latency in ms.", Max)))
+        # No broker throttles a request: each one records a throttle time of 0.
+        self.throttle = m.sensor(_rows(
+            g, ("throttle-time-avg", "The average throttle time in ms.", Avg),
+            ("throttle-time-max", "The maximum throttle time in ms.", Max)))
         self.errors = m.sensor(_rows(
             g, ("record-error-rate",
                 "The average per-second number of record sends that resulted in errors", Rate),
@@ -344,6 +348,7 @@ class ProducerSensors:
         self.records.record(records)
         self.requests.record(size)
         self.latency.record(latency_ms)
+        self.throttle.record(0)
 
 
 class ConsumerSensors:
