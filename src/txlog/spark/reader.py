@@ -88,7 +88,7 @@ class _Pruning:
 def _millis(value: object) -> int | None:
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.timezone.utc)
+            value = value.replace(tzinfo=dt.UTC)
         return int(value.timestamp() * 1000)
     return None
 

@@ -451,7 +451,7 @@ def _modified(entry: dict[str, Any]) -> float:
         value = entry.get(key)
         if isinstance(value, datetime.datetime):
             if value.tzinfo is None:
-                value = value.replace(tzinfo=datetime.timezone.utc)
+                value = value.replace(tzinfo=datetime.UTC)
             return value.timestamp()
         if isinstance(value, (int, float)) and value > 0:
             return float(value)
@@ -461,7 +461,7 @@ def _modified(entry: dict[str, Any]) -> float:
             except ValueError:
                 continue
             if parsed.tzinfo is None:
-                parsed = parsed.replace(tzinfo=datetime.timezone.utc)
+                parsed = parsed.replace(tzinfo=datetime.UTC)
             return parsed.timestamp()
     raise StorageError(f"the store gives no modification time for {entry.get('name')!r}: "
                        "data objects cannot be collected by age")
