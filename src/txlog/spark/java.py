@@ -124,7 +124,7 @@ def lacks_vector_module(java_home: str | os.PathLike[str]) -> bool:
     except OSError:
         return False
     match = _MODULES_LINE.search(text)
-    return bool(match) and VECTOR_MODULE not in match.group(1).split()
+    return match is not None and VECTOR_MODULE not in match.group(1).split()
 
 
 def _shim_root() -> Path:
