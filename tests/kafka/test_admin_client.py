@@ -134,6 +134,8 @@ def test_validate_only_creates_nothing_and_refusals_are_named(admin) -> None:
                                    raise_errors=False)["topics"][0]
     assert assigned["error_code"] == errors.InvalidRequestError.errno
     assert "replica assignments" in assigned["error_message"]
+    unreplicated = admin.create_topics({"y": {"replication_factor": 0}}, raise_errors=False)
+    assert unreplicated["topics"][0]["error_code"] == errors.InvalidReplicationFactorError.errno
     bad = admin.create_topics({"x": {"num_partitions": 0}}, raise_errors=False)["topics"][0]
     assert bad["error_code"] == 40 and "partitions" in bad["error_message"]
     assert admin.list_topics() == []

@@ -22,9 +22,10 @@ from ..root.topics import (ALTERABLE_CONFIG, TopicDescription, check_alteration,
                            config_value, effective_config)
 from .admin_types import (AlterConfigOp, ConfigResourceType, NewPartitions, NewTopic,
                           OffsetSpec, OffsetTimestamp, Response)
-from .errors import (InvalidConfigurationError, InvalidPartitionsError, InvalidRequestError,
-                     KafkaError, UnknownTopicOrPartitionError, UnsupportedVersionError,
-                     kafka_error_for, translated)
+from .errors import (InvalidConfigurationError, InvalidPartitionsError,
+                     InvalidReplicationFactorError, InvalidRequestError, KafkaError,
+                     UnknownTopicOrPartitionError, UnsupportedVersionError, kafka_error_for,
+                     translated)
 from .structs import OffsetAndTimestamp, TopicPartition
 
 NODE = 0  # the one pseudo-node: the storage every process shares
@@ -74,7 +75,15 @@ def config_entry(desc: TopicDescription, key: str, value: Any) -> dict[str, Any]
             "documentation": None}
 
 
-def _refuse_assignments(name: str, assignments: Any) -> None:
+def _refuse_assignments(name: str, replication: Any, assignments: Any) -> None:
+    """Replication factors are taken (-1 or at least 1; storage replaces replication);
+    replica assignments are refused."""
+    if replication is not None and (not isinstance(replication, int) or
+                                    isinstance(replication, bool) or
+                                    replication == 0 or replication < -1):
+        raise InvalidReplicationFactorError(
+            f"topic {name!r}: replication_factor must be -1 or at least 1, not "
+            f"{replication!r} (it has no effect: storage replaces replication)")
     if assignments:
         raise InvalidRequestError(
             f"topic {name!r}: replica assignments are refused: txlog has no brokers to "
@@ -151,7 +160,7 @@ class TopicAdmin:
         for name, partitions, replication, assignments, configs in new_topic_specs(new_topics):
             partitions = DEFAULT_PARTITIONS if partitions == -1 else partitions
             try:
-                _refuse_assignments(name, assignments)
+                _refuse_assignments(name, replication, assignments)
                 desc = self._root.create_topic(
                     name, partitions, {k: config_value(v) for k, v in configs.items()},
                     validate_only=validate_only)
@@ -209,7 +218,7 @@ class TopicAdmin:
                     total, assignments = spec["count"], spec.get("assignments")
                 else:
                     total, assignments = spec, None
-                _refuse_assignments(name, assignments)
+                _refuse_assignments(name, None, assignments)
                 if validate_only:
                     check_growth(self._root.describe_topic(name, refresh=True), total)
                 else:
