@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 from .. import clock
 from ..transactions.metadata import TxnState
@@ -81,10 +81,10 @@ class KafkaAdminClient(GroupAdmin):
                               self.config["storage_options"]).services
         self._closed = False
 
-    def __enter__(self) -> KafkaAdminClient:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -159,7 +159,7 @@ class KafkaAdminClient(GroupAdmin):
                 row = found.setdefault((h.transactional_id, h.producer_id, h.epoch), {
                     "transactional_id": h.transactional_id or None,
                     "producer_id": h.producer_id, "producer_epoch": h.epoch,
-                    "state": TransactionState.ONGOING.value,
+                    "state": TxnState.ONGOING.value,
                     "age_ms": now - h.start_ms if h.start_ms >= 0 else -1,
                     "coordinator_id": NODE, "topic_partitions": []})
                 row["topic_partitions"].append(TopicPartition(h.topic, h.partition))

@@ -14,6 +14,8 @@ from collections import namedtuple
 from enum import Enum, IntEnum
 from typing import Any, NamedTuple
 
+from ..transactions.metadata import TxnState
+
 
 class NewTopic:
     """DEPRECATED in kafka-python 3.0 (a dict or a list of names is the new form), still
@@ -95,16 +97,11 @@ class OffsetTimestamp(int):
         return f"OffsetTimestamp({int(self)})"
 
 
-class TransactionState(str, Enum):
-    EMPTY = "Empty"
-    ONGOING = "Ongoing"
-    PREPARE_COMMIT = "PrepareCommit"
-    PREPARE_ABORT = "PrepareAbort"
-    COMPLETE_COMMIT = "CompleteCommit"
-    COMPLETE_ABORT = "CompleteAbort"
-    DEAD = "Dead"
-    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
-    UNKNOWN = "Unknown"
+# kafka-python's name for the coordinator's states, the same as txlog's (Kafka's), and
+# UNKNOWN for a state a newer broker might report.
+TransactionState = Enum(  # type: ignore[misc]
+    "TransactionState", [(s.name, s.value) for s in TxnState] + [("UNKNOWN", "Unknown")],
+    type=str, module=__name__)
 
 
 class TransactionListing(NamedTuple):
