@@ -245,6 +245,14 @@ def test_alter_reset_and_delete_group_offsets(admin, root) -> None:
     assert Log(root).committed("g") == {("t", 0): 0}
     with pytest.raises(errors.KafkaConfigurationError, match="metadata"):
         admin.alter_group_offsets("g", {tp: OffsetAndMetadata(1, "note", -1)})
+    admin.create_partitions({"t": 2})
+    other = TopicPartition("t", 1)
+    admin.alter_group_offsets("g", {other: 0})
+    assert admin.delete_group_offsets("g", [tp, missing]) == \
+        {tp: errors.NoError, missing: errors.UnknownTopicOrPartitionError}
+    assert Log(root).committed("g") == {("t", 1): 0}
+    with pytest.raises(errors.GroupIdNotFoundError):
+        admin.delete_group_offsets("nobody", [tp])
     assert admin.delete_groups(["g"]) == {"g": "OK"}
     assert Log(root).groups() == []
     assert admin.delete_consumer_groups(["g"]) == [("g", errors.GroupIdNotFoundError)]
@@ -263,6 +271,8 @@ def test_offsets_of_a_group_with_a_live_member_are_not_altered(admin, root) -> N
     assert admin.alter_group_offsets("live", {tp: 0}) == {tp: errors.NonEmptyGroupError}
     assert admin.describe_groups(["live"])["live"]["group_state"] == "Stable"
     assert admin.delete_groups(["live"]) == {"live": "NonEmptyGroupError"}
+    with pytest.raises(errors.NonEmptyGroupError):
+        admin.delete_group_offsets("live", [tp])
     member.close()
     assert Log(root).committed("live") == {("t", 0): 6}
 

@@ -53,8 +53,6 @@ REFUSED_METHODS: dict[str, str] = {
     "abort_transaction": "abort by transactional id instead: `txlog transactions abort ID` "
                          "(a partition's producer id and epoch alone do not name one here)",
     "reset_configs": "use alter_configs with (AlterConfigOp.DELETE, None) per key",
-    "delete_group_offsets": "txlog's group store does not drop single partitions' offsets: "
-                            "move them with alter_group_offsets, or delete the group",
 }
 
 

@@ -107,18 +107,24 @@ class GroupAdmin(TopicAdmin):
                                  for tp, o in sorted(offsets.items())}
         return out
 
+    def _split_partitions(self, tps: Any) -> tuple[list[tuple[str, int]],
+                                                     dict[Any, type[KafkaError]]]:
+        """The partitions that exist, and UnknownTopicOrPartitionError for the others."""
+        valid, unknown = [], {}
+        for topic, partition in tps:
+            try:
+                self._root.partition(topic, partition)
+                valid.append((topic, partition))
+            except TxlogError:
+                unknown[TopicPartition(topic, partition)] = UnknownTopicOrPartitionError
+        return valid, unknown
+
     def _set_offsets(self, group_id: str, offsets: dict[tuple[str, int], int]
                      ) -> dict[Any, type[KafkaError]]:
         """Publish ``offsets`` for the partitions that exist while the group has no live
         member (the CLI's reset path); per partition NoError or why not."""
-        result: dict[Any, type[KafkaError]] = {}
-        valid = {}
-        for (topic, partition), offset in offsets.items():
-            try:
-                self._root.partition(topic, partition)
-                valid[(topic, partition)] = offset
-            except TxlogError:
-                result[TopicPartition(topic, partition)] = UnknownTopicOrPartitionError
+        found, result = self._split_partitions(offsets)
+        valid = {tp: offsets[tp] for tp in found}
         if valid:
             try:
                 try:
@@ -165,6 +171,23 @@ class GroupAdmin(TopicAdmin):
         errors = self._set_offsets(group_id, targets)
         return {TopicPartition(*tp): {"error": errors[TopicPartition(*tp)], "offset": o}
                 for tp, o in targets.items()}
+
+    def delete_group_offsets(self, group_id: str, partitions: list[Any],
+                             group_coordinator_id: int | None = None
+                             ) -> dict[Any, type[KafkaError]]:
+        """Drop the group's offsets of ``partitions`` while it has no live member (one new
+        version of its offsets, as a reset); per partition NoError, or
+        UnknownTopicOrPartitionError.  Raises GroupIdNotFoundError for an unknown group
+        and NonEmptyGroupError while members live, as kafka-python raises top-level
+        errors."""
+        one_node("group_coordinator_id", group_coordinator_id)
+        valid, result = self._split_partitions(partitions)
+        if valid:
+            with translated():
+                reset_offsets_if_inactive(self._root.storage, group_id, lambda _: {},
+                                          forget=tuple(valid))
+            result.update({TopicPartition(*tp): NoError for tp in valid})
+        return result
 
     def delete_groups(self, group_ids: list[str], group_coordinator_id: int | None = None
                       ) -> dict[str, str]:

@@ -267,7 +267,8 @@ def take_over(storage: Storage, coordinator: TransactionCoordinator, group_id: s
     drop_pending(storage, group_id, pending)
 
 
-def reset_offsets_if_inactive(storage: Storage, group_id: str, step: OffsetsStep
+def reset_offsets_if_inactive(storage: Storage, group_id: str, step: OffsetsStep,
+                              forget: tuple[TopicPartition, ...] = ()
                               ) -> dict[TopicPartition, int]:
     """Reset offsets only while the group has no live member, as Kafka's tool refuses.
 
@@ -295,7 +296,8 @@ def reset_offsets_if_inactive(storage: Storage, group_id: str, step: OffsetsStep
                 continue  # the group changed meanwhile: check again
         try:
             return reset_offsets(storage, group_id, step, fenced_at=fenced,
-                                 fence_to=state.generation if state.generation else None)
+                                 fence_to=state.generation if state.generation else None,
+                                 forget=forget)
         except StaleGroupFence:
             continue
 
