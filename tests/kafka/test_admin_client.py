@@ -192,6 +192,9 @@ def test_delete_records_moves_the_log_start(admin, root) -> None:
     offsets = admin.list_partition_offsets({tp: OffsetSpec.EARLIEST})
     assert offsets[tp].offset == 4
     assert admin.list_partition_offsets({tp: OffsetSpec.LATEST})[tp].offset == 10
+    assert admin.list_partition_offsets({tp: OffsetSpec.LATEST}, kafka.IsolationLevel(1)
+                                        )[tp].offset == 10
+    assert admin.list_partition_offsets({tp: OffsetTimestamp(0)})[tp].offset == 4
     with pytest.raises(errors.OffsetOutOfRangeError):
         admin.delete_records({tp: 11})
 

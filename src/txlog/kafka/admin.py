@@ -77,7 +77,6 @@ class KafkaAdminClient(GroupAdmin):
         self.config = resolve("KafkaAdminClient", ADMIN_CONFIG, configs)
         self._root = open_log("KafkaAdminClient", self.config["bootstrap_servers"],
                               self.config["storage_options"]).services
-        self._closed = False
 
     def __enter__(self) -> Self:
         return self
@@ -86,9 +85,7 @@ class KafkaAdminClient(GroupAdmin):
         self.close()
 
     def close(self) -> None:
-        """Nothing to disconnect from; later calls still work (as they reconnect in
-        kafka-python)."""
-        self._closed = True
+        """Nothing to disconnect from: every call reads and writes the storage itself."""
 
     def list_transactions(self, broker_ids: list[int] | None = None,
                           producer_id_filters: list[int] | None = None,

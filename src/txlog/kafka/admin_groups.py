@@ -45,11 +45,11 @@ class GroupAdmin(TopicAdmin):
 
     _root: Root
 
-    def _group(self, group_id: str) -> dict[str, Any]:
-        """One group as DescribeGroups describes it; an unknown one is Dead, as in Kafka."""
+    def _group(self, group_id: str, known: bool) -> dict[str, Any]:
+        """One group as DescribeGroups describes it; an unknown one (``known``: it has
+        committed offsets) without members is Dead, as in Kafka."""
         membership = GroupMembership(self._root.storage, group_id)
         state = membership.latest()
-        known = group_id in self._root_groups()
         beats = membership.heartbeats() if state.members else {}
         name = group_state_name(state, beats, clock.now_ms()) if known or state.members \
             else "Dead"
@@ -78,7 +78,8 @@ class GroupAdmin(TopicAdmin):
         one_node("broker_ids", broker_ids)
         with translated():
             rows = [{"group_id": g, "protocol_type": PROTOCOL_TYPE,
-                     "group_state": self._group(g)["group_state"], "group_type": "classic"}
+                     "group_state": self._group(g, True)["group_state"],
+                     "group_type": "classic"}
                     for g in self._root_groups()]
         states = None if not states_filter else {_state_key(s) for s in states_filter}
         types = None if not types_filter else {_state_key(t) for t in types_filter}
@@ -89,7 +90,8 @@ class GroupAdmin(TopicAdmin):
                         include_authorized_operations: bool = False) -> dict[str, Any]:
         one_node("group_coordinator_id", group_coordinator_id)
         with translated():
-            return {g: self._group(g) for g in group_ids}
+            known = set(self._root_groups())
+            return {g: self._group(g, g in known) for g in group_ids}
 
     def list_group_offsets(self, group_specs: Any) -> dict[str, dict[Any, OffsetAndMetadata]]:
         """Per group its committed offsets (those of committed transactions), all or

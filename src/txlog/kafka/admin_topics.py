@@ -55,7 +55,7 @@ def new_topic_specs(new_topics: Any) -> list[tuple[str, int, int, Any, dict]]:
     configs): a dict of options per name, a list of names, or (deprecated) NewTopics."""
     if isinstance(new_topics, dict):
         return [(name, o.get("num_partitions", -1), o.get("replication_factor", -1),
-                 o.get("assignments", {}), o.get("configs", {}))
+                 o.get("assignments") or {}, o.get("configs") or {})
                 for name, o in new_topics.items()]
     new_topics = list(new_topics)
     if new_topics and all(isinstance(t, str) for t in new_topics):
@@ -313,8 +313,9 @@ class TopicAdmin:
                                ) -> dict[Any, OffsetAndTimestamp]:
         """For each partition, the offset its spec names (ListOffsets, as ``txlog offsets
         --time``): EARLIEST the log start, LATEST the log end (read_committed, level 1:
-        the LSO), a timestamp the first record at or after it, else -1 and -1."""
-        level = READ_COMMITTED if int(isolation_level) == 1 else READ_UNCOMMITTED
+        the LSO), a timestamp the first record at or after it, else -1 and -1.
+        ``isolation_level``: kafka-python's IsolationLevel, or its value or name."""
+        level = READ_COMMITTED if isolation_level in (1, READ_COMMITTED) else READ_UNCOMMITTED
         out = {}
         with translated():
             for tp, spec in topic_partition_specs.items():
