@@ -112,7 +112,8 @@ class GroupAdmin(TopicAdmin):
     def _split_partitions(self, tps: Any) -> tuple[list[tuple[str, int]],
                                                      dict[Any, type[KafkaError]]]:
         """The partitions that exist, and UnknownTopicOrPartitionError for the others."""
-        valid, unknown = [], {}
+        valid: list[tuple[str, int]] = []
+        unknown: dict[Any, type[KafkaError]] = {}
         for topic, partition in tps:
             try:
                 self._root.partition(topic, partition)
