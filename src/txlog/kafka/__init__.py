@@ -3,10 +3,11 @@
 ``from txlog.kafka import KafkaProducer, KafkaConsumer, KafkaAdminClient,
 TopicPartition`` in place of ``from kafka import ...`` (and the admin client's
 ``NewTopic``, ``ConfigResource``... in place of ``from kafka.admin import ...``),
-and ``bootstrap_servers`` set to the log root (a path or URL).  Error classes are in ``txlog.kafka.errors`` under
-kafka-python's names.  docs/clients.md says what each configuration key
-means here and what differs from Kafka; the native ``txlog.Log`` clients do
-the work underneath.
+and ``bootstrap_servers`` set to the log root (a path or URL).  Error classes are
+in ``txlog.kafka.errors`` under kafka-python's names.  docs/clients.md says what
+each configuration key and admin method means here and what differs from Kafka;
+the native ``txlog.Log`` clients and the CLI's core operations do the work
+underneath.
 """
 
 from .admin import KafkaAdminClient

@@ -134,7 +134,8 @@ class GroupAdmin(TopicAdmin):
                     reset_offsets_if_inactive(self._root.storage, group_id, lambda _: valid)
                 except UnknownGroupError:  # no offsets yet: a first commit, still refused
                     if live_members(self._root.storage, group_id)[1]:  # while members live
-                        raise NonEmptyGroupError(f"group {group_id!r} has live members")
+                        raise NonEmptyGroupError(
+                            f"group {group_id!r} has live members") from None
                     group_offsets.commit_offsets(self._root.storage, group_id, valid)
                 error: type[KafkaError] = NoError
             except (TxlogError, KafkaError) as exc:
