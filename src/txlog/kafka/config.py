@@ -189,6 +189,11 @@ CONSUMER_CONFIG = Settings(
                                 "and PREFIX-coordinator-metrics"),
 )
 
+# KafkaAdminClient takes the keys both clients take, but those about records (creating
+# topics on use, turning metrics off) and ssl_ciphers, as kafka-python 3.0's admin client.
+ADMIN_CONFIG = Settings(*(row for row in _COMMON if row.name not in
+                          ("allow_auto_create_topics", "metrics_enabled", "ssl_ciphers")))
+
 
 def resolve(kind: str, table: Settings[KafkaKey], configs: dict[str, Any]) -> dict[str, Any]:
     """Every key's value (defaults filled in), after refusing unknown and refused ones."""
