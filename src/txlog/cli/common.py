@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..api.log import Log
+from ..root.topics import config_value
 
 ROOT_ENV = "TXLOG_ROOT"
 
@@ -45,9 +46,7 @@ def config_item(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"{text!r} is not of the form key=value")
-    if value.lstrip("-").isdigit():
-        return key, int(value)
-    return key, value
+    return key, config_value(value)
 
 
 def json_option(parser: argparse.ArgumentParser) -> None:
@@ -159,8 +158,8 @@ def datetime_ms(text: str) -> int:
             f"{text!r} is not an ISO 8601 date-time such as 2024-01-31T10:00:00.000 "
             "(UTC unless it ends in Z or +HH:MM)") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.timezone.utc)
-    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+        moment = moment.replace(tzinfo=datetime.UTC)
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
     return (moment - epoch) // datetime.timedelta(milliseconds=1)  # exact, no float
 
 

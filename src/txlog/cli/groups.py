@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import Any, TypedDict
 
 from .. import clock
-from ..transactions.group_members import (GroupGeneration, GroupMembership, is_expired,
+from ..transactions.group_members import (GroupMembership, group_state_name, is_expired,
                                           last_seen_ms)
 from ..clients.positions import PartitionBounds, bounds
 from ..errors import UnknownPartitionError, UnknownTopicError
@@ -126,7 +126,7 @@ def _describe(log: Log, args: argparse.Namespace) -> None:
         except (UnknownTopicError, UnknownPartitionError):  # e.g. a stream sink's batch key
             row: tuple = (topic, partition, offset, "-", "-", "-")
         else:
-            lag = max(b.end - offset, 0) if offset != "-" else "-"
+            lag = max(b.end - offset, 0) if isinstance(offset, int) else "-"
             row = (topic, partition, offset, b.end, b.stable, lag)
         rows.append(row + ((owners.get((topic, partition), "-"),) if state.generation else ()))
     header = ("TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET", "LAST-STABLE-OFFSET",
@@ -136,12 +136,12 @@ def _describe(log: Log, args: argparse.Namespace) -> None:
         return
     beats = membership.heartbeats()
     now = clock.now_ms()
-    members = [{"member_id": m.member_id, "instance_id": m.group_instance_id,
+    members: list[_MemberRow] = [{"member_id": m.member_id, "instance_id": m.group_instance_id,
                 "client_id": m.client_id, "heartbeat_age_ms": now - last_seen_ms(m, beats),
                 "expired": is_expired(m, beats, now),
                 "assignment": [list(tp) for tp in state.assignment.get(m.member_id, ())]}
                for m in state.members]
-    group_state = _group_state(state, beats, now)
+    group_state = group_state_name(state, beats, now)
     if args.json:
         print(json.dumps({"group": args.group, "state": group_state,
                           "generation": state.generation, "protocol": state.protocol,
@@ -160,20 +160,15 @@ def _describe(log: Log, args: argparse.Namespace) -> None:
     print_table((*header, "CONSUMER-ID"), rows, args.json)
 
 
-def _group_state(state: GroupGeneration, beats: dict, now: int) -> str:
-    """Kafka's names: Empty without members, PreparingRebalance while a member past its
-    session timeout is still listed, CompletingRebalance while partitions wait for their
-    earlier owner to let go, Stable otherwise."""
-    if not state.members:
-        return "Empty"
-    if any(is_expired(m, beats, now) for m in state.members):
-        return "PreparingRebalance"
-    ids = {m.member_id for m in state.members}
-    for waiters in state.waiting.values():
-        if any(w in ids and (w not in beats or beats[w].generation < state.generation)
-               for w in waiters):
-            return "CompletingRebalance"
-    return "Stable"
+class _MemberRow(TypedDict):
+    """A member as ``describe`` prints it (one JSON object with --json)."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    heartbeat_age_ms: int
+    expired: bool
+    assignment: list[list[object]]
 
 
 TARGETS = ("to_earliest", "to_latest", "to_offset", "to_datetime", "shift_by")

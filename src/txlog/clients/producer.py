@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -26,6 +27,7 @@ from ..errors import InvalidConfigError, ProducerFencedError, TransactionAborted
 from ..format.batch import compression_attribute
 from .accumulator import (FutureRecordMetadata, RecordAccumulator, as_bytes, batch_runs,
                           by_partition, normalise_table, runs)
+from .metrics import DEFAULT_NUM_SAMPLES, DEFAULT_SAMPLE_WINDOW_MS, MetricConfig
 from .producer_settings import check_producer_settings
 from .partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from .sender import Sender
@@ -33,6 +35,7 @@ from .transaction_manager import ClientState, TransactionManager
 
 if TYPE_CHECKING:
     from ..api.log import Log
+    from ..partition.appender import AppendResult
     from ..transactions.metadata import TransactionMember
 
 DEFAULT_BATCH_SIZE = 1 << 20  # bytes; each batch is one claim, so larger than Kafka's 16 KiB
@@ -49,6 +52,10 @@ class SentBatch(NamedTuple):
     partition: int
     base_offset: int
     last_offset: int
+
+
+def _note_sent(sent: list[SentBatch], partition: int, result: AppendResult) -> None:
+    sent.append(SentBatch(partition, result.base_offset, result.last_offset))
 
 
 class Producer:
@@ -70,11 +77,15 @@ class Producer:
                  value_serializer: Callable[[Any], bytes] | None = None,
                  compression_type: str | None = None,
                  data_object_bytes: int = DEFAULT_DATA_OBJECT_BYTES,
+                 metrics_num_samples: int = DEFAULT_NUM_SAMPLES,
+                 metrics_sample_window_ms: int = DEFAULT_SAMPLE_WINDOW_MS,
                  allow_auto_create_topics: bool = True) -> None:
         compression = check_producer_settings(
             compression=compression, compression_type=compression_type, batch_size=batch_size,
             data_object_bytes=data_object_bytes, linger_ms=linger_ms,
-            transactional_id=transactional_id, enable_idempotence=enable_idempotence)
+            transactional_id=transactional_id, enable_idempotence=enable_idempotence,
+            metrics_num_samples=metrics_num_samples,
+            metrics_sample_window_ms=metrics_sample_window_ms)
         self._compression = None if compression == "none" else compression
         self._compression_bits = compression_attribute(compression)
         services = log.services
@@ -95,7 +106,8 @@ class Producer:
         self._transactions = TransactionManager(services, transactional_id,
                                                 transaction_timeout_ms, enable_idempotence)
         self._sender = Sender(services, self._transactions, self._partitioner,
-                              self._compression, self._compression_bits, data_object_bytes)
+                              self._compression, self._compression_bits, data_object_bytes,
+                              MetricConfig(metrics_num_samples, metrics_sample_window_ms))
 
     # --- introspection -------------------------------------------------------------
 
@@ -110,6 +122,11 @@ class Producer:
     def partitions_for(self, topic: str) -> set[int]:
         """The topic's partitions; a topic missing is created as ``send`` would create it."""
         return set(range(self._services.ensure_topic(topic, self._auto_create).partitions))
+
+    def metrics(self, raw: bool = False) -> dict[Any, Any]:
+        """kafka-python's ``{group: {name: value}}`` (clients/metrics.py), safe to call from
+        any thread; ``raw``: ``{MetricName: Metric}``."""
+        return self._sender.sensors.metrics.values(raw)
 
     # --- sending -----------------------------------------------------------------------
 
@@ -212,8 +229,7 @@ class Producer:
             for lo, hi, low, high in batch_runs(sizes[order[first:end]], times[first:end],
                                                 self.batch_size):
                 self._sender.stage(tp, part_records.slice(lo, hi - lo), low, high,
-                                   done=lambda r, p=p:
-                                   sent.append(SentBatch(p, r.base_offset, r.last_offset)))
+                                   done=partial(_note_sent, sent, p))
                 self._sender.write_if_full(behind=not wait)
         if wait:
             self._sender.write_staged()

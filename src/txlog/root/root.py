@@ -71,7 +71,7 @@ class Root:
             raw = self.storage.read(ROOT_MARKER)
         except FileNotFoundError:
             if not create:
-                raise LogFormatError(f"{self.url} holds no txlog ({ROOT_MARKER} is missing)")
+                raise LogFormatError(f"{self.url} holds no txlog ({ROOT_MARKER} is missing)") from None
             marker = msgpack.packb({"format_version": FORMAT_VERSION,
                                     "created_ms": clock.now_ms(),
                                     "root_id": uuid.uuid4().hex})
@@ -140,7 +140,10 @@ class Root:
     # --- topics ------------------------------------------------------------------
 
     def create_topic(self, name: str, partitions: int = 1,
-                     config: dict[str, Any] | None = None) -> TopicDescription:
+                     config: dict[str, Any] | None = None,
+                     validate_only: bool = False) -> TopicDescription:
+        """Create a topic; ``validate_only``: make every check (an admin client's
+        validate_only) and return the description it would have, creating nothing."""
         validate_name(name, "topic")
         checked = check_new_topic(name, partitions, config)
         if self.storage.exists(topic_meta_path(name)):
@@ -152,6 +155,8 @@ class Root:
                 f"call delete_topic({name!r}) to finish it")
         desc = TopicDescription(name, partitions, checked, clock.now_ms(),
                                 new_topic_id())
+        if validate_only:
+            return desc
         meta = msgpack.packb({"name": name, "partitions": partitions, "config": checked,
                               "created_ms": desc.created_ms, "topic_id": desc.topic_id})
         if not self.storage.publish_if_absent(topic_meta_path(name), meta):
