@@ -106,11 +106,14 @@ def test_create_then_describe_in_all_three_forms(admin, root) -> None:
     assert [(t["name"], t["error_code"], t["num_partitions"], t["replication_factor"])
             for t in made["topics"]] == [("a", 0, 3, 3)]
     assert made["topics"][0]["configs"]["retention.ms"]["value"] == "60000"
-    admin.create_topics(["b"])  # Kafka's default partition count: 1
+    admin.create_topics(["b"])  # the root's num.partitions: Kafka's default, 1
     admin.create_topics([NewTopic("c", 2, 1, topic_configs={"segment.bytes": 4096})])
-    assert admin.list_topics() == ["a", "b", "c"] == Log(root).topics()
+    Log(root).alter_root_config({"num.partitions": 5})
+    assert admin.create_topics(["d"])["topics"][0]["num_partitions"] == 5
+    assert admin.list_topics() == ["a", "b", "c", "d"] == Log(root).topics()
     described = {t["name"]: t for t in admin.describe_topics()}
-    assert {n: len(t["partitions"]) for n, t in described.items()} == {"a": 3, "b": 1, "c": 2}
+    assert {n: len(t["partitions"]) for n, t in described.items()} == {
+        "a": 3, "b": 1, "c": 2, "d": 5}
     assert described["a"]["topic_id"].hex == Log(root).describe_topic("a").topic_id
     assert Log(root).describe_topic("a").config == {"retention.ms": 60000}
     assert [p["leader_id"] for p in described["a"]["partitions"]] == [0, 0, 0]

@@ -29,8 +29,6 @@ from .errors import (InvalidConfigurationError, InvalidPartitionsError,
 from .structs import OffsetAndTimestamp, TopicPartition
 
 NODE = 0  # the one pseudo-node: the storage every process shares
-# Kafka's num.partitions default, for a new topic that names no partition count.
-DEFAULT_PARTITIONS = 1
 # Kafka's figure for "authorized operations were not asked for".
 NO_OPERATIONS = -2147483648
 _INT_SETTINGS = ("segment.bytes", "max.message.bytes", PRODUCER_ID_EXPIRATION)
@@ -150,7 +148,8 @@ class TopicAdmin:
                       wait_for_metadata: bool = False) -> dict[str, Any]:
         """Create each topic; a failed one has its error code in the result (and with
         ``raise_errors``, the first failure is raised once every topic was tried, as a
-        broker answers for each).  ``num_partitions`` -1 is Kafka's default of 1;
+        broker answers for each).  ``num_partitions`` -1 is the root's ``num.partitions`` (1
+        unless set: root_config.py), as it is the broker's in Kafka;
         ``replication_factor`` is taken and has no effect; ``timeout_ms`` has none
         either (a create is one storage publish); ``wait_for_metadata`` returns at once
         (a created topic is seen by every process at once)."""
@@ -158,7 +157,8 @@ class TopicAdmin:
             raise ValueError("validate_only and wait_for_metadata are mutually exclusive")
         results, errors = [], []
         for name, partitions, replication, assignments, configs in new_topic_specs(new_topics):
-            partitions = DEFAULT_PARTITIONS if partitions == -1 else partitions
+            if partitions == -1:
+                partitions = self._root.root_config(refresh=True).num_partitions
             try:
                 _refuse_assignments(name, replication, assignments)
                 desc = self._root.create_topic(
