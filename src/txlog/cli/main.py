@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import TxlogError
-from . import groups, inspection, maintain, maintenance, records, topics, transactions
+from . import (groups, inspection, maintain, maintenance, metrics, records, topics,
+               transactions)
 from .common import ROOT_ENV, CommandError
 
 PROG = "txlog"
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspection.add_verify(commands, leaf_parser)
     transactions.add_producers(commands, leaf_parser)
     groups.add_groups(commands, leaf_parser)
+    metrics.add_metrics(commands, leaf_parser)
     return parser
 
 
@@ -65,7 +67,8 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {
     "producers": transactions.run_producers, "compact": maintenance.run_compact,
     "retention": maintenance.run_retention, "gc": maintenance.run_gc,
     "delete-records": maintenance.run_delete_records, "maintain": maintain.run_maintain,
-    "dump": inspection.run_dump, "verify": inspection.run_verify, "groups": groups.run_groups}
+    "dump": inspection.run_dump, "verify": inspection.run_verify, "groups": groups.run_groups,
+    "metrics": metrics.run_metrics}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
