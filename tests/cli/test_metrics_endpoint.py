@@ -19,8 +19,8 @@ import pytest
 from helpers_core import manual_clock
 
 from txlog import Log
-from txlog.cli.main import main
 from txlog.admin.figures import Figures, GroupFigures, TransactionFigures
+from txlog.cli.main import main
 from txlog.cli.metrics import CONTENT_TYPE, CachedExposition, render, serve
 
 prometheus_parser = pytest.importorskip("prometheus_client.parser",
@@ -175,7 +175,8 @@ def test_the_command_serves_on_its_port_and_refuses_a_missing_mode(tmp_path) -> 
     log = Log(tmp_path / "root", fsync=False)
     log.create_topic("t", 1)
     command = [sys.executable, "-m", "txlog.cli", "metrics", "--root", str(tmp_path / "root")]
-    refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                             check=False)
     assert refused.returncode == 2 and "one of the arguments --port --once" in refused.stderr
     with subprocess.Popen([*command, "--port", "0"], stdout=subprocess.PIPE, text=True) as served:
         try:

@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..admin.figures import Figures, gather
+from ..errors import TxlogError
 from ..root.root import Root
 from .common import LeafParser, non_negative_int, open_log
 
@@ -40,16 +41,16 @@ FAMILIES: tuple[Family, ...] = (
      ("group", "topic", "partition"),
      lambda f: (((g.group, g.topic, g.partition), g.committed) for g in f.groups)),
     ("txlog_group_lag",
-     "Log end offset minus the group's committed offset (as kafka-consumer-groups); "
-     "a read_committed consumer's lag is txlog_partition_last_stable_offset minus "
-     "txlog_group_committed_offset.",
+     ("Log end offset minus the group's committed offset (as kafka-consumer-groups); "
+      "a read_committed consumer's lag is txlog_partition_last_stable_offset minus "
+      "txlog_group_committed_offset."),
      ("group", "topic", "partition"),
      lambda f: (((g.group, g.topic, g.partition), g.lag) for g in f.groups)),
     ("txlog_transactions_open", "Undecided transactions holding a partition's LSO back.",
      (), lambda f: [((), f.transactions.open)]),
     ("txlog_transactions_hanging",
-     "Open transactions nobody will end: past their timeout, or no coordinator state "
-     "describes them (txlog transactions find-hanging).",
+     ("Open transactions nobody will end: past their timeout, or no coordinator state "
+      "describes them (txlog transactions find-hanging)."),
      (), lambda f: [((), f.transactions.hanging)]),
     ("txlog_transactions_oldest_open_age_seconds",
      "Age of the oldest open transaction (0 with none open).",
@@ -103,13 +104,13 @@ def serve(exposition: CachedExposition, host: str, port: int) -> ThreadingHTTPSe
     """An HTTP server answering GET /metrics (not yet serving: call ``serve_forever``)."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             if self.path.split("?", 1)[0] != "/metrics":
                 self.send_error(404, "only /metrics is served")
                 return
             try:
                 body = exposition.text().encode()
-            except Exception as exc:  # a storage error: the scrape fails, the server stays
+            except (TxlogError, OSError) as exc:  # the scrape fails, the server stays
                 self.send_error(500, f"gathering the figures failed: {exc}")
                 return
             self.send_response(200)
