@@ -77,7 +77,7 @@ def _group_figures(root: Root, found: dict[tuple[str, int], PartitionBounds]
             if b is None:
                 continue  # not a partition (a stream sink's batch key), or deleted since
             figures.append(GroupFigures(group, topic, partition, committed,
-                                        max(b.end - committed, 0)))
+                                        b.lag(committed)))
     return figures
 
 

@@ -126,7 +126,7 @@ def _describe(log: Log, args: argparse.Namespace) -> None:
         except (UnknownTopicError, UnknownPartitionError):  # e.g. a stream sink's batch key
             row: tuple = (topic, partition, offset, "-", "-", "-")
         else:
-            lag = max(b.end - offset, 0) if offset != "-" else "-"
+            lag = b.lag(offset) if offset != "-" else "-"
             row = (topic, partition, offset, b.end, b.stable, lag)
         rows.append(row + ((owners.get((topic, partition), "-"),) if state.generation else ()))
     header = ("TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET", "LAST-STABLE-OFFSET",

@@ -39,6 +39,12 @@ class PartitionBounds:
         """How far a reader at ``isolation_level`` may read: the LSO or the log end."""
         return visible_end(isolation_level, self.end, lambda: self.stable)
 
+    def lag(self, committed: int) -> int:
+        """A group's lag here: log end minus its committed offset, as kafka-consumer-groups
+        takes it; never below 0 (an offset committed past the end, e.g. of a topic since
+        re-created, leaves nothing to read)."""
+        return max(self.end - committed, 0)
+
 
 def bounds(root: Root, topic: str, partition: int) -> PartitionBounds:
     part = root.partition(topic, partition)
