@@ -20,7 +20,7 @@ from typing import Any
 from ..admin.figures import Figures, gather
 from ..errors import TxlogError
 from ..root.root import Root
-from .common import LeafParser, non_negative_int, open_log
+from .common import LeafParser, non_negative_int, open_log, positive_seconds
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DEFAULT_CACHE_SECONDS = 10.0
@@ -125,16 +125,6 @@ def serve(exposition: CachedExposition, host: str, port: int) -> ThreadingHTTPSe
     return ThreadingHTTPServer((host, port), Handler)
 
 
-def non_negative_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value >= 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"{text} is negative")
-    return value
-
-
 def add_metrics(commands: Any, leaf_parser: LeafParser) -> None:
     metrics = leaf_parser(
         commands, "metrics", help="serve the root's figures to Prometheus, or print them once",
@@ -149,7 +139,7 @@ def add_metrics(commands: Any, leaf_parser: LeafParser) -> None:
     mode.add_argument("--once", action="store_true", help="print the figures once and exit")
     metrics.add_argument("--host", metavar="HOST", default="127.0.0.1",
                          help="the address to serve on (default: 127.0.0.1)")
-    metrics.add_argument("--cache-seconds", metavar="S", type=non_negative_seconds,
+    metrics.add_argument("--cache-seconds", metavar="S", type=positive_seconds,
                          default=DEFAULT_CACHE_SECONDS,
                          help="answer scrapes within S seconds of the last gathering from it, "
                               f"without reading the root (default: {DEFAULT_CACHE_SECONDS:g})")
