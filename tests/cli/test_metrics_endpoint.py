@@ -19,7 +19,7 @@ import pytest
 from helpers_core import manual_clock
 
 from txlog import Log
-from txlog.admin.figures import Figures, GroupFigures, TransactionFigures
+from txlog.admin.figures import Figures, GroupFigures, TransactionFigures, gather
 from txlog.cli.main import main
 from txlog.cli.metrics import CONTENT_TYPE, CachedExposition, render, serve
 
@@ -127,6 +127,20 @@ def test_an_abandoned_transaction_shows_as_hanging_once_past_its_timeout(
     assert samples[("txlog_transactions_open", ())] == 0
     assert samples[("txlog_transactions_oldest_open_age_seconds", ())] == 0
     assert partition_sample(samples, "txlog_partition_last_stable_offset", "t", 0) == 2
+
+
+def test_a_topic_deleted_during_a_scrape_is_left_out(tmp_path, monkeypatch) -> None:
+    log = Log(tmp_path / "root", fsync=False)
+    for topic in ("gone", "kept"):
+        log.create_topic(topic, 1)
+    root = Log(tmp_path / "root", fsync=False).services
+    parse(render(gather(root)))  # its partitions are cached: they learn of the deletion late
+    listed = root.topics()
+    log.delete_topic("gone")
+    monkeypatch.setattr(root, "topics", lambda: listed)  # listed just before the deletion
+    samples = parse(render(gather(root)))
+    assert partition_sample(samples, "txlog_partition_log_end_offset", "kept", 0) == 0
+    assert not [key for key in samples if ("topic", "gone") in key[1]]
 
 
 def test_label_values_are_escaped() -> None:

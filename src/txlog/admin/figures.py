@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from .. import clock
 from ..clients.positions import PartitionBounds, bounds_of
+from ..errors import InconsistentTopicIdError, UnknownTopicError
 from ..root.root import Root
 from ..transactions.groups import every_group_offsets
 
@@ -53,11 +54,20 @@ class Figures:
 
 def gather(root: Root) -> Figures:
     """Every figure of the root now (see the module's docstring for what it reads)."""
-    partitions = [_partition_figures(root, topic, p) for topic in root.topics()
-                  for p in range(root.describe_topic(topic, refresh=True).partitions)]
+    partitions = [f for topic in root.topics() for f in _topic_figures(root, topic)]
     found = {(f.bounds.topic, f.bounds.partition): f.bounds for f in partitions}
     held = [tp for tp, b in found.items() if b.stable < b.end]
     return Figures(partitions, _group_figures(root, found), _transaction_figures(root, held))
+
+
+def _topic_figures(root: Root, topic: str) -> list[PartitionFigures]:
+    """Its partitions' figures; none if it was deleted since the topics were listed (a
+    long-running endpoint keeps serving: the next listing no longer names it)."""
+    try:
+        return [_partition_figures(root, topic, p)
+                for p in range(root.describe_topic(topic, refresh=True).partitions)]
+    except (UnknownTopicError, InconsistentTopicIdError):  # re-created: seen next time
+        return []
 
 
 def _partition_figures(root: Root, topic: str, partition: int) -> PartitionFigures:
