@@ -59,7 +59,7 @@ def test_broker_addresses_are_recognised(text):
 @pytest.mark.parametrize("text", [
     "/data/log", "data", "logs/localhost:9092", "./localhost:9092", "C:\\data\\log",
     "file:///tmp/log", "s3://bucket/prefix", "s3://bucket:9000/prefix", "memory://name",
-    "gs://bucket", "/data/a,b", "localhost", "mylog:2024/x",
+    "gs://bucket", "/data/a,b", "localhost", "mylog:2024/x", "[::1]",
 ])
 def test_paths_and_urls_are_roots(text):
     assert not is_broker_address(text)
@@ -75,3 +75,9 @@ def test_a_root_passes_alone_or_as_a_one_item_list_and_a_host_port_directory_as_
         str(tmp_path / "localhost:9092")
     with pytest.raises(KafkaConfigurationError, match=ROOT_IS):
         open_log("open_log", [], None)
+
+
+@pytest.mark.parametrize("text", ["['a:1', 'b:2']", '["a:1","b:2"]', "['localhost:9092']"])
+def test_a_written_out_list_of_brokers_is_recognised(text):
+    # What a list becomes as a Spark option (PySpark's str() of it) or in JSON.
+    assert is_broker_address(text)

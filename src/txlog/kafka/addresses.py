@@ -11,8 +11,8 @@ What counts as a broker address is narrow, so no real root is refused: a
 ``host:port`` with a numeric port and a host that is a DNS name, an IPv4 or a
 bracketed IPv6 address (``localhost:9092``, ``10.0.0.1:9092``, ``[::1]:9092``,
 ``broker-1.example.com:9093``), optionally behind a Kafka listener's scheme
-(``PLAINTEXT://``, ``SASL_SSL://``...); a comma-separated list of hosts; or a
-list of several values.  A path has a ``/`` (or a Windows ``\\``) somewhere
+(``PLAINTEXT://``, ``SASL_SSL://``...); a comma-separated list of hosts, or
+a list of them written out (``['a:1', 'b:2']``); or a list of several values.  A path has a ``/`` (or a Windows ``\\``) somewhere
 or no colon; a URL has ``://`` and a storage scheme.  The one path refused is
 a bare relative directory whose name is exactly ``host:port``; ``./name``
 reaches it.
@@ -37,12 +37,15 @@ _HOST_ONLY = re.compile(rf"{_LISTENER}{_HOST}(?::[0-9]{{1,5}})?", re.IGNORECASE)
 
 
 def is_broker_address(text: str) -> bool:
-    """Whether ``text`` can only be Kafka brokers: ``host:port``, or a comma list of hosts."""
+    """Whether ``text`` can only be Kafka brokers: ``host:port``, a comma list of hosts, or
+    a list of them as Python or JSON writes one (``['a:1', 'b:2']``: what a list becomes
+    in a Spark option's string)."""
     text = text.strip()
-    if _BROKER.fullmatch(text):
-        return True
-    items = text.split(",")
-    return len(items) > 1 and all(_HOST_ONLY.fullmatch(item.strip()) for item in items)
+    listed = text.startswith("[") and text.endswith("]")
+    if not listed and "," not in text:
+        return bool(_BROKER.fullmatch(text))
+    items = (text[1:-1] if listed else text).split(",")
+    return all(_HOST_ONLY.fullmatch(item.strip().strip("'\"")) for item in items)
 
 
 def root_address(option: str, value: Any) -> str:
@@ -63,7 +66,8 @@ def root_address(option: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidConfigError(f"{option} must be the log's root, not {given!r}: {ROOT_IS}")
     if is_broker_address(value):
-        what = "a list of Kafka brokers" if "," in value else "a Kafka broker address"
+        what = "a Kafka broker address" if _BROKER.fullmatch(value.strip()) else \
+            "a list of Kafka brokers"
         raise InvalidConfigError(
             f"{option}={given!r} looks like {what}, but txlog has no brokers: {ROOT_IS}; "
             "a directory named like host:port is reached as ./<name>")
