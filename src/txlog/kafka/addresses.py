@@ -12,10 +12,11 @@ What counts as a broker address is narrow, so no real root is refused: a
 bracketed IPv6 address (``localhost:9092``, ``10.0.0.1:9092``, ``[::1]:9092``,
 ``broker-1.example.com:9093``), optionally behind a Kafka listener's scheme
 (``PLAINTEXT://``, ``SASL_SSL://``...); a comma-separated list of hosts, or
-a list of them written out (``['a:1', 'b:2']``); or a list of several values.  A path has a ``/`` (or a Windows ``\\``) somewhere
-or no colon; a URL has ``://`` and a storage scheme.  The one path refused is
-a bare relative directory whose name is exactly ``host:port``; ``./name``
-reaches it.
+a list of them written out (``['a:1', 'b:2']``); or a list of several
+values.  Beyond a listener's scheme, nothing with a ``/`` or a ``\\`` is one
+(``s3://bucket:9000/p``, ``C:\\data``, ``logs/a:1``).  The paths refused
+are bare relative names that read as brokers (``localhost:9092``, ``a,b``);
+``./<name>`` reaches them.
 """
 
 from __future__ import annotations
