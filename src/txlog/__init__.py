@@ -7,8 +7,8 @@ name (docs/architecture.md shows the layers).
 from .clients.consumer import Consumer, ConsumerRecord, OffsetAndTimestamp
 from .clients.accumulator import FutureRecordMetadata, RecordMetadata
 from .clients.producer import Producer, SentBatch
-from .errors import (CommitFailedError, CommittedButIncompleteError, ConcurrentTransactionsError, CorruptBatchError,
-                     DecisionConflictError, SinkOwnerError,
+from .errors import (CommitFailedError, CommittedButIncompleteError, ConcurrentTransactionsError,
+                     CorruptBatchError, DecisionConflictError, SinkOwnerError,
                      IllegalStateError, InconsistentTopicIdError, InvalidConfigError,
                      InvalidNameError, InvalidPidMappingError, InvalidProducerEpochError,
                      InvalidTransactionTimeoutError,

@@ -120,6 +120,8 @@ def test_filters_prune_and_stay_correct(spark, root):
     assert sorted(r.offset for r in picked.collect()) == [5, 6, 7, 8]
     assert df.where(F.col("topic") == "other").count() == 0
     assert df.where(F.col("offset").isin(0, 2)).count() == 8
+    # Spark pushes `<>` as Not(EqualTo): a filter with no attribute, left to Spark.
+    assert df.where(F.col("partition") != 1).count() == 4_000 - df.where(F.col("partition") == 1).count()
     assert df.where(F.col("timestamp") >= F.current_timestamp() + F.expr("INTERVAL 1 DAY")).count() == 0
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from typing import TypedDict
 
 import crc32c
 
@@ -157,6 +158,14 @@ def _name_offset(path: str, suffix: str) -> int | None:
     return int(stem) if stem.isdigit() else None
 
 
+class _Where(TypedDict):
+    """Where a batch was found: the BatchDump fields every outcome of decoding shares."""
+
+    position: int | None
+    base: int | None
+    anchor: bytes
+
+
 def _dump_batch(data: memoryview | pa.Buffer, path: str, url: str, expected: int | None,
                 with_records: bool, position: int | None = None,
                 storage: Storage | None = None) -> BatchDump:
@@ -166,7 +175,7 @@ def _dump_batch(data: memoryview | pa.Buffer, path: str, url: str, expected: int
     into its data object when ``storage`` is given.
     """
     size = len(data)
-    where = {"position": position, "base": expected, "anchor": bytes(data[:ANCHOR_BYTES])}
+    where: _Where = {"position": position, "base": expected, "anchor": bytes(data[:ANCHOR_BYTES])}
     try:
         header = decode_header(data, url, expected)
     except CorruptBatchError as exc:

@@ -139,7 +139,7 @@ class Maintainer:
             on_pass(self.run_pass())
 
     def _partitions(self, report: PassReport) -> list[tuple[str, int]]:
-        out = []
+        out: list[tuple[str, int]] = []
         try:
             topics = list(self.settings.topics) if self.settings.topics else self.root.topics()
         except (TxlogError, OSError) as exc:

@@ -152,7 +152,7 @@ class _Replay:
         # The state before the log start is unknown: each entry must at least end at
         # an ABORT marker of its producer inside the segment.
         markers = {(d.header.producer_id, d.header.base_offset) for d in s.batches
-                   if d.control is not None and d.control.type == ABORT}
+                   if d.header is not None and d.control is not None and d.control.type == ABORT}
         bad = [a for a in stored if (a[0], a[2]) not in markers or a[1] > a[2]]
         if bad:
             self.report.problems.append(
@@ -203,12 +203,13 @@ def _check_offset_index(s: SegmentDump, problems: list[str]) -> None:
     if index is None or head is None:
         return
     walked = [d for d in s.batches if d.header is not None]
+    headers = [d.header for d in s.batches if d.header is not None]
     if len(walked) != len(s.batches) or len(index) != len(walked) or \
             head.batch_count != len(walked):
         problems.append(f"{s.path}: header and offset index say {head.batch_count} and "
                         f"{len(index)} batches, the segment holds {len(s.batches)}")
         return
-    bases = np.fromiter((d.header.base_offset for d in walked), np.int64, len(walked))
+    bases = np.fromiter((h.base_offset for h in headers), np.int64, len(walked))
     positions = np.fromiter((d.position for d in walked), np.int64, len(walked))
     sizes = np.fromiter((d.size for d in walked), np.int64, len(walked))
     wrong = np.flatnonzero((index["base"] != bases) | (index["position"] != positions)
@@ -228,7 +229,7 @@ def _check_time_index(s: SegmentDump, problems: list[str]) -> None:
     head, index = s.head, s.time_index
     if index is None or head is None or any(d.header is None for d in s.batches):
         return
-    data = [d.header for d in s.batches if not d.header.is_control]
+    data = [h for d in s.batches if (h := d.header) is not None and not h.is_control]
     if len(index) != len(data):
         problems.append(f"{s.path}: time index has {len(index)} entries, the segment holds "
                         f"{len(data)} data batches")

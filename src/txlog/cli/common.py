@@ -159,8 +159,8 @@ def datetime_ms(text: str) -> int:
             f"{text!r} is not an ISO 8601 date-time such as 2024-01-31T10:00:00.000 "
             "(UTC unless it ends in Z or +HH:MM)") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.timezone.utc)
-    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+        moment = moment.replace(tzinfo=datetime.UTC)
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
     return (moment - epoch) // datetime.timedelta(milliseconds=1)  # exact, no float
 
 

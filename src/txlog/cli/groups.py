@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import Any, TypedDict
 
 from .. import clock
 from ..transactions.group_members import (GroupGeneration, GroupMembership, is_expired,
@@ -126,7 +126,7 @@ def _describe(log: Log, args: argparse.Namespace) -> None:
         except (UnknownTopicError, UnknownPartitionError):  # e.g. a stream sink's batch key
             row: tuple = (topic, partition, offset, "-", "-", "-")
         else:
-            lag = max(b.end - offset, 0) if offset != "-" else "-"
+            lag = max(b.end - offset, 0) if isinstance(offset, int) else "-"
             row = (topic, partition, offset, b.end, b.stable, lag)
         rows.append(row + ((owners.get((topic, partition), "-"),) if state.generation else ()))
     header = ("TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET", "LAST-STABLE-OFFSET",
@@ -136,7 +136,7 @@ def _describe(log: Log, args: argparse.Namespace) -> None:
         return
     beats = membership.heartbeats()
     now = clock.now_ms()
-    members = [{"member_id": m.member_id, "instance_id": m.group_instance_id,
+    members: list[_MemberRow] = [{"member_id": m.member_id, "instance_id": m.group_instance_id,
                 "client_id": m.client_id, "heartbeat_age_ms": now - last_seen_ms(m, beats),
                 "expired": is_expired(m, beats, now),
                 "assignment": [list(tp) for tp in state.assignment.get(m.member_id, ())]}
@@ -158,6 +158,17 @@ def _describe(log: Log, args: argparse.Namespace) -> None:
                      for m in members])
         print()
     print_table((*header, "CONSUMER-ID"), rows, args.json)
+
+
+class _MemberRow(TypedDict):
+    """A member as ``describe`` prints it (one JSON object with --json)."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    heartbeat_age_ms: int
+    expired: bool
+    assignment: list[list[object]]
 
 
 def _group_state(state: GroupGeneration, beats: dict, now: int) -> str:

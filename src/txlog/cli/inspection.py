@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from .common import (CommandError, LeafParser, Progress, non_negative_int, open_log, positive_int,
@@ -65,12 +66,13 @@ def add_verify(commands: Any, leaf_parser: LeafParser) -> None:
 
 
 def run_dump(args: argparse.Namespace) -> None:
-    from ..admin.dump import SegmentDump, dump_object, dump_partition
+    from ..admin.dump import BatchDump, SegmentDump, StrayDump, dump_object, dump_partition
 
     log = open_log(args.root)
     if args.object is not None:
         if args.topic is not None:
             raise CommandError("give either TOPIC PARTITION or --object, not both")
+        dumps: Iterator[BatchDump | SegmentDump | StrayDump]
         try:
             dumps = iter([dump_object(log.storage, args.object, with_records=args.records)])
         except FileNotFoundError:
@@ -87,11 +89,11 @@ def run_dump(args: argparse.Namespace) -> None:
         for item in dumps:
             inner = item.batches if isinstance(item, SegmentDump) else []
             for d in [item, *inner]:
-                kind = d.as_dict()["kind"]
+                kind = str(d.as_dict()["kind"])
                 if kind == "batch":
                     done += 1
                     progress.update(done)
-                if kind != "stray" and d.problem is not None:
+                if not isinstance(d, StrayDump) and d.problem is not None:
                     damaged[kind] += 1
                 _print_dump(d, args.json, indent="  " if d is not item else "")
     failed = [f"{n} {kind}{'es' if kind == 'batch' and n != 1 else 's' if n != 1 else ''}"

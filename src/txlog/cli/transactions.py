@@ -82,7 +82,7 @@ def run_transactions(args: argparse.Namespace) -> None:
     log = open_log(args.root)
     coordinator = log.coordinator
     if args.action == "list":
-        rows = []
+        rows: list[tuple[object, ...]] = []
         for txn_id in coordinator.transactional_ids():
             meta = coordinator.metadata(txn_id)
             if meta is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -33,6 +34,7 @@ from .transaction_manager import ClientState, TransactionManager
 
 if TYPE_CHECKING:
     from ..api.log import Log
+    from ..partition.appender import AppendResult
     from ..transactions.metadata import TransactionMember
 
 DEFAULT_BATCH_SIZE = 1 << 20  # bytes; each batch is one claim, so larger than Kafka's 16 KiB
@@ -49,6 +51,10 @@ class SentBatch(NamedTuple):
     partition: int
     base_offset: int
     last_offset: int
+
+
+def _note_sent(sent: list[SentBatch], partition: int, result: AppendResult) -> None:
+    sent.append(SentBatch(partition, result.base_offset, result.last_offset))
 
 
 class Producer:
@@ -207,8 +213,7 @@ class Producer:
             for lo, hi, low, high in batch_runs(sizes[order[first:end]], times[first:end],
                                                 self.batch_size):
                 self._sender.stage(tp, part_records.slice(lo, hi - lo), low, high,
-                                   done=lambda r, p=p:
-                                   sent.append(SentBatch(p, r.base_offset, r.last_offset)))
+                                   done=partial(_note_sent, sent, p))
                 self._sender.write_if_full(behind=not wait)
         if wait:
             self._sender.write_staged()

@@ -27,8 +27,9 @@ ORDERS, TOTALS, GROUP = "orders", "totals", "totals-builder"
 def produce_orders(log: Log, count: int) -> int:
     producers = [log.producer(linger_ms=50) for _ in range(3)]
     for i in range(count):
-        order = {"order": i, "customer": f"c{i % 17}", "amount": i % 100}
-        producers[i % 3].send(ORDERS, json.dumps(order).encode(), key=order["customer"].encode())
+        customer = f"c{i % 17}"
+        order = {"order": i, "customer": customer, "amount": i % 100}
+        producers[i % 3].send(ORDERS, json.dumps(order).encode(), key=customer.encode())
     for p in producers:
         p.close()
     return count
@@ -52,6 +53,7 @@ def transform(log: Log, chunk: int) -> tuple[int, int]:
         producer.begin_transaction()
         sums: Counter[str] = Counter()
         for r in records:
+            assert r.value is not None  # produce_orders gives every order a value
             order = json.loads(r.value)
             sums[order["customer"]] += 1
         for customer, n in sorted(sums.items()):
@@ -77,6 +79,7 @@ def check(log: Log, expected: int) -> dict[str, int]:
     counted: Counter[str] = Counter()
     while batch := consumer.poll(10_000):
         for r in batch:
+            assert r.value is not None  # every total has a value
             row = json.loads(r.value)
             counted[row["customer"]] += row["orders"]
     total = sum(counted.values())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, replace
+from typing import TypeAlias
 
 import crc32c
 import pyarrow as pa
@@ -340,7 +341,7 @@ def inline_batch(claim: bytes | pa.Buffer, header: BatchHeader, payload: bytes |
 DATA_MAGIC = b"TXD\x01"
 # A batch's encoded records: an Arrow buffer from the IPC writer as it is (no copy into
 # bytes), or bytes where they come from elsewhere.
-Payload = bytes | pa.Buffer
+Payload: TypeAlias = bytes | pa.Buffer
 
 
 def is_data_object_path(path: str) -> bool:

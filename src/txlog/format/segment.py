@@ -131,11 +131,16 @@ class TimeIndex:
 
 
 class AbortedRange(Protocol):
-    """An aborted transaction as the producer state keeps it (partition/producer_state.py)."""
+    """An aborted transaction as the producer state keeps it (partition/producer_state.py).
 
-    producer_id: int
-    first_offset: int
-    last_offset: int
+    Read-only properties, so that the state's frozen records match."""
+
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def first_offset(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
 
 
 def encode_segment(topic_id: str, base_offset: int,
@@ -210,7 +215,7 @@ def _head(base_offset: int, end_offset: int, topic_id: str, created_ms: int, sna
     return b"".join([header, snapshot, aborted_bytes, offset_index, time_index])
 
 
-def decode_head(data: bytes, path: str, url: str, base_offset: int) -> SegmentHead:
+def decode_head(data: bytes | memoryview, path: str, url: str, base_offset: int) -> SegmentHead:
     """The fixed header of a segment, checked (``data`` holds at least its first bytes)."""
     if len(data) < HEADER_SIZE:
         raise CorruptSegmentError("segment header truncated", url, base_offset)

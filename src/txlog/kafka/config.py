@@ -217,7 +217,7 @@ def markdown_table() -> str:
     rows = ["| key | producer | consumer | what txlog does with it |", "|---|---|---|---|"]
     for key in sorted(set(PRODUCER_CONFIG) | set(CONSUMER_CONFIG)):
         producer, consumer = PRODUCER_CONFIG.get(key), CONSUMER_CONFIG.get(key)
-        note = (producer or consumer).note  # type: ignore[union-attr]
+        note = (producer or CONSUMER_CONFIG[key]).note
         if producer and consumer and producer.note != consumer.note:
             note = f"producer: {producer.note}; consumer: {consumer.note}"
         rows.append(f"| `{key}` | {producer.handling if producer else '-'} | "

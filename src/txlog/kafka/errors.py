@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from .. import errors as native
 
@@ -243,15 +243,16 @@ def translated() -> Iterator[None]:
         raise new from exc
 
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def translating(fn: F) -> F:
+def translating(fn: Callable[P, R]) -> Callable[P, R]:
     """``translated`` around a whole method: the public methods of the layer use it."""
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         with translated():
             return fn(*args, **kwargs)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper

@@ -163,8 +163,8 @@ class Appender:
         # (producer_state.check_append asks it for producers this partition does not know).
         self._verify = verify
 
-    def _claim(self, prepare: Callable[[ProducerState], "_Slot | AppendResult | None"],
-               continuing: bool = False) -> "AppendResult | None":
+    def _claim(self, prepare: Callable[[ProducerState], _Slot | AppendResult | None],
+               continuing: bool = False) -> AppendResult | None:
         """The slot-claiming loop shared by data batches, claims and markers.
 
         ``prepare`` sees the state at the log end and returns either a final

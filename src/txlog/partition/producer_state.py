@@ -353,7 +353,7 @@ class ProducerEntries:
             columns.alive &= ~np.isin(columns.pids, np.fromiter(self._removed, np.int64))
             self._removed.clear()
         self._columns, self._loader, self._count = columns, None, 0
-        for pid, entry in list(self._hot.items()):
+        for entry in list(self._hot.values()):
             if entry.pending is not None:
                 self._resolve(entry)
 

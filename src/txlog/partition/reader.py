@@ -11,7 +11,6 @@ state alone.
 from __future__ import annotations
 
 import bisect
-import os
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -279,7 +278,7 @@ class Reader:
                     spans[-1].add(ref, header)
                 continue
             last = prev.refs[-1] if prev is not None and prev.refs else None
-            if last is not None and not prev.data_path and ref.in_segment and \
+            if prev is not None and last is not None and not prev.data_path and ref.in_segment and \
                     last.path == ref.path and last.position + last.size == ref.position and \
                     len(prev.refs) < SPAN_BATCHES:
                 prev.refs.append(ref)

@@ -86,6 +86,7 @@ def _doomed(states: StateManager, heads: list[tuple[SegmentPiece, SegmentHead]],
     total = sum(h.total_length for _, h in heads) + tail_bytes
     doomed = []
     for piece, head in heads[:-1]:
+        assert piece.end is not None  # pieces() fills every end in
         by_start = piece.end <= start
         by_size = retention_bytes >= 0 and total - head.total_length >= retention_bytes
         by_time = False
@@ -113,6 +114,7 @@ def _delete_below(states: StateManager, doomed: list[tuple[SegmentPiece, Segment
     largest = recorded[-1] if recorded else 0
     if doomed:
         cut = doomed[-1][0].end
+        assert cut is not None  # pieces() fills every end in
         if cut > largest:
             # The new log start is recorded before anything goes, so that a merge or a
             # compaction that publishes late below it cannot move the log start back

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import NoReturn
 
 import crc32c
@@ -320,10 +321,10 @@ class StateManager:
         described = fields.get("entries") if isinstance(fields, dict) else None
         crc = described.get("crc") if isinstance(described, dict) else None
 
-        def entries(length: int) -> bytes | memoryview:
+        def entries(position: int, length: int) -> bytes | memoryview:
             # The section follows the fields in the snapshot section (format.md 4.2).
             try:
-                data = memoryview(self.storage.read_range(head.path, at, length))
+                data = memoryview(self.storage.read_range(head.path, position, length))
             except FileNotFoundError:
                 raise SnapshotGone(f"segment {url} is gone (its producer entries with it)") \
                     from None
@@ -333,7 +334,7 @@ class StateManager:
             return data
         try:
             return head, self.state_from_fields(fields, head.end_offset,
-                                                entries if at is not None else None)
+                                                partial(entries, at) if at is not None else None)
         except ValueError as exc:
             raise CorruptSegmentError(f"segment snapshot unusable: {exc}",
                                       self.cache.url(head.path), base) from None

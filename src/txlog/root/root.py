@@ -68,7 +68,7 @@ class Root:
             raw = self.storage.read(ROOT_MARKER)
         except FileNotFoundError:
             if not create:
-                raise LogFormatError(f"{self.url} holds no txlog ({ROOT_MARKER} is missing)")
+                raise LogFormatError(f"{self.url} holds no txlog ({ROOT_MARKER} is missing)") from None
             marker = msgpack.packb({"format_version": FORMAT_VERSION,
                                     "created_ms": clock.now_ms(),
                                     "root_id": uuid.uuid4().hex})

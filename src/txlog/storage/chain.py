@@ -159,7 +159,7 @@ class VersionChain:
                 return self._version, self._value, self._raw
             return None
 
-    def update(self, step: Callable[[int, dict[str, Any] | None], "dict[str, Any] | None"],
+    def update(self, step: Callable[[int, dict[str, Any] | None], dict[str, Any] | None],
                guess_own_head: bool = False) -> tuple[int, dict[str, Any] | None]:
         """Apply ``step`` to the latest value until its result is published.
 

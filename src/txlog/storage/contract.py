@@ -10,6 +10,7 @@ Paths given to a backend are relative to the log root and always use ``/``.
 
 from __future__ import annotations
 
+import builtins
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 
@@ -98,12 +99,12 @@ class Storage(ABC):
     def delete(self, path: str) -> None:
         """Remove an object (or an empty directory); a missing one is not an error."""
 
-    def list_times(self, directory: str) -> list[tuple[str, float]]:
+    def list_times(self, directory: str) -> builtins.list[tuple[str, float]]:
         """Names directly under ``directory`` with the time each object was created, in
         seconds since the epoch (the store's clock): gc of data objects goes by age."""
         raise NotImplementedError(f"{type(self).__name__} cannot tell objects' ages")
 
-    def remove_temp_files(self, older_than_s: float) -> list[str]:
+    def remove_temp_files(self, older_than_s: float) -> builtins.list[str]:
         """Remove temp files of publishes that died, older than ``older_than_s``.
 
         Only backends that write a temp name first have any: the local one, and

@@ -6,6 +6,7 @@ What only S3 does (multipart streamed publishes) is storage/s3.py's.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import logging
@@ -374,7 +375,7 @@ class FsspecStorage(Storage):
         names = [e.rstrip("/").rsplit("/", 1)[-1] for e in entries]
         return [n for n in names if not n.startswith(TMP_PREFIX)]
 
-    def list_times(self, directory: str) -> list[tuple[str, float]]:
+    def list_times(self, directory: str) -> builtins.list[tuple[str, float]]:
         where = self._abs(directory) if directory else self.root
         try:
             entries = self.fs.ls(where, detail=True, refresh=True)
@@ -390,7 +391,7 @@ class FsspecStorage(Storage):
             out.append((name, _modified(e)))
         return out
 
-    def _ls(self, where: str) -> list[str]:
+    def _ls(self, where: str) -> builtins.list[str]:
         """One listing of ``where``.  s3fs's ``ls`` of an empty prefix lists the parent
         too, to tell a missing directory from a file: for a partition's absent
         ``segments/`` that is every batch of the partition, page by page.  Its own
@@ -451,7 +452,7 @@ def _modified(entry: dict[str, Any]) -> float:
         value = entry.get(key)
         if isinstance(value, datetime.datetime):
             if value.tzinfo is None:
-                value = value.replace(tzinfo=datetime.timezone.utc)
+                value = value.replace(tzinfo=datetime.UTC)
             return value.timestamp()
         if isinstance(value, (int, float)) and value > 0:
             return float(value)
@@ -461,7 +462,7 @@ def _modified(entry: dict[str, Any]) -> float:
             except ValueError:
                 continue
             if parsed.tzinfo is None:
-                parsed = parsed.replace(tzinfo=datetime.timezone.utc)
+                parsed = parsed.replace(tzinfo=datetime.UTC)
             return parsed.timestamp()
     raise StorageError(f"the store gives no modification time for {entry.get('name')!r}: "
                        "data objects cannot be collected by age")

@@ -110,7 +110,7 @@ def listed_segment_names(names: list[str]) -> list[tuple[int, int | None, str]]:
     """``(base, end, name)`` of every segment among ``names``, sorted by base, then by end
     descending with a merged segment before the plain one at its base; ``end`` is None for
     a plain ``<base>.segment`` (its end is in its header only)."""
-    out = []
+    out: list[tuple[int, int | None, str]] = []
     for n in names:
         if not n.endswith(SEGMENT_SUFFIX):
             continue

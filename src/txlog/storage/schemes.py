@@ -33,7 +33,7 @@ OPENERS: dict[str, Opener] = {
     "hdfs": _refuse_hdfs, "viewfs": _refuse_hdfs, "webhdfs": _refuse_hdfs}
 
 
-def open_storage(url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None,
+def open_storage(url: str | os.PathLike[str] | Storage, storage_options: dict[str, Any] | None = None,
                  fsync: bool = True) -> Storage:
     """Pick the backend for a root given as a path or a URL.
 

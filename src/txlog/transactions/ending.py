@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ..errors import DecisionConflictError, InvalidTxnStateError, TransactionAbortedError
@@ -171,19 +172,19 @@ class TransactionEnder:
                                         (meta.txn_producer_id, meta.txn_epoch),
                                         meta.incarnation_ms)
 
-        steps = [(mark, tuple(tp)) for tp in meta.partitions]
+        steps: list[Callable[[], None]] = [partial(mark, (topic, p)) for topic, p in meta.partitions]
         if commit:
-            steps += [(apply, group) for group in meta.pending_offsets]
+            steps += [partial(apply, group) for group in meta.pending_offsets]
         if len(steps) > 1:
             # Every step ends before this returns or raises (the first error in order):
             # nothing of this roll-forward is still writing when the caller goes on.
-            futures = [_marker_pool().submit(fn, arg) for fn, arg in steps]
+            futures = [_marker_pool().submit(step) for step in steps]
             wait(futures)
             for future in futures:
                 future.result()
         else:
-            for fn, arg in steps:
-                fn(arg)
+            for step in steps:
+                step()
 
     def _finish(self, version: int, meta: TransactionMetadata) -> TransactionMetadata:
         """Markers and group offsets, then the Complete* version."""

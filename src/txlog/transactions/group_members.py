@@ -274,9 +274,10 @@ def reset_offsets_if_inactive(storage: Storage, group_id: str, step: OffsetsStep
             # Members past their session timeout that nobody removed yet: remove them
             # (as Kafka's coordinator would have), and fence their generation below, so
             # that one coming back to life cannot commit over the reset.
-            state = _remove_expired(storage, group_id, state)
-            if state is None:
+            remaining = _remove_expired(storage, group_id, state)
+            if remaining is None:
                 continue  # the group changed meanwhile: check again
+            state = remaining
         try:
             return reset_offsets(storage, group_id, step, fenced_at=fenced,
                                  fence_to=state.generation if state.generation else None)
