@@ -12,6 +12,7 @@ import pytest
 import txlog.clients.sender as sender_module
 from helpers_core import DelegatingStorage
 from txlog import Log
+from txlog.clients.metrics import MetricConfig
 from txlog.clients.partitioner import StickyPartitioner
 from txlog.clients.sender import Sender
 from txlog.clients.transaction_manager import TransactionManager
@@ -73,7 +74,7 @@ def make_sender(log: Log, transactional_id: str | None = None,
         manager.begin(None)
         manager.add_partitions([("t", 0), ("t", 1)])
     return Sender(log.services, manager, StickyPartitioner(), None, compression_attribute(None),
-                  data_object_bytes)
+                  data_object_bytes, MetricConfig())
 
 
 def records(*values: bytes) -> pa.Table:

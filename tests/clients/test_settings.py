@@ -109,7 +109,8 @@ def test_is_int_means_an_int_and_not_a_bool() -> None:
 PRODUCER_DEFAULTS: dict[str, Any] = dict(
     compression=None, compression_type=None, batch_size=DEFAULT_BATCH_SIZE,
     data_object_bytes=DEFAULT_DATA_OBJECT_BYTES, linger_ms=DEFAULT_LINGER_MS,
-    transactional_id=None, enable_idempotence=True)
+    transactional_id=None, enable_idempotence=True, metrics_num_samples=2,
+    metrics_sample_window_ms=30000)
 
 # Each bad setting with the error Producer(...) has always raised for it.
 BAD_PRODUCER_SETTINGS = [
@@ -133,6 +134,10 @@ BAD_PRODUCER_SETTINGS = [
     ({"transactional_id": 7}, InvalidNameError, "transactional id name must be a string, got int"),
     ({"transactional_id": "t", "enable_idempotence": False}, InvalidConfigError,
      "a transactional producer needs enable_idempotence=True"),
+    ({"metrics_num_samples": 0}, InvalidConfigError,
+     "metrics_num_samples must be a positive int, not 0"),
+    ({"metrics_sample_window_ms": 1.5}, InvalidConfigError,
+     "metrics_sample_window_ms must be a positive int, not 1.5"),
     # Two bad values: the one Producer has always checked first is reported.
     ({"batch_size": 0, "compression": "gzip"}, InvalidConfigError,
      "compression 'gzip' is not supported (use None, 'lz4' or 'zstd')"),
@@ -161,6 +166,7 @@ def test_producer_refuses_the_same_values_with_the_same_messages(
     {}, {"compression": "none"}, {"compression": "zstd"}, {"compression_type": "lz4"},
     {"batch_size": True}, {"batch_size": 1}, {"linger_ms": 0.5}, {"linger_ms": True},
     {"data_object_bytes": 1}, {"transactional_id": "t-1"},
+    {"metrics_num_samples": 1, "metrics_sample_window_ms": 1},
     {"transactional_id": None, "enable_idempotence": False},
 ])
 def test_what_producer_takes_passes_the_check(memlog: Log, good: dict[str, Any]) -> None:

@@ -561,3 +561,22 @@ def fill_one_record_per_batch(log: Log, topic: str, batches: int, partition: int
             producer.send(topic, value=f"v{i}".encode(), partition=partition,
                           timestamp_ms=1_000 * i)
             producer.flush()
+
+
+class StillClock:
+    """``clock.monotonic_ms`` held still, moved only by a test (``now`` in ms): the
+    client metrics' windows then begin and end exactly where the test says."""
+
+    def __init__(self, now: int = 5_000_000) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+    @classmethod
+    def installed(cls, monkeypatch) -> StillClock:
+        from txlog import clock
+
+        still = cls()
+        monkeypatch.setattr(clock, "monotonic_ms", still)
+        return still

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..api.log import Log
+from ..root.topics import config_value
 
 ROOT_ENV = "TXLOG_ROOT"
 
@@ -45,9 +46,7 @@ def config_item(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"{text!r} is not of the form key=value")
-    if value.lstrip("-").isdigit():
-        return key, int(value)
-    return key, value
+    return key, config_value(value)
 
 
 def json_option(parser: argparse.ArgumentParser) -> None:

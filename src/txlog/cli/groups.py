@@ -8,7 +8,7 @@ import json
 from typing import Any, TypedDict
 
 from .. import clock
-from ..transactions.group_members import (GroupGeneration, GroupMembership, is_expired,
+from ..transactions.group_members import (GroupMembership, group_state_name, is_expired,
                                           last_seen_ms)
 from ..clients.positions import PartitionBounds, bounds
 from ..errors import UnknownPartitionError, UnknownTopicError
@@ -141,7 +141,7 @@ def _describe(log: Log, args: argparse.Namespace) -> None:
                 "expired": is_expired(m, beats, now),
                 "assignment": [list(tp) for tp in state.assignment.get(m.member_id, ())]}
                for m in state.members]
-    group_state = _group_state(state, beats, now)
+    group_state = group_state_name(state, beats, now)
     if args.json:
         print(json.dumps({"group": args.group, "state": group_state,
                           "generation": state.generation, "protocol": state.protocol,
@@ -169,22 +169,6 @@ class _MemberRow(TypedDict):
     heartbeat_age_ms: int
     expired: bool
     assignment: list[list[object]]
-
-
-def _group_state(state: GroupGeneration, beats: dict, now: int) -> str:
-    """Kafka's names: Empty without members, PreparingRebalance while a member past its
-    session timeout is still listed, CompletingRebalance while partitions wait for their
-    earlier owner to let go, Stable otherwise."""
-    if not state.members:
-        return "Empty"
-    if any(is_expired(m, beats, now) for m in state.members):
-        return "PreparingRebalance"
-    ids = {m.member_id for m in state.members}
-    for waiters in state.waiting.values():
-        if any(w in ids and (w not in beats or beats[w].generation < state.generation)
-               for w in waiters):
-            return "CompletingRebalance"
-    return "Stable"
 
 
 TARGETS = ("to_earliest", "to_latest", "to_offset", "to_datetime", "shift_by")

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..clients.positions import bounds, read_limit
 from ..api.log import Log
-from ..root.topics import MAX_PARTITIONS, MIN_SEGMENT_BYTES, TOPIC_DEFAULTS
+from ..root.topics import MAX_PARTITIONS, MIN_SEGMENT_BYTES, effective_config
 from ..partition.isolation import READ_COMMITTED, READ_UNCOMMITTED
 from ..storage.names import MAX_NAME_LENGTH
 from .common import (CommandError, LeafParser, config_item, json_option, open_log, positive_int,
@@ -107,7 +107,7 @@ def run_topics(args: argparse.Namespace) -> None:
         desc = log.describe_topic(args.name, refresh=True)
         header, rows = _offset_rows(log, desc.name, list(range(desc.partitions)),
                                    sizes=True)
-        config = {**TOPIC_DEFAULTS, **desc.config}
+        config = effective_config(desc)
         defaults = sorted(k for k in config if k not in desc.config)
         if args.json:
             keys = [h.lower().replace("-", "_") for h in header]

@@ -7,13 +7,16 @@ objects, without building Kafka's record columns in between.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import IllegalStateError, InvalidConfigError, OffsetOutOfRangeError
 from ..partition.isolation import READ_COMMITTED, check_isolation_level
 from ..transactions.groups import commit_offsets, committed_offsets
-from .positions import offset_for_timestamp, read_limit
+from .metrics import (DEFAULT_NUM_SAMPLES, DEFAULT_SAMPLE_WINDOW_MS, METRIC_SETTINGS,
+                      PREFIX_SETTING, ConsumerSensors, MetricConfig)
+from .positions import lag_after_read, offset_for_timestamp, read_limit
 from .settings import Setting, Settings, at_least, one_of
 
 if TYPE_CHECKING:
@@ -49,6 +52,8 @@ _SETTINGS = Settings(
     # True has always passed as 1 here.
     Setting("max_poll_records", at_least(1, "{name} must be a positive int, not {value!r}",
                                          allow_bool=True)),
+    *METRIC_SETTINGS,
+    PREFIX_SETTING,
 )
 
 
@@ -57,9 +62,15 @@ class Consumer:
 
     def __init__(self, log: Log, *, isolation_level: str = READ_COMMITTED,
                  group_id: str | None = None, auto_offset_reset: str = "latest",
-                 max_poll_records: int = 500, abort_expired_transactions: bool = False) -> None:
+                 max_poll_records: int = 500, abort_expired_transactions: bool = False,
+                 metrics_num_samples: int = DEFAULT_NUM_SAMPLES,
+                 metrics_sample_window_ms: int = DEFAULT_SAMPLE_WINDOW_MS,
+                 metric_group_prefix: str = "consumer") -> None:
         _SETTINGS.check(isolation_level=isolation_level, auto_offset_reset=auto_offset_reset,
-                        max_poll_records=max_poll_records)
+                        max_poll_records=max_poll_records,
+                        metrics_num_samples=metrics_num_samples,
+                        metrics_sample_window_ms=metrics_sample_window_ms,
+                        metric_group_prefix=metric_group_prefix)
         self._root = log.services
         self.isolation_level = isolation_level
         self.group_id = group_id
@@ -70,6 +81,13 @@ class Consumer:
         self._positions: dict[TopicPartition, int] = {}
         self._next = 0  # round-robin start among assigned partitions
         self._closed = False
+        self.sensors = ConsumerSensors(MetricConfig(metrics_num_samples, metrics_sample_window_ms),
+                                       metric_group_prefix, lambda: len(self._assignment))
+
+    def metrics(self, raw: bool = False) -> dict[Any, Any]:
+        """kafka-python's ``{group: {name: value}}`` (clients/metrics.py); ``raw``:
+        ``{MetricName: Metric}``."""
+        return self.sensors.metrics.values(raw)
 
     # --- assignment and positions ------------------------------------------------------
 
@@ -173,7 +191,9 @@ class Consumer:
             raise IllegalStateError("commit() needs a group_id")
         if offsets is None:
             offsets = {tp: self.position(*tp) for tp in self._assignment}
+        started = time.perf_counter()
         commit_offsets(self._root.storage, self.group_id, offsets)
+        self.sensors.commits.record((time.perf_counter() - started) * 1000)
 
     # --- polling -------------------------------------------------------------------------
 
@@ -195,22 +215,29 @@ class Consumer:
         advances each position past what it returns.
         """
         self._check_open()
+        started = time.perf_counter()
         budget = self.max_poll_records if max_records is None else max_records
         wanted = None if partitions is None else {(t, p) for t, p in partitions}
         chosen = self._assignment if wanted is None else \
             [tp for tp in self._assignment if tp in wanted]
         out: dict[TopicPartition, list[Piece]] = {}
+        lags = []
         n = len(chosen)
         for i in range(n):
             if budget <= 0:
                 break
             tp = chosen[(self._next + i) % n]
             pieces = self._fetch_partition(tp, budget)
+            lags.append(lag_after_read(self._root, *tp, self._positions[tp],
+                                       self.isolation_level))
             if pieces:
                 out[tp] = pieces
                 budget -= sum(len(p.offsets) for p in pieces)
         if n:
             self._next = (self._next + 1) % n
+        got = [p for pieces in out.values() for p in pieces]
+        self.sensors.fetch(sum(len(p.offsets) for p in got), sum(p.records.nbytes for p in got),
+                           (time.perf_counter() - started) * 1000, lags)
         return out
 
     def _fetch_partition(self, tp: TopicPartition, budget: int) -> list[Piece]:

@@ -84,6 +84,15 @@ def read_limit(root: Root, topic: str, partition: int, isolation_level: str) -> 
     return _partition_limit(part, part.state(), isolation_level)
 
 
+def lag_after_read(root: Root, topic: str, partition: int, position: int,
+                   isolation_level: str) -> int:
+    """Records between ``position`` and what a reader at ``isolation_level`` may read,
+    from the state a read has just proven current (no request then; a refresh if the
+    read took longer than the state manager trusts a proof)."""
+    part = root.partition(topic, partition)
+    return _partition_limit(part, part.proven_state(), isolation_level) - position
+
+
 def offset_for_timestamp(root: Root, topic: str, partition: int, timestamp_ms: int,
                          isolation_level: str = READ_COMMITTED) -> tuple[int, int] | None:
     """Earliest (offset, timestamp) whose timestamp is >= ``timestamp_ms``, or None.

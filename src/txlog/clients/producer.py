@@ -27,6 +27,7 @@ from ..errors import InvalidConfigError, ProducerFencedError, TransactionAborted
 from ..format.batch import compression_attribute
 from .accumulator import (FutureRecordMetadata, RecordAccumulator, as_bytes, batch_runs,
                           by_partition, normalise_table, runs)
+from .metrics import DEFAULT_NUM_SAMPLES, DEFAULT_SAMPLE_WINDOW_MS, MetricConfig
 from .producer_settings import check_producer_settings
 from .partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from .sender import Sender
@@ -75,11 +76,15 @@ class Producer:
                  key_serializer: Callable[[Any], bytes] | None = None,
                  value_serializer: Callable[[Any], bytes] | None = None,
                  compression_type: str | None = None,
-                 data_object_bytes: int = DEFAULT_DATA_OBJECT_BYTES) -> None:
+                 data_object_bytes: int = DEFAULT_DATA_OBJECT_BYTES,
+                 metrics_num_samples: int = DEFAULT_NUM_SAMPLES,
+                 metrics_sample_window_ms: int = DEFAULT_SAMPLE_WINDOW_MS) -> None:
         compression = check_producer_settings(
             compression=compression, compression_type=compression_type, batch_size=batch_size,
             data_object_bytes=data_object_bytes, linger_ms=linger_ms,
-            transactional_id=transactional_id, enable_idempotence=enable_idempotence)
+            transactional_id=transactional_id, enable_idempotence=enable_idempotence,
+            metrics_num_samples=metrics_num_samples,
+            metrics_sample_window_ms=metrics_sample_window_ms)
         self._compression = None if compression == "none" else compression
         self._compression_bits = compression_attribute(compression)
         services = log.services
@@ -97,7 +102,8 @@ class Producer:
         self._transactions = TransactionManager(services, transactional_id,
                                                 transaction_timeout_ms, enable_idempotence)
         self._sender = Sender(services, self._transactions, self._partitioner,
-                              self._compression, self._compression_bits, data_object_bytes)
+                              self._compression, self._compression_bits, data_object_bytes,
+                              MetricConfig(metrics_num_samples, metrics_sample_window_ms))
 
     # --- introspection -------------------------------------------------------------
 
@@ -111,6 +117,11 @@ class Producer:
 
     def partitions_for(self, topic: str) -> set[int]:
         return set(range(self._services.describe_topic(topic).partitions))
+
+    def metrics(self, raw: bool = False) -> dict[Any, Any]:
+        """kafka-python's ``{group: {name: value}}`` (clients/metrics.py), safe to call from
+        any thread; ``raw``: ``{MetricName: Metric}``."""
+        return self._sender.sensors.metrics.values(raw)
 
     # --- sending -----------------------------------------------------------------------
 

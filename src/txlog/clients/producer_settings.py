@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import InvalidConfigError
 from ..format.batch import compression_attribute
+from .metrics import METRIC_SETTINGS
 from .settings import Setting, Settings, at_least, name_of
 
 
@@ -28,19 +29,24 @@ PRODUCER_SETTINGS = Settings(
     Setting("linger_ms", at_least(0, "{name} must be >= 0, not {value!r}", types=(int, float),
                                   allow_bool=True)),
     Setting("transactional_id", name_of("transactional id")),
+    *METRIC_SETTINGS,
 )
 
 
 def check_producer_settings(*, compression: str | None, compression_type: str | None,
                             batch_size: Any, data_object_bytes: Any, linger_ms: Any,
-                            transactional_id: Any, enable_idempotence: bool) -> str | None:
+                            transactional_id: Any, enable_idempotence: bool,
+                            metrics_num_samples: Any, metrics_sample_window_ms: Any
+                            ) -> str | None:
     """Raise for the first setting ``Producer.__init__`` cannot take; return the codec,
     ``compression_type`` (kafka-python's name for the same option) winning when given."""
     if compression_type is not None:
         compression = compression_type
     PRODUCER_SETTINGS.check(compression=compression, batch_size=batch_size,
                             data_object_bytes=data_object_bytes, linger_ms=linger_ms,
-                            transactional_id=transactional_id)
+                            transactional_id=transactional_id,
+                            metrics_num_samples=metrics_num_samples,
+                            metrics_sample_window_ms=metrics_sample_window_ms)
     if transactional_id is not None and not enable_idempotence:
         raise InvalidConfigError("a transactional producer needs enable_idempotence=True")
     return compression

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import (InvalidConfigError, InvalidProducerEpochError, InvalidTxnStateError,
                       OutOfOrderSequenceError, ProducerFencedError, TransactionAbortedError,
@@ -30,6 +31,7 @@ from ..format.batch import (MAX_CLAIM_PARTS, NO_SEQUENCE, TRANSACTIONAL_BIT, Bat
 from ..partition.appender import DataReference, write_data_object
 from ..storage.pools import shared_pool
 from ..transactions.coordinator import FlushVerification
+from .metrics import MetricConfig, ProducerSensors
 
 if TYPE_CHECKING:
     from ..partition.partition_log import AppendResult, PartitionLog
@@ -63,6 +65,7 @@ class _Staged:
     payload: Payload
     log_append: bool
     sequence: int
+    largest: int  # bytes of its largest record's key and value (record-size-max)
     done: Callable[[AppendResult], None] | None = None
     failed: Callable[[BaseException], None] | None = None
     reference: DataReference | None = None
@@ -88,7 +91,8 @@ class Sender:
 
     def __init__(self, services: Root, transactions: TransactionManager,
                  partitioner: StickyPartitioner, compression: str | None,
-                 compression_bits: int, data_object_bytes: int) -> None:
+                 compression_bits: int, data_object_bytes: int,
+                 metric_config: MetricConfig) -> None:
         self._services = services
         self._transactions = transactions
         self._partitioner = partitioner
@@ -102,7 +106,8 @@ class Sender:
         self.staged_since = 0.0  # time.monotonic() when the oldest staged batch was staged
         # A full data object being written behind: its batches and the write; settled,
         # in the caller's thread, before anything else is written or decided.
-        self.behind: tuple[list[_Staged], Future[None]] | None = None
+        self.behind: tuple[list[_Staged], Future[float]] | None = None
+        self.sensors = ProducerSensors(metric_config, lambda: int(self.behind is not None))
 
     def stage(self, tp: tuple[str, int], records: pa.Table, base_timestamp: int,
               max_timestamp: int, done: Callable[[AppendResult], None] | None = None,
@@ -133,8 +138,8 @@ class Sender:
             transactional_id=transactions.transactional_id or "")
         if not self.staged:
             self.staged_since = time.monotonic()
-        self.staged.append(_Staged(tp, part, header, payload, log_append, sequence, done,
-                                   failed))
+        self.staged.append(_Staged(tp, part, header, payload, log_append, sequence,
+                                   _largest_record(records), done, failed))
         self.staged_bytes += len(payload)
         self._partitioner.batch_sent(topic, partition, desc.partitions)
 
@@ -162,7 +167,7 @@ class Sender:
             first_error = exc
         staged, self.staged, self.staged_bytes = self.staged, [], 0
         if staged:
-            _publish(self._services.storage, staged)
+            self._sent(staged, _timed_publish(self._services.storage, staged))
             try:
                 self._settle(staged)
             except BaseException as exc:
@@ -180,8 +185,8 @@ class Sender:
         self.settle_behind()
         staged, self.staged, self.staged_bytes = self.staged, [], 0
         if staged:
-            self.behind = (staged, _write_pool().submit(_publish, self._services.storage,
-                                                        staged))
+            self.behind = (staged, _write_pool().submit(_timed_publish,
+                                                        self._services.storage, staged))
 
     def settle_behind(self, raise_error: bool = True) -> None:
         """Wait for the write behind, if any, and settle it here (the producer's state
@@ -191,7 +196,7 @@ class Sender:
         staged, writing = self.behind
         self.behind = None
         try:
-            writing.result()
+            self._sent(staged, writing.result())
         except BaseException as exc:  # _publish records failures; this is an interrupt
             for b in staged:
                 if b.result is None and b.error is None:
@@ -209,6 +214,11 @@ class Sender:
                 b.failed(error)
         self.staged, self.staged_bytes = [], 0
 
+    def _sent(self, staged: list[_Staged], latency_ms: float) -> None:
+        """Count one flush written (producer-metrics), once per batch, not per record."""
+        self.sensors.request([(b.header.record_count, len(b.payload), b.largest)
+                              for b in staged], latency_ms)
+
     def _settle(self, staged: list[_Staged]) -> None:
         """Tell each batch's futures its outcome and apply the outcome rules, in staged
         order; raise the first failure."""
@@ -223,6 +233,7 @@ class Sender:
                     written_tps.append(b.tp)
                 continue
             exc = b.error or RuntimeError("batch was not written")
+            self.sensors.errors.record(b.header.record_count)
             if b.tp not in failed_tps:  # the first failed batch of its partition
                 failed_tps.add(b.tp)
                 self._append_failed(b.tp, exc)
@@ -243,6 +254,7 @@ class Sender:
         kept = []
         for b in self.staged:
             if b.tp in failed_tps:
+                self.sensors.errors.record(b.header.record_count)
                 if b.failed is not None:
                     b.failed(error)
             else:
@@ -283,6 +295,22 @@ class Sender:
         logger.warning("producer %d: a batch for %s-%d ended with %s (%s); its outcome is "
                        "unknown, so the next batch uses a new producer id",
                        transactions.producer_id, tp[0], tp[1], type(exc).__name__, exc)
+
+
+def _largest_record(records: pa.Table) -> int:
+    """The bytes of the batch's largest record, key and value (with Arrow's kernels)."""
+    if not records.num_rows:
+        return 0
+    sizes = pc.add(pc.fill_null(pc.binary_length(records["key"]), 0),
+                   pc.fill_null(pc.binary_length(records["value"]), 0))
+    return int(pc.max(sizes).as_py())
+
+
+def _timed_publish(storage: Storage, staged: list[_Staged]) -> float:
+    """``_publish``, returning how long it took in milliseconds (request-latency)."""
+    started = time.perf_counter()
+    _publish(storage, staged)
+    return (time.perf_counter() - started) * 1000
 
 
 def _publish(storage: Storage, staged: list[_Staged]) -> None:

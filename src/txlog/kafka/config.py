@@ -26,6 +26,7 @@ from typing import Any
 
 from ..clients.producer import DEFAULT_BATCH_SIZE, DEFAULT_LINGER_MS, DEFAULT_TRANSACTION_TIMEOUT_MS
 from ..api.log import Log
+from ..clients.metrics import DEFAULT_NUM_SAMPLES, DEFAULT_SAMPLE_WINDOW_MS, PREFIX_SETTING
 from ..clients.settings import Setting, Settings, any_value
 from ..errors import InvalidConfigError
 from .addresses import root_address
@@ -95,11 +96,13 @@ _COMMON = (
     _key("kafka_client", None, ACCEPTED, _NO_NETWORK),
     _key("proxy_url", None, REFUSED, "no network to proxy", (None,)),
     _key("socks5_proxy", None, REFUSED, "no network to proxy", (None,)),
-    _key("metric_reporters", (), ACCEPTED, "txlog keeps no client metrics; metrics() "
-                             "returns {}"),
-    _key("metrics_enabled", True, ACCEPTED, "txlog keeps no client metrics"),
-    _key("metrics_num_samples", 2, ACCEPTED, "txlog keeps no client metrics"),
-    _key("metrics_sample_window_ms", 30000, ACCEPTED, "txlog keeps no client metrics"),
+    _key("metric_reporters", (), REFUSED, "reporters are not called: read metrics() "
+                             "instead (kafka-python's groups and names)", ((), [])),
+    _key("metrics_enabled", True, USED, "False: metrics() returns None, as kafka-python"),
+    _key("metrics_num_samples", DEFAULT_NUM_SAMPLES, USED,
+                                "samples a metrics() rate or average is taken over, as Kafka"),
+    _key("metrics_sample_window_ms", DEFAULT_SAMPLE_WINDOW_MS, USED,
+                                     "each sample's window, as Kafka"),
     _key("security_protocol", "PLAINTEXT", REFUSED, _CREDENTIALS, ("PLAINTEXT",)),
     _key("ssl_context", None, REFUSED, _CREDENTIALS, (None,)),
     _key("ssl_check_hostname", True, REFUSED, _CREDENTIALS, (True,)),
@@ -182,8 +185,15 @@ CONSUMER_CONFIG = Settings(
     _key("enable_incremental_fetch_sessions", True, ACCEPTED, _NO_NETWORK),
     _key("client_rack", "", ACCEPTED, "no replicas to pick a near one from"),
     _key("exclude_internal_topics", True, ACCEPTED, "txlog has no internal topics"),
-    _key("metric_group_prefix", "consumer", ACCEPTED, "txlog keeps no client metrics"),
+    _key("metric_group_prefix", PREFIX_SETTING.default, USED,
+                                "the consumer's metrics() groups: PREFIX-fetch-manager-metrics "
+                                "and PREFIX-coordinator-metrics"),
 )
+
+# KafkaAdminClient takes the keys both clients take, but those about records (creating
+# topics on use, turning metrics off) and ssl_ciphers, as kafka-python 3.0's admin client.
+ADMIN_CONFIG = Settings(*(row for row in _COMMON if row.name not in
+                          ("allow_auto_create_topics", "metrics_enabled", "ssl_ciphers")))
 
 
 def resolve(kind: str, table: Settings[KafkaKey], configs: dict[str, Any]) -> dict[str, Any]:

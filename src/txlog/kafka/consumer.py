@@ -34,7 +34,7 @@ from ..clients.transaction_manager import EXPIRY_CHECK_INTERVAL_S
 from ..integers import is_int
 from ..partition.isolation import READ_COMMITTED
 from ..root.root import Root
-from ..transactions.groups import commit_offsets, committed_offsets
+from ..transactions.groups import committed_offsets
 from .config import CONSUMER_CONFIG, Codec, codec, open_log, resolve
 from .errors import (IllegalStateError, KafkaConfigurationError, KafkaError, translated,
                      translating)
@@ -166,7 +166,10 @@ class KafkaConsumer:
             self._core = Consumer(log, isolation_level=config["isolation_level"],
                                   group_id=config["group_id"],
                                   auto_offset_reset=config["auto_offset_reset"],
-                                  max_poll_records=config["max_poll_records"])
+                                  max_poll_records=config["max_poll_records"],
+                                  metrics_num_samples=config["metrics_num_samples"],
+                                  metrics_sample_window_ms=config["metrics_sample_window_ms"],
+                                  metric_group_prefix=config["metric_group_prefix"])
         self._paused: set[TopicPartition] = set()
         self._subscription: set[str] | None = None
         self._pattern: re.Pattern[str] | None = None
@@ -270,7 +273,10 @@ class KafkaConsumer:
         """Heartbeat and rebalance through the member; take on what it owns now."""
         if self._member is None:
             return
+        generation, started = self._member.generation, time.perf_counter()
         self._member.poll()
+        if self._member.generation != generation:  # joined, or followed a rebalance
+            self._core.sensors.rebalances.record((time.perf_counter() - started) * 1000)
         owned = {TopicPartition(t, p) for t, p in self._member.assignment()}
         if owned != self.assignment():
             self._set_assignment(sorted(owned))
@@ -423,14 +429,16 @@ class KafkaConsumer:
     def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata] | None = None,
                timeout_ms: int | None = None) -> None:
         """Commit ``offsets`` (default: the position of every assigned partition read from)."""
-        group_id = self._require_group()
+        self._require_group()
         native = self._consumed() if offsets is None else plain_offsets(offsets, "commit")
         if not native:
             return
-        if self._member is not None:
-            self._member.commit(native)
-        else:
-            commit_offsets(self._root.storage, group_id, native)
+        if self._member is None:
+            self._core.commit(native)
+            return
+        started = time.perf_counter()
+        self._member.commit(native)
+        self._core.sensors.commits.record((time.perf_counter() - started) * 1000)
 
     def commit_async(self, offsets: dict[TopicPartition, OffsetAndMetadata] | None = None,
                      callback: Callable[[Any, Any], Any] | None = None) -> _CommitFuture:
@@ -605,8 +613,10 @@ class KafkaConsumer:
     def bootstrap_connected(self) -> bool:
         return True
 
-    def metrics(self, raw: bool = False) -> dict:
-        return {}
+    def metrics(self, raw: bool = False) -> dict[Any, Any] | None:
+        """kafka-python's fetch-manager and coordinator groups (clients/metrics.py); None
+        with ``metrics_enabled=False``, as kafka-python."""
+        return self._core.metrics(raw) if self.config["metrics_enabled"] else None
 
 
 def _headers(column: pa.ChunkedArray | pa.Array, n: int) -> tuple[list[list], list[int]]:

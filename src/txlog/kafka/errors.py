@@ -79,6 +79,12 @@ class TransactionAbortedError(KafkaError, native.TransactionAbortedError):
     pass
 
 
+class NoError(BrokerResponseError):
+    """errno 0: the admin client's per-partition results name it where nothing failed."""
+
+    errno = 0
+
+
 class OffsetOutOfRangeError(BrokerResponseError, native.OffsetOutOfRangeError):
     errno = 1
 
@@ -127,8 +133,20 @@ class TopicAlreadyExistsError(BrokerResponseError, native.TopicExistsError):
     errno = 36
 
 
+class InvalidPartitionsError(BrokerResponseError):
+    errno = 37
+
+
+class InvalidReplicationFactorError(BrokerResponseError):
+    errno = 38
+
+
 class InvalidConfigurationError(BrokerResponseError):
     errno = 40
+
+
+class InvalidRequestError(BrokerResponseError):
+    errno = 42
 
 
 class OutOfOrderSequenceNumberError(BrokerResponseError, native.OutOfOrderSequenceError):
@@ -164,6 +182,10 @@ class KafkaStorageError(InvalidMetadataError, BrokerResponseError, native.Storag
     errno = 56
 
 
+class NonEmptyGroupError(BrokerResponseError, native.GroupNotEmptyError):
+    errno = 68
+
+
 class GroupIdNotFoundError(BrokerResponseError, native.UnknownGroupError):
     errno = 69
 
@@ -177,6 +199,10 @@ class ProducerFencedError(BrokerResponseError, native.ProducerFencedError):
 class InconsistentTopicIdError(InvalidMetadataError, BrokerResponseError,
                                native.InconsistentTopicIdError):
     errno = 103
+
+
+class TransactionalIdNotFoundError(BrokerResponseError):
+    errno = 105
 
 
 # Native class name -> the class raised instead.  Matched along the native
@@ -200,6 +226,7 @@ _BY_NATIVE_NAME: dict[str, type[KafkaError]] = {
     "UnknownTopicError": UnknownTopicOrPartitionError,
     "UnknownPartitionError": UnknownTopicOrPartitionError,
     "UnknownGroupError": GroupIdNotFoundError,
+    "GroupNotEmptyError": NonEmptyGroupError,
     "OffsetOutOfRangeError": OffsetOutOfRangeError,
     "CorruptBatchError": CorruptRecordError,
     "LogFormatError": UnsupportedVersionError,

@@ -165,7 +165,9 @@ class KafkaProducer:
                 transactional_id=self.config["transactional_id"],
                 transaction_timeout_ms=self.config["transaction_timeout_ms"],
                 batch_size=self.config["batch_size"], linger_ms=self.config["linger_ms"],
-                compression_type=compression)
+                compression_type=compression,
+                metrics_num_samples=self.config["metrics_num_samples"],
+                metrics_sample_window_ms=self.config["metrics_sample_window_ms"])
         self._lock = threading.RLock()  # every call into the native producer
         self._signal = threading.Condition()  # the sender's wake-ups; never held with _lock
         self._work = False
@@ -295,8 +297,12 @@ class KafkaProducer:
     def bootstrap_connected(self) -> bool:
         return True
 
-    def metrics(self, raw: bool = False) -> dict:
-        return {}
+    def metrics(self, raw: bool = False) -> dict[Any, Any] | None:
+        """kafka-python's ``{'producer-metrics': {name: value}}``, taken as kafka-python
+        takes them (clients/metrics.py); None with ``metrics_enabled=False``, as kafka-python."""
+        if not self.config["metrics_enabled"]:
+            return None
+        return self._core.metrics(raw)
 
     # --- transactions ---------------------------------------------------------------------
 

@@ -111,7 +111,10 @@ class Root:
     # --- topics ------------------------------------------------------------------
 
     def create_topic(self, name: str, partitions: int = 1,
-                     config: dict[str, Any] | None = None) -> TopicDescription:
+                     config: dict[str, Any] | None = None,
+                     validate_only: bool = False) -> TopicDescription:
+        """Create a topic; ``validate_only``: make every check (an admin client's
+        validate_only) and return the description it would have, creating nothing."""
         validate_name(name, "topic")
         checked = check_new_topic(name, partitions, config)
         if self.storage.exists(topic_meta_path(name)):
@@ -123,6 +126,8 @@ class Root:
                 f"call delete_topic({name!r}) to finish it")
         desc = TopicDescription(name, partitions, checked, clock.now_ms(),
                                 new_topic_id())
+        if validate_only:
+            return desc
         meta = msgpack.packb({"name": name, "partitions": partitions, "config": checked,
                               "created_ms": desc.created_ms, "topic_id": desc.topic_id})
         if not self.storage.publish_if_absent(topic_meta_path(name), meta):

@@ -49,6 +49,14 @@ _CONFIG_RULES = {
 }
 
 
+def config_value(value: Any) -> Any:
+    """A setting as text gives it (the CLI's KEY=VALUE, a Kafka admin client's string
+    values): digits become an int, as the integer settings need; anything else stays."""
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    return value
+
+
 def _check_config(topic: str, config: dict[str, Any]) -> dict[str, Any]:
     checked: dict[str, Any] = {}
     for key, value in config.items():
@@ -96,6 +104,11 @@ class TopicDescription:
     def setting(self, key: str) -> Any:
         """A config value, Kafka's default where the topic sets none."""
         return self.config.get(key, TOPIC_DEFAULTS.get(key))
+
+
+def effective_config(desc: TopicDescription) -> dict[str, Any]:
+    """Every setting in force: the topic's own, and Kafka's defaults for the rest."""
+    return {**TOPIC_DEFAULTS, **desc.config}
 
 
 def check_growth(desc: TopicDescription, total: Any) -> None:

@@ -219,6 +219,22 @@ def is_expired(member: MemberInfo, heartbeats: dict[str, Heartbeat], now_ms: int
         CLOCK_SKEW_MARGIN_MS
 
 
+def group_state_name(state: GroupGeneration, beats: dict, now: int) -> str:
+    """Kafka's names: Empty without members, PreparingRebalance while a member past its
+    session timeout is still listed, CompletingRebalance while partitions wait for their
+    earlier owner to let go, Stable otherwise."""
+    if not state.members:
+        return "Empty"
+    if any(is_expired(m, beats, now) for m in state.members):
+        return "PreparingRebalance"
+    ids = {m.member_id for m in state.members}
+    for waiters in state.waiting.values():
+        if any(w in ids and (w not in beats or beats[w].generation < state.generation)
+               for w in waiters):
+            return "CompletingRebalance"
+    return "Stable"
+
+
 def live_members(storage: Storage, group_id: str) -> tuple[GroupGeneration, list[MemberInfo]]:
     """The newest generation and those of its members not past their session timeout."""
     membership = GroupMembership(storage, group_id)
@@ -251,7 +267,8 @@ def take_over(storage: Storage, coordinator: TransactionCoordinator, group_id: s
     drop_pending(storage, group_id, pending)
 
 
-def reset_offsets_if_inactive(storage: Storage, group_id: str, step: OffsetsStep
+def reset_offsets_if_inactive(storage: Storage, group_id: str, step: OffsetsStep,
+                              forget: tuple[TopicPartition, ...] = ()
                               ) -> dict[TopicPartition, int]:
     """Reset offsets only while the group has no live member, as Kafka's tool refuses.
 
@@ -280,7 +297,8 @@ def reset_offsets_if_inactive(storage: Storage, group_id: str, step: OffsetsStep
             state = remaining
         try:
             return reset_offsets(storage, group_id, step, fenced_at=fenced,
-                                 fence_to=state.generation if state.generation else None)
+                                 fence_to=state.generation if state.generation else None,
+                                 forget=forget)
         except StaleGroupFence:
             continue
 

@@ -150,9 +150,12 @@ class GroupOffsets:
     def tombstone(self) -> GroupOffsets:
         return self._next(offsets={}, owner=None, deleted=True)
 
-    def reset(self, offsets: Offsets, fence_to: int | None) -> GroupOffsets:
+    def reset(self, offsets: Offsets, fence_to: int | None,
+              forget: tuple[tuple[str, int], ...] = ()) -> GroupOffsets:
+        """``offsets`` set and those of ``forget`` dropped (Kafka's OffsetDelete)."""
         fence = self.generation if fence_to is None else max(self.generation, fence_to)
-        return self._next(offsets={**self.offsets, **offsets}, generation=fence)
+        kept = {tp: o for tp, o in {**self.offsets, **offsets}.items() if tp not in forget}
+        return self._next(offsets=kept, generation=fence)
 
     def mark_of(self, transactional_id: str) -> TxnMark:
         return self.txn_marks.get(transactional_id, NO_MARK)
@@ -303,8 +306,8 @@ OffsetsStep = Callable[[dict[tuple[str, int], int]], dict[tuple[str, int], int]]
 
 
 def reset_offsets(storage: Storage, group_id: str, step: OffsetsStep,
-                  fenced_at: int | None = None, fence_to: int | None = None
-                  ) -> dict[tuple[str, int], int]:
+                  fenced_at: int | None = None, fence_to: int | None = None,
+                  forget: tuple[tuple[str, int], ...] = ()) -> dict[tuple[str, int], int]:
     """Replace some of an existing group's offsets (txlog groups reset-offsets) in one version.
 
     ``step`` gets the offsets of the version being replaced (so a shift is
@@ -318,6 +321,8 @@ def reset_offsets(storage: Storage, group_id: str, step: OffsetsStep,
     generation fence is no longer that one (a member joined since the caller
     found the group inactive: section 9.5); ``fence_to`` raises the fence in
     the same version, so no member of an older generation can commit after.
+    ``forget``: partitions whose offsets the version drops (an admin client's
+    delete_group_offsets); their transactions' marks stay, as for a reset.
     """
     applied: dict[tuple[str, int], int] = {}
 
@@ -329,7 +334,7 @@ def reset_offsets(storage: Storage, group_id: str, step: OffsetsStep,
         check_offsets(new)
         applied.clear()
         applied.update(new)
-        return group.reset(new, fence_to)
+        return group.reset(new, fence_to, forget)
 
     _update(storage, group_id, update)
     return applied
