@@ -158,7 +158,7 @@ def test_unknown_and_refused_keys_are_refused_by_name(root) -> None:
         producer(root, acks=2)
     with pytest.raises(errors.KafkaConfigurationError, match="no brokers"):
         KafkaProducer(bootstrap_servers=[root, root])
-    with pytest.raises(errors.KafkaConfigurationError, match="list of brokers"):
+    with pytest.raises(errors.KafkaConfigurationError, match="list of Kafka brokers"):
         KafkaConsumer(bootstrap_servers="kafka1:9092,kafka2:9092")
     with pytest.raises(errors.KafkaConfigurationError, match="isolation_level"):
         consumer(root, isolation_level="read_some")

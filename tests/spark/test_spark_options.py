@@ -44,7 +44,8 @@ def write_fails(options: dict, streaming: bool, *fragments: str) -> str:
 @pytest.mark.parametrize("streaming", [False, True])
 def test_path_is_required(streaming):
     message = read_fails({"subscribe": "t"}, streaming, "path")
-    assert message == "missing option 'path' (the txlog root: a directory or URL)"
+    assert message == ("missing option 'path' (the txlog root: a directory or URL; "
+                       "kafka.bootstrap.servers may name it instead)")
     write_fails({"topic": "t", "transactional.id.prefix": "p"}, streaming, "'path'")
 
 
@@ -339,7 +340,7 @@ def test_kafka_auto_offset_reset_points_to_starting_offsets():
 
 
 def test_other_kafka_and_spark_kafka_options_are_ignored():
-    opts = batch(**{"kafka.bootstrap.servers": "h:9092", "kafka.whatever": "x",
+    opts = batch(**{"kafka.client.id": "c", "kafka.whatever": "x",
                     "groupIdPrefix": "g", "fetchOffset.numRetries": "3", "paths": "[]"})
     assert opts.subscription.topics == ("events",)
 
@@ -449,9 +450,14 @@ def test_group_id_is_for_streaming_queries_with_a_checkpoint():
                 "option 'groupId'", "batch write")
 
 
-def test_streaming_exactly_once_needs_prefix():
-    write_fails({"path": "/p", "checkpointLocation": "/ck"}, True,
-                "option 'transactional.id.prefix'", "exactly_once", "at_least_once")
+def test_streaming_exactly_once_needs_a_checkpoint_not_a_prefix():
+    # The writer derives the prefix from the query id it reads in the checkpoint.
+    assert WriteOptions.parse({"path": "/p", "checkpointLocation": "/ck"},
+                              streaming=True).transactional_id_prefix is None
+    write_fails({"path": "/p"}, True, "option 'checkpointLocation'",
+                "names the prefix when that option is not given")
+    write_fails({"path": "/p", "checkpointLocation": "/ck", "takeOverFrom": "q1"}, True,
+                "option 'takeOverFrom'", "needs transactional.id.prefix")
     assert WriteOptions.parse({"path": "/p", "deliveryGuarantee": "at_least_once"},
                               streaming=True).transactional_id_prefix is None
     assert WriteOptions.parse({"path": "/p"}, streaming=False).transactional_id_prefix is None
@@ -669,22 +675,22 @@ def test_read_and_write_settings_of_the_other_side_are_only_ignored():
 
 
 def test_ignored_kafka_options_are_logged_once_per_query(caplog):
-    options = {**WRITE, "kafka.bootstrap.servers": "h:9092", "kafka.acks": "all",
+    options = {**WRITE, "kafka.client.id": "c", "kafka.acks": "all",
                "kafka.compression.type": "lz4", "kafka.secret.thing": "hunter2"}
     with caplog.at_level("WARNING", logger="txlog.spark.options"):
         for _ in range(3):  # Spark parses a query's options more than once
             WriteOptions.parse(options, streaming=False)
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1, warnings
-    assert "kafka.acks, kafka.bootstrap.servers, kafka.secret.thing" in warnings[0]
+    assert "kafka.acks, kafka.client.id, kafka.secret.thing" in warnings[0]
     assert "kafka.compression.type" not in warnings[0] and "hunter2" not in warnings[0]
     caplog.clear()
     with caplog.at_level("WARNING", logger="txlog.spark.options"):
-        ReadOptions.parse({**BASE, "kafka.bootstrap.servers": "h:9092",
+        ReadOptions.parse({**BASE, "kafka.client.id": "c",
                            "kafka.isolation.level": "read_committed", "groupIdPrefix": "g"},
                           streaming=True)
         WriteOptions.parse(WRITE, streaming=False)  # nothing ignored: no warning
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "streaming read" in warnings[0], warnings
-    assert "groupIdPrefix, kafka.bootstrap.servers" in warnings[0]
+    assert "groupIdPrefix, kafka.client.id" in warnings[0]
     assert "isolation" not in warnings[0]

@@ -41,6 +41,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number of seconds")
+    return value
+
+
 def config_item(text: str) -> tuple[str, Any]:
     """``key=value``; a value made of digits becomes an int (as max.message.bytes needs)."""
     key, sep, value = text.partition("=")

@@ -120,14 +120,15 @@ def _describe(log: Log, args: argparse.Namespace) -> None:
     owners = {tp: m for m, parts in state.assignment.items() for tp in parts}
     rows = []
     for topic, partition in sorted(set(committed) | set(owners)):
-        offset = committed.get((topic, partition), "-")
+        offset = committed.get((topic, partition))
+        shown = "-" if offset is None else offset
         try:
             b = bounds(log.services, topic, partition)
         except (UnknownTopicError, UnknownPartitionError):  # e.g. a stream sink's batch key
-            row: tuple = (topic, partition, offset, "-", "-", "-")
+            row: tuple = (topic, partition, shown, "-", "-", "-")
         else:
-            lag = max(b.end - offset, 0) if isinstance(offset, int) else "-"
-            row = (topic, partition, offset, b.end, b.stable, lag)
+            lag = "-" if offset is None else b.lag(offset)
+            row = (topic, partition, shown, b.end, b.stable, lag)
         rows.append(row + ((owners.get((topic, partition), "-"),) if state.generation else ()))
     header = ("TOPIC", "PARTITION", "COMMITTED-OFFSET", "LOG-END-OFFSET", "LAST-STABLE-OFFSET",
               "LAG")

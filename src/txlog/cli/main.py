@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import TxlogError
-from . import groups, inspection, maintain, maintenance, records, topics, transactions
+from . import (groups, inspection, maintain, maintenance, metrics, records, root_config,
+               topics, transactions)
 from .common import ROOT_ENV, CommandError
-from .root_config import add_root_config, run_root_config
 
 PROG = "txlog"
 
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         return group.add_parser(name, parents=[leaf], **kwargs)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     topics.add_topics(commands, leaf_parser)
-    add_root_config(commands, leaf_parser)
+    root_config.add_root_config(commands, leaf_parser)
     records.add_produce(commands, leaf_parser)
     records.add_consume(commands, leaf_parser)
     topics.add_offsets(commands, leaf_parser)
@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspection.add_verify(commands, leaf_parser)
     transactions.add_producers(commands, leaf_parser)
     groups.add_groups(commands, leaf_parser)
+    metrics.add_metrics(commands, leaf_parser)
     return parser
 
 
@@ -68,7 +69,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {
     "retention": maintenance.run_retention, "gc": maintenance.run_gc,
     "delete-records": maintenance.run_delete_records, "maintain": maintain.run_maintain,
     "dump": inspection.run_dump, "verify": inspection.run_verify, "groups": groups.run_groups,
-    "root-config": run_root_config}
+    "metrics": metrics.run_metrics, "root-config": root_config.run_root_config}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,18 +17,8 @@ from ..admin.maintenance import (DEFAULT_COMPACT_INTERVAL_S, DEFAULT_GC_INTERVAL
                                  MaintenanceSettings, Maintainer, PassReport)
 from ..partition.compaction import DEFAULT_BUFFER_BYTES, DEFAULT_MIN_BATCHES
 from .common import (CommandError, LeafParser, Progress, non_negative_int, open_log,
-                     positive_int)
+                     positive_int, positive_seconds)
 from .maintenance import add_gc_ages
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive number of seconds")
-    return value
 
 
 def _fraction(text: str) -> float:
@@ -55,14 +45,14 @@ def add_maintain(commands: Any, leaf_parser: LeafParser) -> None:
     maintain.add_argument("--topic", metavar="TOPIC", action="append",
                           help="only this topic (repeatable; default: every topic, listed "
                                "again on each pass)")
-    maintain.add_argument("--compact-interval", metavar="SECONDS", type=_seconds,
+    maintain.add_argument("--compact-interval", metavar="SECONDS", type=positive_seconds,
                           default=DEFAULT_COMPACT_INTERVAL_S,
                           help=f"between compactions (default {DEFAULT_COMPACT_INTERVAL_S:g})")
-    maintain.add_argument("--retention-interval", metavar="SECONDS", type=_seconds,
+    maintain.add_argument("--retention-interval", metavar="SECONDS", type=positive_seconds,
                           default=DEFAULT_RETENTION_INTERVAL_S,
                           help="between retention runs "
                                f"(default {DEFAULT_RETENTION_INTERVAL_S:g})")
-    maintain.add_argument("--gc-interval", metavar="SECONDS", type=_seconds,
+    maintain.add_argument("--gc-interval", metavar="SECONDS", type=positive_seconds,
                           default=DEFAULT_GC_INTERVAL_S,
                           help=f"between gc runs (default {DEFAULT_GC_INTERVAL_S:g})")
     maintain.add_argument("--jitter", metavar="FRACTION", type=_fraction, default=DEFAULT_JITTER,

@@ -39,14 +39,24 @@ class PartitionBounds:
         """How far a reader at ``isolation_level`` may read: the LSO or the log end."""
         return visible_end(isolation_level, self.end, lambda: self.stable)
 
+    def lag(self, committed: int) -> int:
+        """A group's lag here: log end minus its committed offset, as kafka-consumer-groups
+        takes it; never below 0 (an offset committed past the end, e.g. of a topic since
+        re-created, leaves nothing to read)."""
+        return max(self.end - committed, 0)
+
 
 def bounds(root: Root, topic: str, partition: int) -> PartitionBounds:
     part = root.partition(topic, partition)
-    state = part.state()
-    log_start = part.log_start()
+    return bounds_of(part, part.state(), part.log_start())
+
+
+def bounds_of(part: PartitionLog, state: ProducerState, log_start: int) -> PartitionBounds:
+    """The bounds from a state and a log start the caller has just read (an operator's
+    scrape takes the log start from the listing that also sizes the partition)."""
     # A transaction left open below a log start delete-records moved holds nothing a
     # reader can reach: as Kafka, the LSO is never below the log start.
-    return PartitionBounds(topic, partition, part.topic_id, log_start,
+    return PartitionBounds(part.topic, part.partition, part.topic_id, log_start,
                            max(part.last_stable_offset(state), log_start), state.end_offset)
 
 

@@ -8,8 +8,9 @@ make "batch n is committed" true in the same decision that makes its
 records visible.  Kafka's Spark sink cannot do this (one transaction per
 producer), Flink's KafkaSink can only for one writer per transactional id.
 
-Here a stream sink has a stable ``prefix`` (``transactional.id.prefix``) and
-three parts, all under that prefix:
+Here a stream sink has a stable ``prefix`` (``transactional.id.prefix``, or
+``txlog-sink-<query id>`` when none is given: ``query_prefix``) and three
+parts, all under that prefix:
 
 * each micro-batch is a ``SharedTransaction`` with a fresh decision id, whose
   members are the task attempts that wrote it;
@@ -67,6 +68,21 @@ logger = logging.getLogger(__name__)
 # sinks written before owners were recorded used BATCH_TOPIC alone.
 BATCH_TOPIC = "_batch"
 SINK_SUFFIX = "-sink"
+
+
+# The prefix of a query's sink when it names none: QUERY_PREFIX_HEAD + its query id.
+QUERY_PREFIX_HEAD = "txlog-sink-"
+
+
+def query_prefix(query_id: str) -> str:
+    """The sink prefix of query ``query_id`` when none is given.
+
+    The query id is the query's identity (Spark keeps it in the checkpoint, the
+    same for every restart, a new one for a new query), so the prefix stays
+    with the query across restarts, however its checkpoint is spelled or
+    moved, and no other query derives it: the owner is always that query.
+    """
+    return check_prefix(QUERY_PREFIX_HEAD + validate_name(query_id, "query id"))
 
 
 def batch_key(query_id: str) -> tuple[str, int]:

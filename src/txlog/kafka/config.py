@@ -12,7 +12,7 @@ it, in one of three ways:
   ``KafkaConfigurationError`` naming the key, because txlog cannot give it
   the meaning the program expects (SASL/SSL settings, a custom
   partitioner).  A few used or accepted keys also refuse values outside
-  what they can mean (``acks``, several bootstrap servers).
+  what they can mean (``acks``, a broker address as ``bootstrap_servers``).
 
 An unknown key is refused, as kafka-python refuses it.  docs/clients.md
 shows this table; a test checks the two agree.
@@ -20,7 +20,6 @@ shows this table; a test checks the two agree.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +29,7 @@ from ..api.log import Log
 from ..clients.metrics import DEFAULT_NUM_SAMPLES, DEFAULT_SAMPLE_WINDOW_MS, PREFIX_SETTING
 from ..clients.settings import Setting, Settings, any_value
 from ..errors import InvalidConfigError
+from .addresses import root_address
 from .errors import KafkaConfigurationError, translated
 
 USED = "used"
@@ -64,7 +64,8 @@ _MEMBERSHIP = "group membership (subscribe with a group_id), as Kafka"
 _COMMON = (
     _key("bootstrap_servers",
         None, USED, "the log's root: a path or URL (s3://..., memory://...), a one-item list "
-        "of one, or a txlog.Log; several servers are refused",
+        "of one, or a txlog.Log; a broker address (host:port, a list of hosts or of several "
+        "servers) is refused",
         None),
     _key("storage_options",
         None, USED, "txlog's own key: the fsspec options of an object-store root (Log's "
@@ -210,27 +211,16 @@ def resolve(kind: str, table: Settings[KafkaKey], configs: dict[str, Any]) -> di
 
 
 def open_log(kind: str, bootstrap_servers: Any, storage_options: dict | None) -> Log:
-    """The Log that ``bootstrap_servers`` names: the root path or URL (or a Log)."""
+    """The Log that ``bootstrap_servers`` names: the root path or URL (or a Log); a broker
+    address is refused (txlog.kafka.addresses)."""
     if isinstance(bootstrap_servers, Log):
         return bootstrap_servers
-    servers = bootstrap_servers
-    if isinstance(servers, (list, tuple)):
-        if len(servers) != 1:
-            raise KafkaConfigurationError(
-                f"{kind}: bootstrap_servers={servers!r}: txlog has no brokers; give the one "
-                "log root (a path or URL such as s3://bucket/prefix)")
-        servers = servers[0]
-    if isinstance(servers, os.PathLike):
-        servers = os.fspath(servers)
-    if not isinstance(servers, str) or not servers:
-        raise KafkaConfigurationError(
-            f"{kind}: bootstrap_servers must be the log root (a path or URL), not {servers!r}")
-    if "," in servers and "://" not in servers:
-        raise KafkaConfigurationError(
-            f"{kind}: bootstrap_servers={servers!r} looks like a list of brokers; txlog has "
-            "none: give the one log root (a path or URL)")
+    try:
+        root = root_address("bootstrap_servers", bootstrap_servers)
+    except InvalidConfigError as exc:
+        raise KafkaConfigurationError(f"{kind}: {exc}") from None
     with translated():
-        return Log(servers, storage_options=storage_options)
+        return Log(root, storage_options=storage_options)
 
 
 def markdown_table() -> str:

@@ -72,11 +72,12 @@ class PartitionLog:
     def end_offset(self) -> int:
         return self.state().end_offset
 
-    def stored(self) -> tuple[int, int, int, int]:
+    def stored(self, state: ProducerState | None = None) -> tuple[int, int, int, int]:
         """What the partition occupies: segments and their bytes (from their headers), then
-        batch objects from the compacted end and their bytes (from their headers)."""
+        batch objects from the compacted end and their bytes (from their headers), up to
+        the end of ``state`` if the caller has just refreshed one."""
         heads = self._cache.segment_heads()
-        batches, batch_bytes = self._cache.tail_sizes(self.state().end_offset)
+        batches, batch_bytes = self._cache.tail_sizes((state or self.state()).end_offset)
         return len(heads), sum(h.total_length for h in heads), batches, batch_bytes
 
     def batch_refs(self, start: int, end: int | None = None,
@@ -90,6 +91,11 @@ class PartitionLog:
         """The first offset a reader may read: the oldest segment's base, or the log start
         delete-records recorded if higher (listed now)."""
         return self._cache.log_start()
+
+    def listed_log_start(self) -> int:
+        """The log start as the last listing of the segments found it (``log_start`` or
+        ``stored`` lists them; this sends no request)."""
+        return self._cache.known_log_start()
 
     def delete_records(self, offset: int) -> int:
         """Move the log start up to ``offset`` (-1: the log end), as Kafka's DeleteRecords;

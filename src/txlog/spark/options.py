@@ -38,8 +38,10 @@ from ..clients.settings import Kind, Setting, Settings
 from ..errors import InvalidConfigError, InvalidNameError
 from ..exactly_once.app_versions import check_app_id, default_prefix
 from ..integers import is_int
+from ..kafka.addresses import root_address
 from ..storage.secrets import is_secret_option
 from ..storage.names import validate_name
+from ..storage.schemes import normalised_url
 from ..transactions.coordinator import MAX_TRANSACTION_TIMEOUT_MS
 from .planning import EARLIEST, LATEST, PositionSpec, Subscription
 
@@ -450,13 +452,24 @@ def _storage_options(opts: _Opts) -> dict[str, Any]:
 
 
 def _path(opts: _Opts) -> str:
-    raw = opts.get("path")
+    """The root: option ``path``, or Spark Kafka's ``kafka.bootstrap.servers`` in its place
+    (a broker address refused there); both given, they must name the same root."""
+    raw, servers = opts.get("path"), opts.get("kafka.bootstrap.servers")
     if raw is None and not opts.keys():
         raise InvalidConfigError(NO_OPTIONS_POINTER)
+    if servers is not None:
+        servers = root_address("kafka.bootstrap.servers", servers)
     if raw is None:
-        raise InvalidConfigError("missing option 'path' (the txlog root: a directory or URL)")
+        if servers is None:
+            raise InvalidConfigError("missing option 'path' (the txlog root: a directory or "
+                                     "URL; kafka.bootstrap.servers may name it instead)")
+        return servers
     if not raw.strip():
         raise _fail("path", "is empty; give the txlog root (a directory or URL)")
+    if servers is not None and normalised_url(raw) != normalised_url(servers):
+        raise _fail("path", f"{raw.strip()!r} and kafka.bootstrap.servers {servers!r} name "
+                            "different roots; give the root in one of them (or the same "
+                            "root in both)")
     return raw.strip()
 
 
@@ -673,7 +686,7 @@ class WriteOptions:
         value = _WRITE.resolve(opts)
         guarantee = value["deliveryGuarantee"]
         if guarantee == "exactly_once":
-            _check_transactional(value, streaming)
+            _check_transactional(value)
         _check_progress(opts, value, streaming)
         app_id, version = _txn(opts, streaming, guarantee)
         prefix = value["transactional.id.prefix"]
@@ -737,15 +750,8 @@ _TXN_VERSION = _ranged(_long("a non-negative integer"), 0, math.inf,
                        "must be a non-negative integer, got {raw!r}")
 
 
-def _check_transactional(value: dict[str, Any], streaming: bool) -> None:
+def _check_transactional(value: dict[str, Any]) -> None:
     """What an exactly_once write's transactions need."""
-    if streaming and value["transactional.id.prefix"] is None:
-        raise _fail("transactional.id.prefix",
-                    "a streaming write with deliveryGuarantee exactly_once needs it: "
-                    "transactional ids derived from a stable prefix are what lets a "
-                    "restarted query fence and finish its predecessor's transactions. "
-                    "Set it to a name unique to this query, or use "
-                    "deliveryGuarantee at_least_once")
     if not value["kafka.enable.idempotence"]:
         raise _fail("kafka.enable.idempotence",
                     "false cannot go with deliveryGuarantee exactly_once: transactions need "
@@ -770,7 +776,8 @@ def _check_progress(opts: _Opts, value: dict[str, Any], streaming: bool) -> None
                     "a streaming write with deliveryGuarantee exactly_once needs it as an "
                     "option of writeStream (.option(\"checkpointLocation\", ...)): the sink "
                     "reads the query's id there, which says whether the query that owns "
-                    "transactional.id.prefix is this one. A location set only through "
+                    "transactional.id.prefix is this one (and names the prefix when that "
+                    "option is not given). A location set only through "
                     "spark.sql.streaming.checkpointLocation is not passed to data sources"
                     + (f" (with it, query {named!r} checkpoints in <that location>/{named}: "
                        "give that path as the option)" if named else ""))
@@ -779,6 +786,11 @@ def _check_progress(opts: _Opts, value: dict[str, Any], streaming: bool) -> None
             raise _fail("takeOverFrom", "names the streaming query whose "
                                         "transactional.id.prefix an exactly_once stream "
                                         "write takes over; it means nothing here")
+        if value["transactional.id.prefix"] is None:
+            raise _fail("takeOverFrom", "needs transactional.id.prefix, the prefix to take "
+                                        "over: without it the sink's prefix is derived from "
+                                        "this query's own id (txlog-sink-<query id>), which "
+                                        "no other query owns")
         _named("takeOverFrom", value["takeOverFrom"], "query id")
 
 
@@ -853,11 +865,12 @@ _KAFKA_REFUSED_WRITE = {
         "but one); txlog derives them from option 'transactional.id.prefix', set that",
 }
 # Producer settings taken on writes (the kafka.* name -> what it maps onto).
-_KAFKA_MAPPED_WRITE = ("kafka.compression.type", "kafka.batch.size", "kafka.linger.ms",
-                       "kafka.max.request.size", "kafka.transaction.timeout.ms",
-                       "kafka.enable.idempotence")
+_KAFKA_MAPPED_WRITE = ("kafka.bootstrap.servers", "kafka.compression.type", "kafka.batch.size",
+                       "kafka.linger.ms", "kafka.max.request.size",
+                       "kafka.transaction.timeout.ms", "kafka.enable.idempotence")
 # Consumer settings taken on reads.
-_KAFKA_MAPPED_READ = ("kafka.isolation.level", "kafka.auto.offset.reset")
+_KAFKA_MAPPED_READ = ("kafka.bootstrap.servers", "kafka.isolation.level",
+                      "kafka.auto.offset.reset")
 _COMPRESSIONS = ("none", "lz4", "zstd")
 # Hashes of the option maps already warned about: Spark parses a query's options
 # more than once (a stream writer per micro-batch), the warning is wanted once.

@@ -30,7 +30,7 @@ from ..root.root import Root
 from ..clients.producer import DEFAULT_BATCH_SIZE, Producer
 from ..exactly_once.app_versions import AppVersions
 from ..exactly_once.shared_transaction import SharedTransaction
-from ..exactly_once.stream_sink import StreamSink
+from ..exactly_once.stream_sink import StreamSink, query_prefix
 from .checkpoint import query_id, source_offsets
 from .options import WriteOptions
 from .worker_logs import worker_log
@@ -273,12 +273,12 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
         _check_write(options, schema)
         if options.delivery_guarantee != EXACTLY_ONCE:
             return cls(options, None, None)
-        # Both required by WriteOptions.parse for an exactly_once stream write.
-        assert options.transactional_id_prefix is not None
+        # Required by WriteOptions.parse for an exactly_once stream write.
         assert options.checkpoint_location is not None
         log = _open(options)
-        sink = StreamSink(options.transactional_id_prefix, options.transaction_timeout_ms,
-                          query_id(options.checkpoint_location), options.take_over_from)
+        query = query_id(options.checkpoint_location)
+        sink = StreamSink(options.transactional_id_prefix or query_prefix(query),
+                          options.transaction_timeout_ms, query, options.take_over_from)
         sink.fence(log)
         # No descriptions travel with a micro-batch: Spark builds this writer twice per
         # micro-batch (for the tasks, then for the commit), so reading them here would

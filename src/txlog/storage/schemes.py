@@ -56,3 +56,14 @@ def open_storage(url: str | os.PathLike[str] | Storage, storage_options: dict[st
             f"{url}: protocol {scheme!r} is not known to support exclusive creation "
             f"(supported: local paths, memory://, {', '.join(sorted(_OBJECT_STORES))})")
     return opener(url, storage_options)
+
+
+def normalised_url(url: str) -> str:
+    """Root ``url`` spelled one way, so two spellings of one root compare equal: a local
+    path absolute, as ``open_storage`` opens it (``file://`` dropped); a URL with its
+    scheme in lower case and no trailing slash."""
+    url = url.strip()
+    if "://" not in url or url.startswith("file://"):
+        return os.path.abspath(url.removeprefix("file://"))
+    scheme, rest = url.split("://", 1)
+    return f"{scheme.lower()}://{rest.rstrip('/')}"

@@ -332,6 +332,13 @@ class TransactionCoordinator:
         """
         return self.sweeps.find_hanging(partitions, older_than_ms, now_ms)
 
+    def undecided_transactions(self, partitions: list[tuple[str, int]],
+                               now_ms: int | None = None) -> list[HangingTransaction]:
+        """Every undecided transaction open in these partitions (one entry per partition it
+        holds), hanging ones with find_hanging's reason, the others with an empty one: what
+        an operator counts and ages (txlog metrics)."""
+        return self.sweeps.undecided(partitions, None, now_ms)
+
     def expire_transactional_ids(self, max_idle_ms: int) -> list[str]:
         """Mark ids idle (Empty or Complete*) for longer than ``max_idle_ms`` as Dead.
 

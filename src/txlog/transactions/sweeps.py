@@ -31,7 +31,8 @@ logger = logging.getLogger(COORDINATOR_LOGGER)
 
 @dataclass(frozen=True)
 class HangingTransaction:
-    """An open transaction that holds a partition's LSO back and that nobody will end."""
+    """An undecided transaction open in a partition, holding its LSO back; ``reason`` says
+    why nobody will end it, or is empty while its producer still may."""
 
     topic: str
     partition: int
@@ -94,6 +95,10 @@ class Sweeps:
 
     def find_hanging(self, partitions: list[tuple[str, int]], older_than_ms: int | None = None,
                      now_ms: int | None = None) -> list[HangingTransaction]:
+        return [t for t in self.undecided(partitions, older_than_ms, now_ms) if t.reason]
+
+    def undecided(self, partitions: list[tuple[str, int]], older_than_ms: int | None = None,
+                  now_ms: int | None = None) -> list[HangingTransaction]:
         now = clock.now_ms() if now_ms is None else now_ms
         found = []
         for topic, partition in partitions:
@@ -102,12 +107,11 @@ class Sweeps:
                     continue  # decided: its markers are only late, it holds no LSO
                 meta = self.store.metadata(txn.transactional_id) \
                     if txn.transactional_id else None
-                reason = self._why_hanging(txn, meta, now, older_than_ms)
-                if reason is not None:
-                    found.append(HangingTransaction(
-                        topic, partition, txn.first_offset, txn.producer_id, txn.epoch,
-                        txn.transactional_id, txn.decision_id,
-                        meta.txn_start_ms if meta is not None else -1, reason))
+                found.append(HangingTransaction(
+                    topic, partition, txn.first_offset, txn.producer_id, txn.epoch,
+                    txn.transactional_id, txn.decision_id,
+                    meta.txn_start_ms if meta is not None else -1,
+                    self._why_hanging(txn, meta, now, older_than_ms) or ""))
         return found
 
     def _why_hanging(self, txn: OpenTransaction, meta: TransactionMetadata | None, now: int,
