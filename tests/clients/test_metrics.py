@@ -139,8 +139,8 @@ def test_the_clients_groups_hold_kafka_pythons_names_before_anything_is_recorded
 
 def test_a_producer_request_records_its_batches_not_its_records(fake: StillClock) -> None:
     sensors = ProducerSensors(MetricConfig(2, 1000), lambda: 1)
-    sensors.request([(10, 1000, 90), (30, 2000, 70)], latency_ms=8.0)
-    sensors.request([(20, 500, 25)], latency_ms=4.0)
+    sensors.request([(10, 1000, 90), (30, 2000, 70)], began_ms=fake.now, latency_ms=8.0)
+    sensors.request([(20, 500, 25)], began_ms=fake.now, latency_ms=4.0)
     fake.now += 500
     figures = sensors.metrics.values()["producer-metrics"]
     assert figures["record-send-total"] == 60 and figures["records-per-request-avg"] == 30

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .. import clock
 from ..errors import IllegalStateError, InvalidConfigError, OffsetOutOfRangeError
 from ..partition.isolation import READ_COMMITTED, check_isolation_level
 from ..transactions.groups import commit_offsets, committed_offsets
@@ -215,7 +216,7 @@ class Consumer:
         advances each position past what it returns.
         """
         self._check_open()
-        started = time.perf_counter()
+        began_ms, started = clock.monotonic_ms(), time.perf_counter()
         budget = self.max_poll_records if max_records is None else max_records
         wanted = None if partitions is None else {(t, p) for t, p in partitions}
         chosen = self._assignment if wanted is None else \
@@ -237,7 +238,7 @@ class Consumer:
             self._next = (self._next + 1) % n
         got = [p for pieces in out.values() for p in pieces]
         self.sensors.fetch(sum(len(p.offsets) for p in got), sum(p.records.nbytes for p in got),
-                           (time.perf_counter() - started) * 1000, lags)
+                           began_ms, (time.perf_counter() - started) * 1000, lags)
         return out
 
     def _fetch_partition(self, tp: TopicPartition, budget: int) -> list[Piece]:

@@ -218,8 +218,9 @@ class Sensor:
         self._metrics = metrics
         self._stats = stats
 
-    def record(self, value: float = 1.0) -> None:
-        now = clock.monotonic_ms()
+    def record(self, value: float = 1.0, time_ms: float | None = None) -> None:
+        """Record ``value`` at ``time_ms`` (now if None), as kafka-python's Sensor.record."""
+        now = clock.monotonic_ms() if time_ms is None else time_ms
         value = float(value)
         metrics = self._metrics
         with metrics.lock:
@@ -337,16 +338,21 @@ class ProducerSensors:
         m.gauge("requests-in-flight", g,
                 "The current number of in-flight requests awaiting a response.", in_flight)
 
-    def request(self, batches: list[tuple[int, int, int]], latency_ms: float) -> None:
-        """One flush written: each batch's records, bytes and largest record's bytes."""
+    def request(self, batches: list[tuple[int, int, int]], began_ms: float,
+                latency_ms: float) -> None:
+        """One flush written: each batch's records, bytes and largest record's bytes.
+
+        They count from when the request began, as kafka-python counts a produce request
+        when it is made: counted when it ended, a run's first write would fall outside
+        every rate's window (a rate's first sample starts at its first record)."""
         records = size = 0
         for count, nbytes, largest in batches:
-            self.batch_size.record(nbytes)
-            self.record_size.record(largest)
+            self.batch_size.record(nbytes, began_ms)
+            self.record_size.record(largest, began_ms)
             records += count
             size += nbytes
-        self.records.record(records)
-        self.requests.record(size)
+        self.records.record(records, began_ms)
+        self.requests.record(size, began_ms)
         self.latency.record(latency_ms)
         self.throttle.record(0)
 
@@ -400,10 +406,14 @@ class ConsumerSensors:
         m.gauge("assigned-partitions", c,
                 "The number of partitions currently assigned to this consumer", assigned)
 
-    def fetch(self, records: int, nbytes: int, latency_ms: float, lags: list[int]) -> None:
-        """One fetch request: what it returned, how long it took, each partition's lag."""
-        self.fetched_bytes.record(nbytes)
-        self.fetched_records.record(records)
+    def fetch(self, records: int, nbytes: int, began_ms: float, latency_ms: float,
+              lags: list[int]) -> None:
+        """One fetch request: what it returned, how long it took, each partition's lag.
+
+        What it returned counts from when it began (as ``ProducerSensors.request``): one
+        read may return many records, and its time belongs in the rates' window."""
+        self.fetched_bytes.record(nbytes, began_ms)
+        self.fetched_records.record(records, began_ms)
         self.fetch_latency.record(latency_ms)
         for lag in lags:
             self.lag.record(lag)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import clock
 from ..errors import (InvalidConfigError, InvalidProducerEpochError, InvalidTxnStateError,
                       OutOfOrderSequenceError, ProducerFencedError, TransactionAbortedError,
                       TxlogError)
@@ -106,7 +107,7 @@ class Sender:
         self.staged_since = 0.0  # time.monotonic() when the oldest staged batch was staged
         # A full data object being written behind: its batches and the write; settled,
         # in the caller's thread, before anything else is written or decided.
-        self.behind: tuple[list[_Staged], Future[float]] | None = None
+        self.behind: tuple[list[_Staged], Future[tuple[float, float]]] | None = None
         self.sensors = ProducerSensors(metric_config, lambda: int(self.behind is not None))
 
     def stage(self, tp: tuple[str, int], records: pa.Table, base_timestamp: int,
@@ -214,10 +215,11 @@ class Sender:
                 b.failed(error)
         self.staged, self.staged_bytes = [], 0
 
-    def _sent(self, staged: list[_Staged], latency_ms: float) -> None:
-        """Count one flush written (producer-metrics), once per batch, not per record."""
+    def _sent(self, staged: list[_Staged], timing: tuple[float, float]) -> None:
+        """Count one flush written (producer-metrics), once per batch, not per record;
+        ``timing`` is when it began (the metrics' clock) and how long it took, in ms."""
         self.sensors.request([(b.header.record_count, len(b.payload), b.largest)
-                              for b in staged], latency_ms)
+                              for b in staged], *timing)
 
     def _settle(self, staged: list[_Staged]) -> None:
         """Tell each batch's futures its outcome and apply the outcome rules, in staged
@@ -306,11 +308,12 @@ def _largest_record(records: pa.Table) -> int:
     return int(pc.max(sizes).as_py())
 
 
-def _timed_publish(storage: Storage, staged: list[_Staged]) -> float:
-    """``_publish``, returning how long it took in milliseconds (request-latency)."""
-    started = time.perf_counter()
+def _timed_publish(storage: Storage, staged: list[_Staged]) -> tuple[float, float]:
+    """``_publish``, returning when it began on the metrics' clock and how long it took,
+    in milliseconds (request-latency)."""
+    began_ms, started = clock.monotonic_ms(), time.perf_counter()
     _publish(storage, staged)
-    return (time.perf_counter() - started) * 1000
+    return began_ms, (time.perf_counter() - started) * 1000
 
 
 def _publish(storage: Storage, staged: list[_Staged]) -> None:
