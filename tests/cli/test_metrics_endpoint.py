@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from conftest import python_env
 from helpers_core import manual_clock
 
 from txlog import Log
@@ -127,6 +128,41 @@ def test_an_abandoned_transaction_shows_as_hanging_once_past_its_timeout(
     assert samples[("txlog_transactions_open", ())] == 0
     assert samples[("txlog_transactions_oldest_open_age_seconds", ())] == 0
     assert partition_sample(samples, "txlog_partition_last_stable_offset", "t", 0) == 2
+
+
+KILLED_WRITER = """
+import sys
+from txlog import Log
+log = Log(sys.argv[1])
+producer = log.producer(transactional_id="killed", transaction_timeout_ms=5_000)
+producer.init_transactions()
+producer.begin_transaction()
+producer.send("t", b"never committed", partition=0)
+producer.flush()
+print("sent", log.services.coordinator.metadata("killed").txn_start_ms, flush=True)
+sys.stdin.read()  # until killed
+"""
+
+
+def test_a_sigkilled_transaction_shows_as_hanging_once_past_its_timeout(
+        tmp_path, monkeypatch, capsys) -> None:
+    root = str(tmp_path / "root")
+    Log(root).create_topic("t", 1)
+    child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, root], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, env=python_env())
+    assert child.stdout is not None
+    started_ms = int(child.stdout.readline().split()[1])
+    child.kill()  # SIGKILL: the transaction is left open, as by a crashed producer
+    child.wait(30)
+    clock = manual_clock(monkeypatch, started_ms + 4_000)
+    samples = once(root, capsys)
+    assert samples[("txlog_transactions_open", ())] == 1
+    assert samples[("txlog_transactions_hanging", ())] == 0
+    assert partition_sample(samples, "txlog_partition_last_stable_offset", "t", 0) == 0
+    clock.now_ms += 1_001  # past its timeout
+    samples = once(root, capsys)
+    assert samples[("txlog_transactions_hanging", ())] == 1
+    assert samples[("txlog_transactions_oldest_open_age_seconds", ())] == 5.001
 
 
 def test_a_topic_deleted_during_a_scrape_is_left_out(tmp_path, monkeypatch) -> None:
