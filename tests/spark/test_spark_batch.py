@@ -315,7 +315,7 @@ def test_bad_options_are_named_before_anything_is_written(spark, root):
          "isolation.level"),
         (lambda: read(spark, root, subscribe="nope").collect(), "nope"),
         (lambda: spark.read.format("txlog").option("subscribe", "events").load().collect(), "path"),
-        (lambda: write(df, root, topic="nope"), "nope"),
+        (lambda: write(df, root, topic="nope", createTopics="false"), "nope"),
         (lambda: write(df.select("key"), root, topic="events"), "value"),
         (lambda: write(df.select("key", F.lit(1).alias("value")), root, topic="events"), "value"),
         (lambda: write(df, root, topic="events", deliveryGuarantee="maybe"), "deliveryGuarantee"),
