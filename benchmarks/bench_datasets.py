@@ -94,11 +94,12 @@ def incompressible(n: int, seed: int = 0) -> pa.Table:
 
 
 def hex_values(n: int, seed: int = 0) -> pa.Table:
-    """The Spark benchmark's earlier rows, byte for byte: the row number as an 8-byte
-    big-endian key, and a 100-byte value of that key then ``unhex("ab")`` repeated 92
-    times (highly compressible).  ``seed`` only moves the timestamps."""
+    """The Spark benchmark's earlier rows, byte for byte with seed 0: the row number as an
+    8-byte big-endian key, and a 100-byte value of that key then ``unhex("ab")`` repeated
+    92 times (highly compressible).  Seed ``s`` numbers the rows from ``s * n``, so that
+    writers with different seeds write different values."""
     rng = np.random.default_rng(seed)
-    keys = np.arange(n, dtype=">u8").view(np.uint8).reshape(n, 8)
+    keys = np.arange(seed * n, (seed + 1) * n, dtype=">u8").view(np.uint8).reshape(n, 8)
     values = np.concatenate([keys, np.full((n, 92), 0xAB, np.uint8)], axis=1)
     return _table(_fixed(keys.tobytes(), 8, n), _fixed(values.tobytes(), 100, n),
                   _timestamps(rng, n))
