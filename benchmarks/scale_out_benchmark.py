@@ -9,7 +9,9 @@ producer batches, each sent in a thread while the next is cut, as the writer
 does) and calls ``prepare_transaction``; the driver then commits the members
 once.  ``--producer-option key=value`` (repeatable) is passed to
 ``Producer(...)`` as the Spark writer passes its options, so the same script
-measures a write path with other knobs.
+measures a write path with other knobs.  ``--dataset`` (bench_datasets.py)
+chooses the rows: ``incompressible`` by default (8-byte keys, 1,000-byte random
+values), ``events`` or ``hex``.
 
 **The store.**  The test suite's moto S3 endpoint (tests/harness/s3_server.py) runs
 in this process.  Every request waits ``--latency-ms`` (default 25 ms, about
@@ -62,6 +64,7 @@ once) unless ``--no-verify``.  The script prints; it does not judge.
 
     python benchmarks/scale_out_benchmark.py [--mb 64] [--repeats 3] [--latency-ms 25]
         [--writers 1,8,32] [--local-writers 1,16] [--producer-option batch_size=1048576]
+        [--dataset incompressible]
 """
 
 from __future__ import annotations
@@ -88,15 +91,17 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+from bench_datasets import DATASETS, dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "harness"))
 
 from producer_options import producer_options  # noqa: E402
 from s3_server import MotoS3, request_kind  # noqa: E402
 from txlog import Log, Producer, SharedTransaction  # noqa: E402
+from txlog.clients.producer import DEFAULT_COMPRESSION  # noqa: E402
 
 MIB = 1 << 20
-KEY_BYTES = 8
 SPARK_BATCH_ROWS = 10_000  # spark.sql.execution.arrow.maxRecordsPerBatch's default
 COALESCE_BATCHES = 4  # txlog.spark.writer merges Spark's batches up to 4 producer batches
 TIMEOUT_MS = 600_000  # long enough that no job expires during a slow run
@@ -174,17 +179,16 @@ class LatentS3(MotoS3):
 # --- the payload and the Spark writer's way of sending it ------------------------------------
 
 
-def payload(records: int, record_bytes: int, seed: int) -> pa.Table:
-    """Random keys and values, built as Arrow buffers (no Python object per record)."""
-    rng = np.random.default_rng(seed)
+def payload(name: str, records: int, seed: int) -> pa.Table:
+    """The dataset's keys and values (what the Spark benchmark's DataFrame holds)."""
+    return dataset(name, records, seed).select(["key", "value"])
 
-    def column(width: int) -> pa.Array:
-        offsets = np.arange(0, (records + 1) * width, width, dtype=np.int64)
-        return pa.Array.from_buffers(pa.large_binary(), records,
-                                     [None, pa.py_buffer(offsets),
-                                      pa.py_buffer(rng.bytes(records * width))]).cast(pa.binary())
 
-    return pa.table({"key": column(KEY_BYTES), "value": column(record_bytes - KEY_BYTES)})
+def record_bytes(name: str) -> int:
+    """Key and value bytes of an average record of the dataset (from 10,000 of them)."""
+    sample = payload(name, 10_000, 0)
+    total = sum(pc.sum(pc.binary_length(sample.column(c))).as_py() for c in ("key", "value"))
+    return round(total / sample.num_rows)
 
 
 def _coalesced(batches: Iterable[pa.RecordBatch], target: int) -> Iterator[pa.Table]:
@@ -236,7 +240,7 @@ def _wchar() -> int | None:
 
 def _child(role: str, spec: dict[str, Any], ready: Any, start: Any, out: Any) -> None:
     try:
-        table = payload(spec["records"], spec["record_bytes"], spec["seed"])
+        table = payload(spec["dataset"], spec["records"], spec["seed"])
         ready.put(spec["index"])
         start.wait()
         before = _wchar()
@@ -309,15 +313,16 @@ class Bench:
     def __init__(self, args: argparse.Namespace, config: dict[str, Any]) -> None:
         self.args = args
         self.config = config
-        self.records = args.mb * MIB // args.record_bytes
-        self.payload_bytes = self.records * args.record_bytes
+        self.record_bytes = record_bytes(args.dataset)
+        self.records = args.mb * MIB // self.record_bytes
+        self.payload_bytes = self.records * self.record_bytes
         self.server: LatentS3 | None = None
 
     def specs(self, writers: int, root: str, options: Callable[[int], dict | None],
               topic: str, job: SharedTransaction | None, seed: int) -> list[dict[str, Any]]:
         cuts = np.linspace(0, self.records, writers + 1).astype(int)
         return [{"index": i, "records": int(cuts[i + 1] - cuts[i]),
-                 "record_bytes": self.args.record_bytes, "seed": seed * 1000 + i,
+                 "dataset": self.args.dataset, "seed": seed * 1000 + i,
                  "root": root, "storage_options": options(i), "topic": topic, "job": job,
                  "producer_config": self.config} for i in range(writers)]
 
@@ -346,10 +351,11 @@ class Bench:
 
     def verify(self, log: Log, topic: str, partitions: int) -> None:
         tables = [log.read(topic, p) for p in range(partitions)]
-        keys = pa.concat_arrays([t.column("key").combine_chunks() for t in tables])
-        if len(keys) != self.records or len(keys.unique()) != self.records:
-            raise AssertionError(f"{topic}: {len(keys)} records committed "
-                                 f"({len(keys.unique())} distinct keys), {self.records} sent")
+        # Values, not keys: every dataset's values are distinct, not the events' keys.
+        values = pa.concat_arrays([t.column("value").combine_chunks() for t in tables])
+        if len(values) != self.records or len(values.unique()) != self.records:
+            raise AssertionError(f"{topic}: {len(values)} records committed "
+                                 f"({len(values.unique())} distinct values), {self.records} sent")
 
     # --- object store --------------------------------------------------------------------
 
@@ -363,7 +369,8 @@ class Bench:
             Log(root, storage_options=driver_options)  # the root's first objects, uncounted
             print(f"== object store: moto S3 at {a.latency_ms:g} ms per request (waits "
                   f"overlapping), {a.mb} MiB payload of {self.records:,} records of "
-                  f"{a.record_bytes} B, {a.partitions} partitions, median of {a.repeats}")
+                  f"{a.dataset} (~{self.record_bytes} B), {a.partitions} partitions, median of "
+                  f"{a.repeats}")
             print(f"   producer options: {self.config or '(defaults)'}\n")
             self.write_vs_parquet(root, driver_options, bucket)
             for writers in a.writers:
@@ -471,8 +478,8 @@ class Bench:
         a = self.args
         base = tempfile.mkdtemp(prefix="txlog-scale-", dir=a.dir)
         try:
-            print(f"== local disk ({base}, fsync on), {a.mb} MiB payload, {a.partitions} "
-                  f"partitions, median of {a.repeats}")
+            print(f"== local disk ({base}, fsync on), {a.mb} MiB payload of {a.dataset}, "
+                  f"{a.partitions} partitions, median of {a.repeats}")
             for writers in a.local_writers:
                 written, times = [], []
                 for r in range(a.repeats):
@@ -517,8 +524,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mb", type=int, default=64,
                         help="payload in MiB for every figure (default 64, the issue's size)")
-    parser.add_argument("--record-bytes", type=int, default=1024,
-                        help="bytes per record, key (8) and value (default 1024)")
+    parser.add_argument("--dataset", choices=DATASETS, default="incompressible",
+                        help="the rows written (bench_datasets.py; default incompressible)")
     parser.add_argument("--partitions", type=int, default=4, help="topic partitions (default 4)")
     parser.add_argument("--latency-ms", type=float, default=25.0,
                         help="latency added to every S3 request (default 25)")
@@ -542,15 +549,13 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("mb", "partitions", "repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
-    if args.record_bytes <= KEY_BYTES:
-        parser.error(f"--record-bytes must exceed the {KEY_BYTES}-byte key, got "
-                     f"{args.record_bytes}")
     if args.latency_ms < 0:
         parser.error(f"--latency-ms must not be negative, got {args.latency_ms}")
     args.writers = _counts(args.writers, parser, "--writers")
     args.local_writers = _counts(args.local_writers, parser, "--local-writers")
     # what the Spark writer passes by default
-    config = producer_options(args.producer_option, parser, base={"compression": "none"})
+    config = producer_options(args.producer_option, parser,
+                              base={"compression": DEFAULT_COMPRESSION})
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
     bench = Bench(args, config)
     started = time.monotonic()

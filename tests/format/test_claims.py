@@ -36,6 +36,9 @@ from txlog.partition import appender
 
 WRITER = HARNESS_DIR / "claims_writer.py"
 VALUE = b"v" * 2000  # records large enough that every batch goes through a data object
+# The layouts below are counted in payload bytes, which zstd (the default codec) would
+# shrink to a few bytes for these repeated values: the producers here do not compress.
+UNCOMPRESSED = {"compression": "none"}
 
 
 class Counting(DelegatingStorage):
@@ -107,7 +110,7 @@ def test_one_flush_writes_one_data_object_and_one_small_claim_per_partition(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log, store = counting_log(tmp_path)
     log.create_topic("t", 4)
-    producer = log.producer(transactional_id="tx", batch_size=16 << 10)
+    producer = log.producer(**UNCOMPRESSED, transactional_id="tx", batch_size=16 << 10)
     producer.init_transactions()
     producer.begin_transaction()
     table = pa.table({"value": [VALUE] * 400, "partition": [i % 4 for i in range(400)]})
@@ -141,7 +144,7 @@ def test_a_writer_that_loses_a_slot_claims_again_without_writing_its_data_again(
         tmp_path: Path) -> None:
     log, store = counting_log(tmp_path)
     log.create_topic("t", 1)
-    other = Log(tmp_path / "log").producer()
+    other = Log(tmp_path / "log").producer(**UNCOMPRESSED)
     real_publish = store.publish_if_absent
     raced = []
 
@@ -151,7 +154,7 @@ def test_a_writer_that_loses_a_slot_claims_again_without_writing_its_data_again(
         return real_publish(path, data)
 
     store.publish_if_absent = publish  # type: ignore[method-assign]
-    md = log.producer().send_table("t", pa.table({"value": [VALUE] * 50}), partition=0)
+    md = log.producer(**UNCOMPRESSED).send_table("t", pa.table({"value": [VALUE] * 50}), partition=0)
     assert raced == [0] and md[0].base_offset == 1
     assert store.count("publish", "data/") == 1
     assert store.count("publish", "topics/t/0/") == 2  # the lost slot and the won one
@@ -162,7 +165,7 @@ def test_a_writer_that_loses_a_slot_claims_again_without_writing_its_data_again(
 def test_readers_coalesce_adjacent_payloads_and_follow_compaction(tmp_path: Path) -> None:
     log = Log(tmp_path / "log")
     log.create_topic("t", 2)
-    producer = log.producer(batch_size=16 << 10, data_object_bytes=1 << 30)
+    producer = log.producer(**UNCOMPRESSED, batch_size=16 << 10, data_object_bytes=1 << 30)
     table = pa.table({"value": [VALUE] * 200, "partition": [i % 2 for i in range(200)]})
     producer.send_table("t", table)
     reader, store = counting_log(tmp_path)
@@ -181,7 +184,7 @@ def test_readers_coalesce_adjacent_payloads_and_follow_compaction(tmp_path: Path
 def test_a_missing_data_object_under_a_claim_is_damage_named_as_such(tmp_path: Path) -> None:
     log = Log(tmp_path / "log")
     log.create_topic("t", 1)
-    log.producer().send_table("t", pa.table({"value": [VALUE] * 10}), partition=0)
+    log.producer(**UNCOMPRESSED).send_table("t", pa.table({"value": [VALUE] * 10}), partition=0)
     for name in os.listdir(tmp_path / "log" / "data"):
         os.unlink(tmp_path / "log" / "data" / name)
     with pytest.raises(CorruptBatchError, match="data object .* of this claim is missing"):
@@ -191,7 +194,7 @@ def test_a_missing_data_object_under_a_claim_is_damage_named_as_such(tmp_path: P
 def test_gc_removes_only_unreferenced_data_objects_older_than_the_age(tmp_path: Path) -> None:
     log = Log(tmp_path / "log")
     log.create_topic("t", 1)
-    log.producer().send_table("t", pa.table({"value": [VALUE] * 10}), partition=0)
+    log.producer(**UNCOMPRESSED).send_table("t", pa.table({"value": [VALUE] * 10}), partition=0)
     orphan = appender.write_data_object(log.storage, [b"x" * 10_000])[0][0]  # a writer died
     data = tmp_path / "log" / "data"
     assert len(os.listdir(data)) == 2
@@ -206,7 +209,7 @@ def test_claims_read_compact_and_collect_on_every_backend(any_root) -> None:  # 
     compaction inlining it, gc finding its age in the store's listing)."""
     log = any_root.log()
     log.create_topic("t", 2)
-    producer = log.producer(transactional_id="tx", batch_size=16 << 10)
+    producer = log.producer(**UNCOMPRESSED, transactional_id="tx", batch_size=16 << 10)
     producer.init_transactions()
     producer.begin_transaction()
     producer.send_table("t", pa.table({"value": [VALUE] * 60,
@@ -231,7 +234,7 @@ def test_a_claim_never_points_into_a_data_object_older_than_the_window(
     log = Log(tmp_path / "log")
     log.create_topic("t", 1)
     monkeypatch.setattr(appender, "CLAIM_WINDOW_S", -1.0)  # every object is already too old
-    log.producer().send_table("t", pa.table({"value": [VALUE] * 10}), partition=0)
+    log.producer(**UNCOMPRESSED).send_table("t", pa.table({"value": [VALUE] * 10}), partition=0)
     chain = read_chain(tmp_path / "log", "t", 0)
     assert len(os.listdir(tmp_path / "log" / "data")) == 2  # the flush's, and the rewrite
     assert log.gc(data_age_s=0).count("unreferenced data objects") == 1
@@ -311,7 +314,7 @@ def test_thirty_two_writers_killed_at_random_lose_nothing_and_gc_keeps_what_clai
     assert reads[0] > 0
     log = Log(root)
     for w in range(0, writers, 2):  # end what the killed left open (fence and abort)
-        log.producer(transactional_id=f"w{w}").init_transactions()
+        log.producer(**UNCOMPRESSED, transactional_id=f"w{w}").init_transactions()
 
     acked: set[str] = set()
     for w in range(writers):
@@ -392,9 +395,9 @@ def test_data_object_bytes_bounds_what_a_producer_stages(memlog: Log) -> None:
     from txlog.errors import InvalidConfigError
 
     with pytest.raises(InvalidConfigError, match="data_object_bytes"):
-        memlog.producer(data_object_bytes=0)
+        memlog.producer(**UNCOMPRESSED, data_object_bytes=0)
     memlog.create_topic("t", 2)
-    producer = memlog.producer(batch_size=8 << 10, data_object_bytes=64 << 10)
+    producer = memlog.producer(**UNCOMPRESSED, batch_size=8 << 10, data_object_bytes=64 << 10)
     for i in range(200):
         producer.send("t", VALUE, partition=i % 2)
         # one batch over, at most
@@ -446,7 +449,7 @@ def test_a_full_data_object_is_written_behind_while_the_caller_stages_the_next(
     """protocol.md 1.1: send_table(wait=False) returns while its full data object is
     still being written; the next write, the flush, waits for it and keeps the order."""
     log, store = _held_log(tmp_path)
-    producer = log.producer(transactional_id="tx", batch_size=8 << 10,
+    producer = log.producer(**UNCOMPRESSED, transactional_id="tx", batch_size=8 << 10,
                             data_object_bytes=40 << 10)
     producer.init_transactions()
     producer.begin_transaction()
@@ -467,7 +470,7 @@ def test_a_failed_write_behind_fails_its_partitions_later_batches_and_is_raised_
     batches staged meanwhile for the failed partitions fail too (their sequences follow
     the failed ones), so an idempotent producer goes on without a gap or a duplicate."""
     log, store = _held_log(tmp_path)
-    producer = log.producer(batch_size=8 << 10, data_object_bytes=40 << 10)
+    producer = log.producer(**UNCOMPRESSED, batch_size=8 << 10, data_object_bytes=40 << 10)
     sent = producer.send_table("t", _rows(0, 30), wait=False)
     assert store.started.wait(10)
     store.fail = OSError("the disk is full")
@@ -493,7 +496,7 @@ def test_the_flush_that_raises_a_failed_write_behind_still_writes_the_other_part
     """As in one flush, a failure stops its own partition's later batches, not the
     others': a batch staged for another partition behind the failed write is written."""
     log, store = _held_log(tmp_path)
-    producer = log.producer(batch_size=8 << 10, data_object_bytes=40 << 10)
+    producer = log.producer(**UNCOMPRESSED, batch_size=8 << 10, data_object_bytes=40 << 10)
     values = [VALUE + b"%d" % i for i in range(30)]
     producer.send_table("t", pa.table({"value": values}), partition=0, wait=False)
     assert store.started.wait(10)
@@ -513,7 +516,7 @@ def test_closing_a_producer_in_a_transaction_lets_its_write_behind_finish(
     object behind is finished (here, it fails) before close returns, raising nothing, so
     no write of this task runs on under the next task of a reused worker."""
     log, store = _held_log(tmp_path)
-    producer = log.producer(transactional_id="tx", batch_size=8 << 10,
+    producer = log.producer(**UNCOMPRESSED, transactional_id="tx", batch_size=8 << 10,
                             data_object_bytes=40 << 10)
     producer.init_transactions()
     producer.begin_transaction()
@@ -565,7 +568,7 @@ def test_claims_of_several_batches_read_back_compact_and_keep_old_batches_readab
     all read back equal before and after compaction copies them into a segment."""
     log = Log(tmp_path / "log")
     log.create_topic("t", 1)
-    producer = log.producer(batch_size=16 << 10, data_object_bytes=1 << 30)
+    producer = log.producer(**UNCOMPRESSED, batch_size=16 << 10, data_object_bytes=1 << 30)
     monkeypatch.setattr(sender_module, "MAX_CLAIM_PARTS", 1)  # as written before
     old = [VALUE + b"%d" % i for i in range(60)]
     producer.send_table("t", pa.table({"value": old}), partition=0)
@@ -614,7 +617,7 @@ def test_a_retried_claim_of_several_batches_is_a_duplicate_whole(tmp_path: Path)
         return landed
 
     store.publish_if_absent = publish  # type: ignore[method-assign]
-    producer = log.producer(batch_size=16 << 10, data_object_bytes=1 << 30)
+    producer = log.producer(**UNCOMPRESSED, batch_size=16 << 10, data_object_bytes=1 << 30)
     values = [VALUE + b"%d" % i for i in range(50)]
     sent = producer.send_table("t", pa.table({"value": values}), partition=0)
     assert len(failed) == 1 and sent[0].base_offset == 0 and sent[-1].last_offset == 49
@@ -635,7 +638,7 @@ def test_a_retried_claim_of_several_batches_is_a_duplicate_whole(tmp_path: Path)
 def test_a_lost_slot_moves_only_the_claim_of_several_batches(tmp_path: Path) -> None:
     log, store = counting_log(tmp_path)
     log.create_topic("t", 1)
-    other = Log(tmp_path / "log").producer()
+    other = Log(tmp_path / "log").producer(**UNCOMPRESSED)
     real_publish = store.publish_if_absent
     raced = []
 
@@ -646,7 +649,7 @@ def test_a_lost_slot_moves_only_the_claim_of_several_batches(tmp_path: Path) -> 
 
     store.publish_if_absent = publish  # type: ignore[method-assign]
     values = [VALUE + b"%d" % i for i in range(50)]
-    md = log.producer(batch_size=16 << 10).send_table("t", pa.table({"value": values}),
+    md = log.producer(**UNCOMPRESSED, batch_size=16 << 10).send_table("t", pa.table({"value": values}),
                                                       partition=0)
     assert raced == [0, 1] and md[0].base_offset == 2 and md[-1].last_offset == 51
     assert store.count("publish", "data/") == 1
@@ -665,7 +668,7 @@ def test_batches_staged_across_sends_make_one_claim_per_partition(tmp_path: Path
     back, so one claim's byte range is exactly its batches."""
     log, store = counting_log(tmp_path)
     log.create_topic("t", 3)
-    producer = log.producer(batch_size=16 << 10, data_object_bytes=1 << 30)
+    producer = log.producer(**UNCOMPRESSED, batch_size=16 << 10, data_object_bytes=1 << 30)
     chunks = [[VALUE + b"%d-%d" % (c, i) for i in range(60)] for c in range(3)]
     for chunk in chunks:
         producer.send_table("t", pa.table({"value": chunk,
@@ -687,7 +690,7 @@ def test_the_expiry_sweep_after_an_append_costs_no_request_for_the_own_transacti
     monkeypatch.setattr(transaction_manager_module, "EXPIRY_CHECK_INTERVAL_S", 0.0)  # sweep every time
     log, store = counting_log(tmp_path)
     log.create_topic("t", 2)
-    producer = log.producer(transactional_id="tx", batch_size=16 << 10)
+    producer = log.producer(**UNCOMPRESSED, transactional_id="tx", batch_size=16 << 10)
     producer.init_transactions()
     producer.begin_transaction()
     table = pa.table({"value": [VALUE] * 40, "partition": [i % 2 for i in range(40)]})
@@ -717,7 +720,7 @@ def test_partitions_claimed_at_once_share_one_verification(
     monkeypatch.setattr(transaction_manager_module, "EXPIRY_CHECK_INTERVAL_S", 1e9)  # no sweep reads
     log, store = counting_log(tmp_path)
     log.create_topic("t", 4)
-    producer = log.producer(transactional_id="tx", batch_size=16 << 10)
+    producer = log.producer(**UNCOMPRESSED, transactional_id="tx", batch_size=16 << 10)
     producer.init_transactions()
     checks = []
     real = log.coordinator.is_open

@@ -72,7 +72,8 @@ def main(root: str, writer: str, mode: str, ack_file: str, go_file: str, seconds
     from txlog import Log
 
     log = Log(root)
-    sizes = {"batch_size": 8 << 10, "data_object_bytes": 24 << 10}
+    # Uncompressed, so that the sizes are what a data object holds (the values repeat).
+    sizes = {"batch_size": 8 << 10, "data_object_bytes": 24 << 10, "compression": "none"}
     acks = open(ack_file, "a")
     with open(ack_file + ".ready", "w"):
         pass

@@ -22,8 +22,12 @@ from txlog.format.segment import CorruptSegmentError
 from txlog.storage.local import LocalStorage
 
 
+# The segment and buffer sizes these tests choose are counted in uncompressed batches.
+UNCOMPRESSED = "none"
+
+
 def _fill(log: Log, topic: str, batches: int, partition: int = 0, prefix: str = "v") -> None:
-    producer = log.producer()
+    producer = log.producer(compression=UNCOMPRESSED)
     for i in range(batches):
         producer.send(topic, value=f"{prefix}{i}".encode(), key=b"k", partition=partition)
         producer.flush()
@@ -32,7 +36,7 @@ def _fill(log: Log, topic: str, batches: int, partition: int = 0, prefix: str = 
 def _mixed(log: Log, topic: str) -> None:
     """Plain batches, committed and aborted transactions, and one left open."""
     _fill(log, topic, 20)
-    txn = log.producer(transactional_id="mixed")
+    txn = log.producer(transactional_id="mixed", compression=UNCOMPRESSED)
     txn.init_transactions()
     for j in range(6):
         txn.begin_transaction()
@@ -333,7 +337,7 @@ def test_damaged_segment_is_an_error_naming_the_file(tmp_path: Path, caplog) -> 
 def test_a_batch_larger_than_a_segment_never_holds_compaction_back(tmp_path: Path) -> None:
     log = Log(tmp_path, fsync=False)
     log.create_topic("t", 1, {"segment.bytes": 3000})
-    producer = log.producer()
+    producer = log.producer(compression=UNCOMPRESSED)
     producer.send("t", b"x" * 2500, partition=0)  # alone it nearly fills a segment
     producer.flush()
     _fill(log, "t", 6)

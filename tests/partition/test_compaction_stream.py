@@ -38,12 +38,13 @@ from txlog.storage.schemes import open_storage
 
 
 def _write(log: Log, topic: str, value_size: int = 3000) -> None:
-    """Plain batches, committed and aborted transactions (markers), one large batch."""
-    producer = log.producer()
+    """Plain batches, committed and aborted transactions (markers), one large batch;
+    uncompressed, since the buffer sizes the tests choose are counted in these bytes."""
+    producer = log.producer(compression="none")
     for i in range(12):
         producer.send(topic, value=bytes([i]) * value_size, key=b"k", partition=0)
         producer.flush()
-    txn = log.producer(transactional_id="stream")
+    txn = log.producer(transactional_id="stream", compression="none")
     txn.init_transactions()
     for j in range(4):
         txn.begin_transaction()
@@ -332,8 +333,8 @@ def test_s3_compaction_streams_and_a_kill_leaves_only_an_upload_gc_aborts(
         s3_server, s3_root) -> None:
     log = Log(s3_root, storage_options=s3_server.storage_options)
     log.create_topic("t", 1)
-    producer = log.producer()
-    for i in range(14):  # 12.3 MiB: three parts of S3's minimum 5 MiB
+    producer = log.producer(compression="none")
+    for i in range(14):  # 12.3 MiB uncompressed: three parts of S3's minimum 5 MiB
         producer.send("t", value=bytes([i]) * (900 << 10), partition=0)
         producer.flush()
     before = _everything(log, "t")

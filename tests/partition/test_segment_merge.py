@@ -128,7 +128,7 @@ def test_a_merge_streams_its_segment_in_pieces_of_the_buffer(tmp_path: Path) -> 
 def test_segments_stay_few_under_many_small_compactions(tmp_path: Path) -> None:
     log = Log(tmp_path, fsync=False)
     log.create_topic("t", 1, {"segment.bytes": MAX})
-    producer = log.producer()
+    producer = log.producer(compression="none")
     counts = []
     for i in range(48):
         for j in range(2):

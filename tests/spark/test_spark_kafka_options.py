@@ -151,7 +151,7 @@ def test_producer_settings_reach_the_producer():
         return TxlogBatchWriter(opts, None)._producer_config()
 
     local = {"data_object_bytes": TASK_DATA_OBJECT_BYTES}  # a task's data objects
-    assert config() == {"compression": "none", **local}
+    assert config() == {"compression": "zstd", **local}
     assert config(**{"kafka.compression.type": "lz4", "kafka.linger.ms": "50",
                      "kafka.batch.size": "65536"}) == \
         {"compression": "lz4", "batch_size": 65536, "linger_ms": 50, **local}

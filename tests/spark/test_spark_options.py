@@ -425,7 +425,7 @@ def test_write_defaults():
     assert (opts.create_topics, opts.num_partitions) == (None, None)
     refused = WriteOptions.parse({"path": "/p", "createTopics": "false"}, streaming=False)
     assert refused.create_topics is False  # given: it overrides the root for this query
-    assert opts.compression == "none" and opts.batch_size is None and opts.group_id is None
+    assert opts.compression == "zstd" and opts.batch_size is None and opts.group_id is None
     assert pickle.loads(pickle.dumps(opts)) == opts
 
 

@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..clients.producer import DEFAULT_BATCH_SIZE, DEFAULT_LINGER_MS, DEFAULT_TRANSACTION_TIMEOUT_MS
+from ..clients.producer import (DEFAULT_BATCH_SIZE, DEFAULT_COMPRESSION, DEFAULT_LINGER_MS,
+                                DEFAULT_TRANSACTION_TIMEOUT_MS)
 from ..api.log import Log
 from ..clients.metrics import DEFAULT_NUM_SAMPLES, DEFAULT_SAMPLE_WINDOW_MS, PREFIX_SETTING
 from ..clients.settings import Setting, Settings, any_value
@@ -130,8 +131,10 @@ PRODUCER_CONFIG = Settings(
     _key("transactional_id", None, USED, "the transactional producer"),
     _key("transaction_timeout_ms", DEFAULT_TRANSACTION_TIMEOUT_MS, USED,
                                    "an open transaction is aborted by any process after it"),
-    _key("compression_type", None, USED, "None, 'lz4' or 'zstd' (gzip and snappy are "
-                             "refused: txlog's batches do not use them)"),
+    _key("compression_type", DEFAULT_COMPRESSION, USED,
+                             f"default '{DEFAULT_COMPRESSION}' (kafka-python: None) because "
+                             "what a log costs is the bytes it stores; None, 'lz4' or 'zstd' "
+                             "(gzip and snappy are refused: txlog's batches do not use them)"),
     _key("batch_size", DEFAULT_BATCH_SIZE, USED,
                        f"bytes per batch; default {DEFAULT_BATCH_SIZE} (kafka-python: 16384) "
                        "because each batch is one storage object"),

@@ -158,14 +158,15 @@ class KafkaProducer:
                                        "value_serializer")
         log = open_log("KafkaProducer", self.config["bootstrap_servers"],
                        self.config["storage_options"])
-        compression = self.config["compression_type"]
         with translated():
             self._core = Producer(
                 log, enable_idempotence=self.config["enable_idempotence"],
                 transactional_id=self.config["transactional_id"],
                 transaction_timeout_ms=self.config["transaction_timeout_ms"],
                 batch_size=self.config["batch_size"], linger_ms=self.config["linger_ms"],
-                compression_type=compression,
+                # compression, not compression_type: kafka-python's None (uncompressed) is
+                # the core's None too, where an omitted compression_type is the default.
+                compression=self.config["compression_type"],
                 metrics_num_samples=self.config["metrics_num_samples"],
                 metrics_sample_window_ms=self.config["metrics_sample_window_ms"],
                 allow_auto_create_topics=bool(self.config["allow_auto_create_topics"]))

@@ -34,6 +34,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..clients.producer import DEFAULT_COMPRESSION
 from ..clients.settings import Kind, Setting, Settings
 from ..errors import InvalidConfigError, InvalidNameError
 from ..exactly_once.app_versions import check_app_id, default_prefix
@@ -661,7 +662,7 @@ class WriteOptions:
     # None: the root's auto.create.topics.enable and num.partitions decide (root_config.py).
     create_topics: bool | None = None
     num_partitions: int | None = None
-    compression: Literal["none", "lz4", "zstd"] = "none"
+    compression: Literal["none", "lz4", "zstd"] = DEFAULT_COMPRESSION
     batch_size: int | None = None
     group_id: str | None = None
     checkpoint_location: str | None = None
@@ -704,7 +705,8 @@ class WriteOptions:
                                           MAX_TRANSACTION_TIMEOUT_MS),
             create_topics=value["createTopics"],
             num_partitions=value["numPartitions"],
-            compression=_agree(value, "compression", "kafka.compression.type", "none"),
+            compression=_agree(value, "compression", "kafka.compression.type",
+                               DEFAULT_COMPRESSION),
             batch_size=_agree(value, "batch.size", "kafka.batch.size", None),
             group_id=value["groupId"],
             checkpoint_location=value["checkpointLocation"],
