@@ -52,9 +52,10 @@ def test_row_limits_over_random_inputs() -> None:
 
 @pytest.fixture
 def sized(memlog: Log) -> Log:
-    """t-0: 10 batches of 10 records of 100-byte values; t-1: 1 batch of 10 records."""
+    """t-0: 10 batches of 10 records of 100-byte values; t-1: 1 batch of 10 records
+    (uncompressed, so that every batch has the same size)."""
     memlog.create_topic("t", 2)
-    producer = memlog.producer(linger_ms=3_600_000)
+    producer = memlog.producer(linger_ms=3_600_000, compression="none")
     for batch in range(10):
         for i in range(10):
             producer.send("t", bytes(100), partition=0)
