@@ -122,7 +122,9 @@ def test_a_python_users_write_on_s3_costs_one_flush(s3_root: str, s3_server) -> 
     partition 7 (segments and snapshots listed, the first slot read, topic.json before
     and after, the claim, the segments listed again).  topic.json is read once for the
     partitions that ask for it at the same moment, so timing may save up to 3 of its 4
-    reads before the claims and 3 after."""
+    reads before the claims and 3 after; and a client may retry a request that timed out
+    on a loaded machine (2 allowed).  A second claim per partition (+8) or a second flush
+    (+11 or more) is far outside."""
     options = s3_server.storage_options
     setup = Log(s3_root, storage_options=options)
     for topic in ("t", "u"):
@@ -130,8 +132,9 @@ def test_a_python_users_write_on_s3_costs_one_flush(s3_root: str, s3_server) -> 
     table = _incompressible(4 << 10)
     counts = _user_write(s3_root, options, "t", table, s3_server)
     most = 1 + 5 + 3 + 2 + 1 + 3 + 4 * 7
-    assert most - 6 <= counts["requests"] <= most, counts
-    assert counts["PUT"] == 1 + 2 + 1 + 4, counts  # id block, two chain versions, object, claims
+    assert most - 6 <= counts["requests"] <= most + 2, counts
+    # id block, two chain versions, the object, a claim per partition
+    assert 1 + 2 + 1 + 4 <= counts["PUT"] <= 1 + 2 + 1 + 4 + 2, counts
     # With the local defaults' sizes the same write is four flushes (a data object per
     # 1 MiB batch of a partition): each pays its object, the check and its claim again.
     local = _user_write(s3_root, options, "u", table, s3_server, batch_size=1 << 20,
