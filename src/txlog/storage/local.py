@@ -27,6 +27,7 @@ class LocalStorage(Storage):
         self.root = os.path.abspath(root)
         self.url = self.root
         self.fsync = fsync  # directories, the root included, appear with the first publish
+        self._durable_dirs: set[str] = set()  # made durable by this storage (_makedirs)
 
     def _abs(self, path: str) -> str:
         check_relative(path)
@@ -42,15 +43,26 @@ class LocalStorage(Storage):
             os.close(fd)
 
     def _makedirs(self, directory: str) -> None:
-        if os.path.isdir(directory):
+        """Make ``directory`` and its entry in its parent durable, up to the root's own.
+
+        A directory that exists may not be durable yet: another writer made it and
+        has not fsynced its parent (or died before it could), and a publish into it
+        would then be lost with it at a power cut although it returned.  So its
+        parent is fsynced whoever made it, once per directory and storage
+        (docs/format.md, section 9).  Directories above the root are the user's.
+        """
+        if directory in self._durable_dirs:
             return
+        if len(directory) < len(self.root) and os.path.isdir(directory):
+            return  # an ancestor of the root
         parent = os.path.dirname(directory)
         self._makedirs(parent)
         try:
             os.mkdir(directory)
         except FileExistsError:
-            return
+            pass
         self._fsync_dir(parent)
+        self._durable_dirs.add(directory)
 
     def publish_if_absent(self, path: str, data: bytes) -> bool:
         return self._publish_chunks(path, (data,), None)
@@ -97,6 +109,11 @@ class LocalStorage(Storage):
             os.unlink(tmp)
         self._fsync_dir(directory)
         return True
+
+    def make_durable(self, path: str) -> None:
+        # Its publisher fsynced the file and the directories above before the link;
+        # only the link may still be unsynced.
+        self._fsync_dir(os.path.dirname(self._abs(path)))
 
     def read(self, path: str) -> bytes:
         with open(self._abs(path), "rb") as f:
