@@ -27,7 +27,7 @@ class LocalStorage(Storage):
         self.root = os.path.abspath(root)
         self.url = self.root
         self.fsync = fsync  # directories, the root included, appear with the first publish
-        self._durable_dirs: set[str] = set()  # made durable by this storage (_makedirs)
+        self._durable_dirs: dict[str, int] = {}  # path -> inode made durable (_makedirs)
 
     def _abs(self, path: str) -> str:
         check_relative(path)
@@ -49,20 +49,25 @@ class LocalStorage(Storage):
         has not fsynced its parent (or died before it could), and a publish into it
         would then be lost with it at a power cut although it returned.  So its
         parent is fsynced whoever made it, once per directory and storage
-        (docs/format.md, section 9).  Directories above the root are the user's.
+        (docs/format.md, section 9), and again if it was removed and made anew
+        (another inode).  Directories above the root are the user's.
         """
-        if directory in self._durable_dirs:
+        try:
+            inode: int | None = os.stat(directory).st_ino
+        except FileNotFoundError:
+            inode = None
+        if inode is not None and (self._durable_dirs.get(directory) == inode
+                                  or len(directory) < len(self.root)):
             return
-        if len(directory) < len(self.root) and os.path.isdir(directory):
-            return  # an ancestor of the root
         parent = os.path.dirname(directory)
         self._makedirs(parent)
         try:
             os.mkdir(directory)
         except FileExistsError:
             pass
+        inode = os.stat(directory).st_ino  # before the fsync, which then covers its entry
         self._fsync_dir(parent)
-        self._durable_dirs.add(directory)
+        self._durable_dirs[directory] = inode
 
     def publish_if_absent(self, path: str, data: bytes) -> bool:
         return self._publish_chunks(path, (data,), None)
