@@ -123,7 +123,7 @@ class CoordinatorStore:
             return None
         # Its publisher may not have made it durable yet (on local disk: linked, its
         # directory not fsynced): what this process does on it (markers, a roll-forward,
-        # records returned as committed) must not outlive it at a power cut (1.2.1).
+        # records returned as committed) must not outlive it at a power cut (protocol.md 4.6).
         self.storage.make_durable(path)
         found = Decision.from_value(raw)
         self._decisions[decision_id] = found  # decisions never change once published
