@@ -135,3 +135,35 @@ def test_a_decision_rolled_forward_by_another_writer_survives_the_cut(tmp_path,
                for p in range(2)]
     assert visible == [["v0"], ["v1"]]
     assert [p for r in verify(after.services) for p in r.problems] == []
+
+
+def test_the_checker_names_each_kind_of_anomaly() -> None:
+    """Reads with one anomaly each, against a known history: every rule can fail."""
+    history = workload.History()
+    history.note("w0.0", "committed", {"w0.0.0": 0, "w0.0.1": 1})
+    history.note("w0.1", "aborted", {"w0.1.0": 0})
+    history.note("w0.2", "committing", {"w0.2.0": 0, "w0.2.1": 1})
+    history.note("etl.0", "committed", {"etl:in.0": 2}, consumed=(0, 1))
+    whole_input = [(k, f"in.{k}") for k in range(workload.INPUT_RECORDS)]
+    good = {(workload.OUT, 0): [(0, "w0.0.0"), (2, "w0.2.0")],
+            (workload.OUT, 1): [(0, "w0.0.1"), (2, "w0.2.1")],
+            (workload.OUT, 2): [(0, "etl:in.0")], (workload.IN, 0): whole_input}
+    offsets = {(workload.IN, 0): 1}
+    assert workload.check(history, good, good, offsets) == []
+
+    def found(final, first=None, committed=offsets) -> list[str]:
+        return workload.check(history, first or final, final, committed)
+
+    out0, out1 = (workload.OUT, 0), (workload.OUT, 1)
+    assert "lost: acknowledged" in found({**good, out1: [(2, "w0.2.1")]})[0]
+    assert "of aborted transaction w0.1 is visible" in found(
+        {**good, out0: good[out0] + [(4, "w0.1.0")]})[0]
+    assert "partial: transaction w0.2" in found({**good, out1: [(0, "w0.0.1")]})[0]
+    assert "duplicate" in found({**good, out0: good[out0] + [(4, "w0.0.0")]})[0]
+    assert "nobody wrote it" in found({**good, out0: good[out0] + [(4, "x.9")]})[0]
+    assert "after a later record" in found({**good, out0: good[out0][::-1]})[0]
+    assert "not a prefix" in found(good, {**good, out0: [(1, "w0.0.0")]})[0]
+    assert "the acknowledged input is not whole" in found(
+        {**good, (workload.IN, 0): whole_input[1:]})[0]
+    assert "below acknowledged 1" in found(good, committed={})[-1]
+    assert "were transformed" in found(good, committed={(workload.IN, 0): 2})[0]

@@ -247,22 +247,22 @@ def check(history: History, first: Read, final: Read,
     v = [f"writer: {p}" for p in history.problems]
     owner = {value: (name, t) for name, t in history.txns.items() for value in t.values}
     v += _check_input(final)
-    where: dict[str, tuple[int, int]] = {}
+    places: dict[str, list[tuple[int, int]]] = defaultdict(list)  # value -> (partition, offset)
     for (topic, p), rows in final.items():
-        if topic != OUT:
+        for o, value in rows if topic == OUT else []:
+            places[value].append((p, o))
+    for value, found in places.items():
+        name, t = owner.get(value, (None, None))
+        if len(found) > 1:
+            v.append(f"duplicate: {value!r} at {found}")
+        if t is None:
+            v.append(f"{value!r} at {found}: nobody wrote it")
             continue
-        for o, value in rows:
-            name, t = owner.get(value, (None, None))
-            if t is None:
-                v.append(f"{value!r} at {p}/{o}: nobody wrote it")
-                continue
-            if value in where:
-                v.append(f"duplicate: {value!r} at {where[value]} and {(p, o)}")
-            where[value] = (p, o)
-            if t.values[value] != p:
-                v.append(f"{value!r} was sent to partition {t.values[value]}, read in {p}")
-            if t.status in ("open", "aborting", "aborted"):
-                v.append(f"{value!r} of {t.status} transaction {name} is visible")
+        if {p for p, _ in found} != {t.values[value]}:
+            v.append(f"{value!r} was sent to partition {t.values[value]}, read at {found}")
+        if t.status in ("open", "aborting", "aborted"):
+            v.append(f"{value!r} of {t.status} transaction {name} is visible")
+    where = {value: found[0] for value, found in places.items()}
     for name, t in history.txns.items():
         present = [value for value in t.values if value in where]
         if t.status == "committed" and len(present) != len(t.values):
