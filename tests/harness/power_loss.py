@@ -127,12 +127,16 @@ class PowerLossDisk:
                 self._cut()
 
     def opened(self, path: str, fd: int) -> int:
-        st = os.fstat(fd)
-        self._fds[fd] = (self._id(st), stat.S_ISDIR(st.st_mode))
+        self._fds[fd] = self._describe(fd)
         return fd
 
+    def _describe(self, fd: int) -> tuple[int, bool]:
+        st = os.fstat(fd)
+        return self._id(st), stat.S_ISDIR(st.st_mode)
+
     def synced(self, fd: int) -> None:
-        ident, is_dir = self._fds[fd]
+        # An fd not opened through os.open here (a file object's) is recognised too.
+        ident, is_dir = self._fds.get(fd) or self._describe(fd)
         if is_dir:
             self._entries[ident] = self._listing(fd)
         elif not self.file_fsyncs_lost:
