@@ -3,8 +3,9 @@
 Transactional producers, a consume-transform-produce loop committing its group's
 offsets, and shared transactions run as threads on the real ``LocalStorage``,
 whose OS calls power_loss.py records.  At a point chosen from the seed the power
-goes: every write no fsync covered is dropped, as LazyFS drops it.  Fresh
-readers then check (crash_workload.py) that nothing acknowledged is lost, that
+goes: every write no fsync covered is dropped (file data as LazyFS drops it,
+directory entries whose directory was not fsynced too).  Fresh readers then
+check (crash_workload.py) that nothing acknowledged is lost, that
 nothing aborted or undecided is visible, that a transaction under way at the cut
 is whole or absent, that nothing is duplicated or out of order, that ``verify``
 finds no hole or torn batch, and that the group's offset moved with its records.

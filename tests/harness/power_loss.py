@@ -3,7 +3,8 @@
 ``PowerLossDisk.install`` swaps the ``os`` module that ``txlog.storage.local`` calls
 for one that passes every call through to the real file system (so the code under
 test runs unchanged and sees what a running machine shows) and, beside it, keeps
-what a power cut would leave, by the rules LazyFS applies:
+what a power cut may leave on a strict file system (LazyFS drops unsynced file data
+this way; POSIX promises a new directory entry only once its directory is fsynced):
 
 * a file's data is durable up to its last ``fsync``; what was written after is
   lost or cut short at a random byte at the cut;
@@ -15,7 +16,9 @@ Files and directories are known by their inode, under an identity of our own tha
 changes when the inode is freed (inode numbers are reused), so an entry that
 comes back holds the contents its own file had.
 
-The cut comes before the ``cut_after + 1``-th call (or when ``cut()`` is called):
+Only calls on the tree under ``base`` are recorded; others pass untouched (another
+root, a thread a finished test left behind).  The cut comes before the
+``cut_after + 1``-th recorded call (or when ``cut()`` is called):
 that call and every later one raise ``PowerCut``, from every thread, so writers
 stop dead; what was durable at that moment is kept and ``restore`` writes it into
 a fresh directory for new readers.  Calls are made one at a time (a lock), which
@@ -43,7 +46,8 @@ class PowerCut(BaseException):
 
 
 class _OsCalls:
-    """What ``txlog.storage.local`` sees as ``os``: the recorded calls, the rest passed on."""
+    """What ``txlog.storage.local`` sees as ``os``: calls on the disk's tree recorded, the
+    rest passed on (other roots, and threads of other tests still running, untouched)."""
 
     def __init__(self, disk: PowerLossDisk) -> None:
         self._disk = disk
@@ -52,29 +56,45 @@ class _OsCalls:
         return getattr(os, name)  # os.path, the flags, reads: as they are
 
     def open(self, path: str, flags: int, mode: int = 0o777) -> int:
-        return self._disk.call("open", path, lambda: self._disk.opened(path, os.open(path, flags,
-                                                                                       mode)))
+        if not self._disk.holds(path):
+            return os.open(path, flags, mode)
+        return self._disk.call("open", path, lambda: self._disk.opened(os.open(path, flags,
+                                                                              mode)))
 
     def write(self, fd: int, data: Any) -> int:
+        if not self._disk.holds(fd):
+            return os.write(fd, data)
         return self._disk.call("write", fd, lambda: os.write(fd, data))
 
     def fsync(self, fd: int) -> None:
-        self._disk.call("fsync", fd, lambda: self._disk.synced(fd))
+        if not self._disk.holds(fd):
+            return os.fsync(fd)
+        return self._disk.call("fsync", fd, lambda: self._disk.synced(fd))
 
     def close(self, fd: int) -> None:
-        self._disk.call("close", fd, lambda: self._disk.closed(fd))
+        if not self._disk.holds(fd):
+            return os.close(fd)
+        return self._disk.call("close", fd, lambda: self._disk.closed(fd))
 
     def link(self, src: str, dst: str) -> None:
-        self._disk.call("link", dst, lambda: os.link(src, dst))
+        if not self._disk.holds(dst):
+            return os.link(src, dst)
+        return self._disk.call("link", dst, lambda: os.link(src, dst))
 
     def unlink(self, path: str) -> None:
-        self._disk.call("unlink", path, lambda: self._disk.removed(path, os.unlink))
+        if not self._disk.holds(path):
+            return os.unlink(path)
+        return self._disk.call("unlink", path, lambda: self._disk.removed(path, os.unlink))
 
     def mkdir(self, path: str, mode: int = 0o777) -> None:
-        self._disk.call("mkdir", path, lambda: os.mkdir(path, mode))
+        if not self._disk.holds(path):
+            return os.mkdir(path, mode)
+        return self._disk.call("mkdir", path, lambda: os.mkdir(path, mode))
 
     def rmdir(self, path: str) -> None:
-        self._disk.call("rmdir", path, lambda: self._disk.removed(path, os.rmdir))
+        if not self._disk.holds(path):
+            return os.rmdir(path)
+        return self._disk.call("rmdir", path, lambda: self._disk.removed(path, os.rmdir))
 
 
 class PowerLossDisk:
@@ -126,17 +146,19 @@ class PowerLossDisk:
             if not self.is_cut:
                 self._cut()
 
-    def opened(self, path: str, fd: int) -> int:
-        self._fds[fd] = self._describe(fd)
+    def holds(self, where: str | int) -> bool:
+        """Whether a path is in the disk's tree, or an fd was opened there."""
+        if isinstance(where, int):
+            return where in self._fds
+        return where == self.base or where.startswith(self.base + os.sep)
+
+    def opened(self, fd: int) -> int:
+        st = os.fstat(fd)
+        self._fds[fd] = (self._id(st), stat.S_ISDIR(st.st_mode))
         return fd
 
-    def _describe(self, fd: int) -> tuple[int, bool]:
-        st = os.fstat(fd)
-        return self._id(st), stat.S_ISDIR(st.st_mode)
-
     def synced(self, fd: int) -> None:
-        # An fd not opened through os.open here (a file object's) is recognised too.
-        ident, is_dir = self._fds.get(fd) or self._describe(fd)
+        ident, is_dir = self._fds[fd]
         if is_dir:
             self._entries[ident] = self._listing(fd)
         elif not self.file_fsyncs_lost:
