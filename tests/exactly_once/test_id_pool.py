@@ -53,7 +53,7 @@ def run_job(log: Log, n: int, retried: bool = False, size: int = 4) -> None:
     else:
         members.append(attempt(job, log, 1, 0, [f"{n}b"]))
     job.commit(log, members)
-    lease.release(log)
+    lease.release(log.services)
 
 
 def visible(log: Log, partition: int, isolation: str = READ_COMMITTED) -> list[str]:
@@ -105,7 +105,7 @@ def test_two_concurrent_jobs_on_one_topic_both_commit(topic_log: Log) -> None:
     first.commit(log, [a])
     assert sorted(visible(log, 0)) == ["first", "second"]
     for lease in (first_lease, second_lease):
-        lease.release(log)
+        lease.release(log.services)
     assert start_pooled_job(log, BASE, 4, TIMEOUT_MS)[1].slot == 0  # both freed
 
 
@@ -129,7 +129,7 @@ def test_a_killed_attempts_zombie_is_fenced_by_its_retry_and_the_next_job_on_the
     job, lease = start_pooled_job(log, BASE, 4, TIMEOUT_MS)
     zombie = attempt(job, log, 0, 0, ["x"], prepare=False)
     job.commit(log, [attempt(job, log, 0, 1, ["x"])])
-    lease.release(log)
+    lease.release(log.services)
     with pytest.raises(TxlogError):
         zombie.send(T, b"late", partition=0)
         zombie.flush()
@@ -178,7 +178,7 @@ def test_a_lease_releases_only_its_own_job(topic_log: Log) -> None:
     job, lease = start_pooled_job(log, BASE, 1, TIMEOUT_MS)
     job.abort(log, [])  # decided: the slot is over, another job may take it
     taker, taker_lease = start_pooled_job(log, BASE, 1, TIMEOUT_MS)
-    lease.release(log)  # the first job's late release leaves the new holder alone
+    lease.release(log.services)  # the first job's late release leaves the new holder alone
     with pytest.raises(ConcurrentTransactionsError):
         start_pooled_job(log, BASE, 1, TIMEOUT_MS)
     assert isinstance(taker_lease, PoolLease) and taker_lease.slot == 0

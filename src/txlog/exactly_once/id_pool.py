@@ -32,6 +32,7 @@ from .shared_transaction import SharedTransaction, begin_job, check_prefix, fres
 
 if TYPE_CHECKING:
     from ..api.log import Log
+    from ..root.root import Root
     from ..transactions.coordinator import TransactionCoordinator
 
 # Concurrent jobs of one base before the next is refused (docs/spark.md says how to size it).
@@ -51,7 +52,7 @@ class PoolLease:
     slot: int
     decision_id: str
 
-    def release(self, log: Log) -> None:
+    def release(self, root: Root) -> None:
         """Free the slot, unless another job has taken it since (this one was over)."""
         now = clock.now_ms()
 
@@ -59,7 +60,7 @@ class PoolLease:
             if value is None or value.get("decision_id") != self.decision_id:
                 return None
             return {"decision_id": "", "time_ms": now, "timeout_ms": 0}
-        _chain(log, self.base, self.slot).update(step)
+        _chain(root, self.base, self.slot).update(step)
 
 
 def start_pooled_job(log: Log, base: str, size: int,
@@ -75,7 +76,7 @@ def start_pooled_job(log: Log, base: str, size: int,
             f"transactionalIdPoolSize must be from 1 to {MAX_POOL_SIZE}, not {size}")
     check_prefix(pooled_prefix(base, size - 1))
     for slot in range(size):
-        decision_id = _take(log, base, slot, timeout_ms)
+        decision_id = _take(log.services, base, slot, timeout_ms)
         if decision_id is not None:
             job = begin_job(log, pooled_prefix(base, slot), decision_id, timeout_ms)
             return job, PoolLease(base, slot, decision_id)
@@ -85,9 +86,9 @@ def start_pooled_job(log: Log, base: str, size: int,
         f"each concurrent job a transactional.id.prefix of its own")
 
 
-def _take(log: Log, base: str, slot: int, timeout_ms: int) -> str | None:
+def _take(root: Root, base: str, slot: int, timeout_ms: int) -> str | None:
     """The decision id of a new job holding ``slot`` now, or None if a live job holds it."""
-    coordinator = log.services.coordinator
+    coordinator = root.coordinator
     decision_id = fresh_decision_id(pooled_prefix(base, slot))
     now = clock.now_ms()
 
@@ -95,7 +96,7 @@ def _take(log: Log, base: str, slot: int, timeout_ms: int) -> str | None:
         if value is not None and not _over(coordinator, value, now):
             return None
         return {"decision_id": decision_id, "time_ms": now, "timeout_ms": timeout_ms}
-    _, held = _chain(log, base, slot).update(step)
+    _, held = _chain(root, base, slot).update(step)
     return decision_id if held is not None and held["decision_id"] == decision_id else None
 
 
@@ -110,5 +111,5 @@ def _over(coordinator: TransactionCoordinator, value: dict[str, Any], now_ms: in
     return now_ms > alive_ms + value["timeout_ms"]
 
 
-def _chain(log: Log, base: str, slot: int) -> VersionChain:
-    return VersionChain(log.services.storage, pool_slot_dir(base, slot))
+def _chain(root: Root, base: str, slot: int) -> VersionChain:
+    return VersionChain(root.storage, pool_slot_dir(base, slot))

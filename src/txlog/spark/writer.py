@@ -272,7 +272,7 @@ class TxlogBatchWriter(_Sending, DataSourceArrowWriter):
         finally:
             if self.lease is not None and self.job is not None and \
                     log.services.coordinator.decision(self.job.decision_id) is not None:
-                self.lease.release(log)
+                self.lease.release(log.services)
 
 
 class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
