@@ -24,7 +24,10 @@ job, so that the Spark layer only maps Spark's calls onto them:
 * the metadata chain of a finished participant is deleted by the next gc
   at once (``delete_finished_attempt``), not kept for
   ``transactional.id.expiration.ms`` and a Dead floor: a job leaves its
-  decision behind, not one chain per attempt (docs/protocol.md 5.3);
+  decision behind, not one chain per attempt (docs/protocol.md 5.3); but
+  the ids of Spark's batch attempts (``attempt_key``) are the same in every
+  job of a prefix and stay, so the next job bumps their epochs instead of
+  creating producers (5.4, and ``id_pool`` for jobs without a prefix);
 * a running participant keeps the job's lease fresh, and members of a
   shared transaction time out only when the lease has gone stale, so a job
   longer than its timeout still commits while one whose driver died is
