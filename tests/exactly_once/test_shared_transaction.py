@@ -530,3 +530,28 @@ def test_gc_never_deletes_the_chain_of_an_attempt_id_a_running_job_re_uses(
     second.commit(log, [producer.prepare_transaction()])
     assert visible(log, 0) == ["first", "second"]
     assert stable_everywhere(log)
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_an_attempt_joining_a_decided_job_leaves_nothing_open(topic_log: Log,
+                                                              commit: bool) -> None:
+    """A killed task's worker or a late speculative loser joins after the job was decided
+    and its index listed.  Its send fails, no partition changes, and after gc with every
+    age at 0 no chain of the job is Ongoing.  Fails without `_join`'s check of a standing
+    decision on opening (the id goes Ongoing under the decided job and stays so)."""
+    log = topic_log
+    job = SharedTransaction.start(log, "late", TIMEOUT_MS)
+    member = write(job, log, "0-0-0", 0, ["a"])
+    (job.commit if commit else job.abort)(log, [member])
+    ends = [log.partition(T, p).end_offset() for p in range(3)]
+    straggler = job.join(log, "1-0-1")
+    with pytest.raises(TxlogError):  # refused by the coordinator, or else the partition
+        straggler.send(T, b"late", partition=1)
+        straggler.flush()
+    straggler.close()
+    assert [log.partition(T, p).end_offset() for p in range(3)] == ends
+    log.gc(chain_age_s=0, decision_age_s=0, temp_age_s=0, data_age_s=0,
+           txn_id_expiration_ms=0)
+    assert ongoing(log, "late") == []
+    assert visible(log, 0) == (["a"] if commit else [])
+    assert stable_everywhere(log)

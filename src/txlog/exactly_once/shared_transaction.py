@@ -24,7 +24,10 @@ job, so that the Spark layer only maps Spark's calls onto them:
 * the metadata chain of a finished participant is deleted by the next gc
   at once (``delete_finished_attempt``), not kept for
   ``transactional.id.expiration.ms`` and a Dead floor: a job leaves its
-  decision behind, not one chain per attempt (docs/protocol.md 5.3);
+  decision behind, not one chain per attempt (docs/protocol.md 5.3); but
+  the ids of Spark's batch attempts (``attempt_key``) are the same in every
+  job of a prefix and stay, so the next job bumps their epochs instead of
+  creating producers (5.4, and ``id_pool`` for jobs without a prefix);
 * a running participant keeps the job's lease fresh, and members of a
   shared transaction time out only when the lease has gone stale, so a job
   longer than its timeout still commits while one whose driver died is
@@ -34,6 +37,7 @@ job, so that the Spark layer only maps Spark's calls onto them:
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 import uuid
@@ -94,10 +98,7 @@ class SharedTransaction:
     @classmethod
     def start(cls, log: Log, prefix: str, timeout_ms: int) -> SharedTransaction:
         """A new job: a fresh decision id; leftovers of earlier jobs of ``prefix`` are ended."""
-        check_prefix(prefix)
-        job = cls(prefix, f"{prefix}.{uuid.uuid4().hex}", timeout_ms)
-        job.end_leftovers(log)
-        return replace(job, lease_ms=log.services.coordinator.renew_lease(job.decision_id))
+        return begin_job(log, prefix, fresh_decision_id(prefix), timeout_ms)
 
     def describing(self, log: Log, topics: Iterable[str]) -> SharedTransaction:
         """This job, carrying the current descriptions of ``topics`` to its tasks."""
@@ -236,6 +237,35 @@ class SharedTransaction:
                       keep=self.decision_id)
 
 
+def fresh_decision_id(prefix: str) -> str:
+    return f"{prefix}.{uuid.uuid4().hex}"
+
+
+def begin_job(log: Log, prefix: str, decision_id: str, timeout_ms: int) -> SharedTransaction:
+    """Job ``decision_id`` of ``prefix`` begun: leftovers of the prefix's earlier jobs are
+    ended and the lease is renewed (``SharedTransaction.start``, or a pooled prefix's
+    job, id_pool.py, whose decision id was recorded in the pool before)."""
+    check_prefix(prefix)
+    job = SharedTransaction(prefix, decision_id, timeout_ms)
+    job.end_leftovers(log)
+    return replace(job, lease_ms=log.services.coordinator.renew_lease(decision_id))
+
+
+def attempt_key(partition: int, attempt: int) -> str:
+    """The participant key of a Spark task attempt, the same in every job of a prefix.
+
+    Within a stage attempt no two attempts of a task share it (Spark numbers
+    them, speculative copies included), and across jobs it is re-used, so a
+    prefix's ids stay as many as its jobs' attempts: InitProducerId bumps the
+    epoch of the id's producer instead of creating one (protocol.md 5.4).
+    """
+    return f"r{partition}-{attempt}"
+
+
+# Transactional ids keyed by ``attempt_key``: their chains stay between jobs.
+_REUSED_ID = re.compile(r"-r\d+-\d+\Z")
+
+
 def _end_job(root: Root, prefix: str, decision_id: str, reason: str | None) -> list[str]:
     """End the participants of one job found in the index, then drop its entries.
 
@@ -294,6 +324,10 @@ def delete_finished_attempt(root: Root, transactional_id: str) -> list[str]:
       chain that moved on (an id re-used by the next job, as Spark's
       streaming writer does with ``<partition>-<attempt number>``) is left
       alone; a plain producer's chain (its decision is its own) is too;
+    * the id is not one the batch writer re-uses from job to job (``attempt_key``):
+      deleting it would give its next job's attempt a new producer id, and every
+      partition it writes an entry more, until producer ids expire; it stays until
+      ``transactional.id.expiration.ms`` as Kafka keeps an idle id;
     * the Prepare* version carried no group offsets: a chain restarted
       without a tombstone takes the restarting process's clock as its
       incarnation, which only the Dead rule (4.10) orders after a deleted
@@ -309,6 +343,8 @@ def delete_finished_attempt(root: Root, transactional_id: str) -> list[str]:
     """
     storage = root.storage
     directory = f"{TXN_DIR}/{validate_name(transactional_id, 'transactional id')}"
+    if _REUSED_ID.search(transactional_id):
+        return []
     names = sorted(n for n in storage.list(directory) if n.isdigit())
     if len(names) < 2 or int(names[-2]) + 1 != int(names[-1]):
         return []  # a lone version (trimmed): its offsets cannot be seen, keep it

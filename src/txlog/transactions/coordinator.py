@@ -35,7 +35,7 @@ from ..storage.names import validate_name
 from .ending import TransactionEnder
 from .groups import check_offsets
 from .metadata import (PREPARED, Decision, TransactionMember, TransactionMetadata,
-                       TxnState as S, check_member)
+                       TxnState as S, check_member, plain_decision_id)
 from .store import CoordinatorStore
 from .sweeps import HangingTransaction, Sweeps
 
@@ -202,14 +202,21 @@ class TransactionCoordinator:
     def _join(self, member: TransactionMember, partitions: list[tuple[str, int]],
               offsets: dict[str, dict[tuple[str, int], int]]) -> None:
         """Move to (or stay in) Ongoing with more partitions and/or pending offsets."""
-        expired = False
-        decided = False
+        expired = decided = opened = False
+        shared = member.decision_id != plain_decision_id(member.producer_id, member.epoch)
 
         def step(current: TransactionMetadata | None) -> TransactionMetadata | None:
-            nonlocal expired, decided
-            expired = decided = False  # a guessed run's findings are not kept (chain.update)
+            nonlocal expired, decided, opened
+            expired = decided = opened = False  # a guessed run's findings are not kept
             meta = check_member(current, member)
             now = clock.now_ms()
+            if meta.state != S.ONGOING and shared:
+                # A late participant (a killed task's worker, a speculative loser) must
+                # not open a transaction under a job already decided (protocol.md 4.4).
+                decided = self.store.decision(member.decision_id) is not None
+                opened = not decided
+                if decided:
+                    return None
             if meta.state == S.ONGOING:
                 if meta.decision_id != member.decision_id:
                     raise InvalidTxnStateError(
@@ -228,6 +235,8 @@ class TransactionCoordinator:
             return meta.joined(member, partitions, offsets, now)
 
         self.store.update(member.transactional_id, step, guess_own_head=True)
+        if opened and self.store.decision(member.decision_id) is not None:
+            decided = True  # decided between the check and the publish: end it here
         if decided:
             self.ender.complete(member.transactional_id, only_decision=member.decision_id)
             raise InvalidTxnStateError(
