@@ -128,8 +128,11 @@ class CoordinatorStore:
                reason: str) -> Decision:
         """Publish the decision unless one exists; returns whichever decision stands."""
         validate_name(decision_id, "decision id")
-        body = msgpack.packb(Decision.taken(commit, members, reason).to_value())
-        self.storage.publish_if_absent(f"{DECISION_DIR}/{decision_id}", body)
+        proposed = Decision.taken(commit, members, reason)
+        if self.storage.publish_if_absent(f"{DECISION_DIR}/{decision_id}",
+                                          msgpack.packb(proposed.to_value())):
+            self._decisions[decision_id] = proposed  # ours stands: no need to read it back
+            return proposed
         decision = self.decision(decision_id)
         assert decision is not None
         return decision
