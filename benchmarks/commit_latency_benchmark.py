@@ -190,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  ratio of the medians                                 {c / f:7.2f}   "
               f"(median of the paired ratios {statistics.median(ratios):.2f})")
         print(f"  the durable floor against the one small file        {d / f:7.2f}")
+        floor_ratios = sorted(a / b for a, b in zip(commits, floor, strict=True))
+        print(f"  the commit against the durable floor                {c / d:7.2f}   "
+              f"(median of the paired ratios {statistics.median(floor_ratios):.2f})")
         if back_to_back:
             print(f"  back to back: {args.back_to_back} transactions until the last Complete "
                   f"is durable  {back_to_back:7.1f} tx/s   ({back_to_back * d:.3f} per "
