@@ -117,6 +117,7 @@ def test_crash_after_the_decision_before_its_completion(root: str, monkeypatch) 
     assert run_tasks(sink, log, job, 0) == []
     job = sink.begin_batch()
     sink.commit_batch(log, job, 1, run_tasks(sink, log, job, 1))
+    job.wait_completed()  # its markers, written behind the decision
     assert values(root) == expected(0, 1)
     assert_nothing_hangs(root)
 

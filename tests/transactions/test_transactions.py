@@ -283,6 +283,7 @@ def test_epoch_exhaustion_rotates_to_a_new_producer_id(log: Log) -> None:
     producer.begin_transaction()
     producer.send(TOPIC, b"first-of-the-new-id", partition=0)
     producer.commit_transaction()
+    producer.flush()  # its Complete, behind the decision, before the chain is edited below
     assert committed_values(log, 0) == [b"last-of-the-epochs", b"first-of-the-new-id"]
 
     # InitProducerId itself rotates when the current epoch is the last usable one.
@@ -680,6 +681,7 @@ def test_lso_is_stuck_at_the_first_offset_of_an_open_transaction(log: Log) -> No
     assert consumer.end_offsets() == {(TOPIC, 0): first_open}
 
     blocker.abort_transaction()
+    blocker.flush()  # its marker, behind the decision
     assert log.last_stable_offset(TOPIC, 0) == log.end_offset(TOPIC, 0)
     assert [r.value for r in consumer.poll()] == [b"after"]
     assert committed_values(log, 0) == [b"before", b"after"]
