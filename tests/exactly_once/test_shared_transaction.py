@@ -120,6 +120,7 @@ def test_an_orphan_another_process_is_rolling_forward_is_marked_before_the_end_r
     orphan.send(T, b"x", partition=0)
     orphan.flush()
     orphan.send(T, b"late", partition=1)  # joined partition 1; waits in the buffer
+    orphan._transactions.settle_joins()  # the join is sent from a thread: let it land first
     log.coordinator.end_shared_transaction(job.decision_id, [member], True)
     other = Log(log.storage)  # the sweep: PrepareAbort published, no marker yet
     txn_id = orphan.transactional_id
@@ -441,7 +442,8 @@ def test_a_commit_whose_marker_write_fails_once_is_retried_and_succeeds(
     job = SharedTransaction.start(log, "job", TIMEOUT_MS)
     members = [write(job, log, "0-0", 0, ["a"]), write(job, log, "1-0", 1, ["b"])]
     failing_markers[0] = 1
-    assert job.commit(log, members).commit
+    assert job.commit(log, members).commit  # at the decision; the markers follow behind
+    assert job.wait_completed()
     assert failing_markers[0] == 0  # the failure did happen
     assert visible(log, 0) == ["a"] and visible(log, 1) == ["b"]
     assert stable_everywhere(log) and ongoing(log, "job") == []
@@ -453,8 +455,9 @@ def test_a_commit_whose_markers_keep_failing_says_the_records_are_committed(
     job = SharedTransaction.start(log, "job", TIMEOUT_MS)
     members = [write(job, log, "0-0", 0, ["a"]), write(job, log, "1-0", 1, ["b"])]
     failing_markers[0] = -1
+    assert job.commit(log, members).commit  # at the decision; the markers follow behind
     with pytest.raises(CommittedButIncompleteError) as raised:
-        job.commit(log, members)
+        job.wait_completed()
     first_line = str(raised.value).splitlines()[0]
     assert "COMMITTED" in first_line and "must not be written again" in first_line
     # Readers see the records already: the decision is the commit point.
@@ -492,7 +495,9 @@ def test_gc_deletes_a_finished_jobs_attempt_chains_at_once_and_zombies_stay_out(
     members = [write(job, log, f"{p}-1", p, [f"a{p}"]) for p in range(2)]
     orphan = join_and_write(job, log, "2-1", 2, ["orphan"])
     orphan.send(T, b"late", partition=2)  # buffered: the zombie's batch after the end
+    orphan._transactions.settle_joins()  # its AddPartitionsToTxn (sent from a thread) first
     job.commit(log, members)
+    job.wait_completed()  # the members' Complete versions, behind the decision
     report = log.gc()
     assert report.count("transactional id chains (finished job attempts)") > 0
     assert [t for t in log.coordinator.transactional_ids() if t.startswith("etl-")] == []

@@ -349,7 +349,13 @@ class Producer:
             self._sender.write_staged()
 
     def flush(self, timeout: float | None = None) -> None:
-        """Publish every pending batch; raises the first error a batch met."""
+        """Publish every pending batch; raises the first error a batch met.  Outside a
+        transaction, also waits for the last commit's roll-forward and raises its error."""
+        self._publish_pending()
+        if self._transactions.state is not ClientState.IN_TRANSACTION:
+            self._transactions.settle_completion()
+
+    def _publish_pending(self) -> None:
         first_error: BaseException | None = None
         for tp in self._accumulator.partitions():
             try:
@@ -364,16 +370,24 @@ class Producer:
             raise first_error
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush and close.  An open transaction is left for its coordinator (or timeout)."""
+        """Flush and close.  An open transaction is left for its coordinator (or timeout).
+
+        The last transaction's roll-forward (markers, offsets, Complete*) is waited for
+        up to ``timeout`` seconds and its error raised; one still running after that
+        goes on in its thread, which the interpreter joins at exit, and should the
+        process die first, the next reader or writer of its partitions rolls it forward
+        (docs/clients.md, "Commit and close")."""
         transactions = self._transactions
         if transactions.state is ClientState.CLOSED:
             return
         try:
             if transactions.fatal is None and not (
                     self.transactional_id and transactions.state is ClientState.IN_TRANSACTION):
-                self.flush()
+                self._publish_pending()
             else:  # nothing more is written, but what is on its way is let finish
                 self._sender.settle_behind(raise_error=False)
+                transactions.settle_joins(raise_error=False)
+            transactions.settle_completion(timeout)
         finally:
             transactions.close()
 
@@ -413,6 +427,7 @@ class Producer:
         self._transactions.add_offsets(offsets, group_id, member_id, generation)
 
     def commit_transaction(self) -> None:
+        self._transactions.settle_joins(raise_error=False)  # a failed join is raised below
         self._transactions.check_can_commit()
         try:
             self.flush()
@@ -426,6 +441,7 @@ class Producer:
         self._transactions.end(commit=True)
 
     def abort_transaction(self) -> None:
+        self._transactions.settle_joins(raise_error=False)  # what failed decides the abort
         self._transactions.check_can_abort()
         # Its claims land before the markers, or would be refused by the bumped epoch.
         self._sender.settle_behind(raise_error=False)

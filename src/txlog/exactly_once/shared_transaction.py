@@ -42,6 +42,8 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from functools import partial
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -54,6 +56,7 @@ from ..transactions.metadata import (COMPLETE, PREPARED, Decision, TransactionMe
 from ..errors import CommittedButIncompleteError, InvalidConfigError, TransactionAbortedError
 from ..storage.names import validate_name
 from ..storage.paths import TXN_DIR, job_dir
+from ..storage.pools import shared_pool
 from ..clients.producer import Producer
 from ..root.root import Root
 
@@ -70,6 +73,26 @@ MAX_PREFIX_LENGTH = 200
 # twice as long each time (about 6 s in all), before the job is told it failed.
 COMPLETE_ATTEMPTS = 7
 COMPLETE_FIRST_BACKOFF_S = 0.1
+JOB_END_THREADS = 4  # committed jobs of a process rolled forward at once
+
+# Roll-forwards of jobs this process committed, by decision id (``wait_completed``).
+_FINISHING: dict[str, Future[None]] = {}
+_FINISHING_LOCK = threading.Lock()
+
+
+def _forget_if_done(decision_id: str, finishing: Future[None]) -> None:
+    """A job rolled forward is forgotten; one that gave up is kept for ``wait_completed``
+    (and was logged as an error)."""
+    if finishing.exception() is None:
+        with _FINISHING_LOCK:
+            if _FINISHING.get(decision_id) is finishing:
+                del _FINISHING[decision_id]
+
+
+def _job_end_pool() -> ThreadPoolExecutor:
+    """Threads that wait for a committed job's members and then drop its index entries;
+    apart from the coordinator's roll-forward threads, on which they wait."""
+    return shared_pool("txlog-job-end", JOB_END_THREADS)
 
 
 def check_prefix(prefix: str) -> str:
@@ -165,26 +188,84 @@ class SharedTransaction:
     def commit(self, log: Log, members: list[TransactionMember]) -> Decision:
         """Commit exactly ``members``; raises unless every one of them is committed.
 
-        Once the COMMIT decision stands the records are committed, whatever
-        fails afterwards: a failure while rolling it forward (markers, group
-        offsets) is retried with backoff rather than reported as a failed
-        job, which a user would run again and so duplicate.  Should it keep
-        failing, the error says the records are committed.
+        Returns once the COMMIT decision is durable: from then on the records
+        are committed, whatever fails afterwards.  Every member is rolled
+        forward at once behind it (markers, group offsets, Complete*), then
+        the job's index entries go; a failure there is retried with backoff
+        rather than reported as a failed job, which a user would run again
+        and so duplicate.  ``wait_completed`` waits for it and raises what
+        stopped it (CommittedButIncompleteError, which says the records are
+        committed); a process killed meanwhile leaves it to whoever meets the
+        transaction next (docs/protocol.md 4.5).
         """
         root = log.services
+        try:
+            decision, completion = root.coordinator.decide_shared_transaction(
+                self.decision_id, members, True)
+        except TransactionAbortedError:
+            raise  # DecisionConflictError among them: nothing is committed
+        except Exception:
+            if not self._commit_stands(root, members):
+                raise  # undecided, or unknowable: the caller's failure, as before
+            standing = root.coordinator.decision(self.decision_id)
+            assert standing is not None
+            decision, completion = standing, None
+        if not decision.commit:
+            raise TransactionAbortedError(
+                f"job transaction {self.decision_id!r} was aborted before it could commit "
+                f"({decision.reason or 'aborted'})")
+        self._fence_orphans(root, members)
+        finishing = _job_end_pool().submit(self._finish, root, members, completion)
+        with _FINISHING_LOCK:
+            _FINISHING[self.decision_id] = finishing
+        finishing.add_done_callback(partial(_forget_if_done, self.decision_id))
+        return decision
+
+    def _fence_orphans(self, root: Root, members: list[TransactionMember]) -> None:
+        """End the job's attempts that are not members (speculation losers, failed
+        attempts) before the commit returns: one still running then meets its ABORT
+        markers, at the epoch after its own, wherever it joined, and never lands a batch
+        once the job is over (protocol.md 5, "The job index").  Rare; the listing is the
+        commit's one request beyond the decision."""
+        named = {m.transactional_id for m in members}
+        for txn_id in root.storage.list(job_dir(self.prefix, self.decision_id)):
+            if txn_id not in named:
+                root.coordinator.complete(txn_id, only_decision=self.decision_id)
+
+    def wait_completed(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` for this process's roll-forward of the committed job;
+        raises CommittedButIncompleteError if it gave up.  False if still running."""
+        with _FINISHING_LOCK:
+            finishing = _FINISHING.get(self.decision_id)
+        if finishing is None:
+            return True
+        done, _ = wait([finishing], timeout)
+        if not done:
+            return False
+        with _FINISHING_LOCK:
+            if _FINISHING.get(self.decision_id) is finishing:
+                del _FINISHING[self.decision_id]
+        finishing.result()
+        return True
+
+    def _finish(self, root: Root, members: list[TransactionMember],
+                completion: Future[None] | None) -> None:
+        """Behind a standing COMMIT: every member complete, then the job's index entries."""
         delay = COMPLETE_FIRST_BACKOFF_S
         for attempt in range(1, COMPLETE_ATTEMPTS + 1):
             try:
-                decision = root.coordinator.end_shared_transaction(self.decision_id, members,
-                                                                   True)
+                if completion is not None and attempt == 1:
+                    completion.result()
+                else:
+                    for m in members:
+                        root.coordinator.complete(m.transactional_id,
+                                                  only_decision=self.decision_id)
                 _end_job(root, self.prefix, self.decision_id, None)
-                break
-            except TransactionAbortedError:
-                raise  # DecisionConflictError among them: nothing is committed
+                return
             except Exception as exc:
-                if not self._commit_stands(root, members):
-                    raise  # undecided, or unknowable: the caller's failure, as before
                 if attempt == COMPLETE_ATTEMPTS:
+                    logger.error("job transaction %s is committed, but completing it failed "
+                                 "%d times: %s", self.decision_id, attempt, exc)
                     raise CommittedButIncompleteError(
                         f"the job's records are COMMITTED and must not be written again: the "
                         f"COMMIT decision of job transaction {self.decision_id!r} stands, but "
@@ -197,11 +278,6 @@ class SharedTransaction:
                                "retrying in %.1f s", self.decision_id, exc, delay)
                 time.sleep(delay)
                 delay *= 2
-        if not decision.commit:
-            raise TransactionAbortedError(
-                f"job transaction {self.decision_id!r} was aborted before it could commit "
-                f"({decision.reason or 'aborted'})")
-        return decision
 
     def _commit_stands(self, root: Root, members: list[TransactionMember]) -> bool:
         try:

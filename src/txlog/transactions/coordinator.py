@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextvars
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from .. import clock
@@ -32,7 +33,7 @@ from ..integers import is_int
 from ..format.batch import BatchHeader
 from ..partition.producer_state import OpenTransaction, ProducerState
 from ..storage.names import validate_name
-from .ending import TransactionEnder
+from .ending import Ending, TransactionEnder
 from .groups import check_offsets
 from .metadata import (PREPARED, Decision, TransactionMember, TransactionMetadata,
                        TxnState as S, check_member, plain_decision_id)
@@ -261,13 +262,22 @@ class TransactionCoordinator:
 
     # --- EndTxn ---------------------------------------------------------------------------------
 
-    def end_transaction(self, member: TransactionMember, commit: bool) -> tuple[int, int]:
-        """EndTxn for a producer's own transaction; returns its next (producer id, epoch)."""
+    def end_transaction(self, member: TransactionMember, commit: bool) -> Ending:
+        """EndTxn for a producer's own transaction, answered once the decision is durable:
+        its outcome, the producer's next (producer id, epoch), and the roll-forward
+        (markers, group offsets, Complete*) running behind it (docs/protocol.md 4.5)."""
         return self.ender.end_transaction(member, commit)
+
+    def decide_shared_transaction(self, decision_id: str, members: list[TransactionMember],
+                                  commit: bool) -> tuple[Decision, Future[None]]:
+        """``end_shared_transaction``, answered once the decision is durable: every member
+        is completed at once behind the returned future (its error: the first member's
+        that failed)."""
+        return self.ender.end_shared_transaction(decision_id, members, commit)
 
     def end_shared_transaction(self, decision_id: str, members: list[TransactionMember],
                                commit: bool) -> Decision:
-        """Decide a multi-producer transaction once, then complete each member.
+        """Decide a multi-producer transaction once, then complete every member at once.
 
         Safe to call again and in any order: the first decision stands.  An
         ABORT request returns the standing decision, whatever it is (Spark
@@ -278,7 +288,9 @@ class TransactionCoordinator:
         ``DecisionConflictError``: the caller is never told "committed" for
         records that are not.
         """
-        return self.ender.end_shared_transaction(decision_id, members, commit)
+        decision, completion = self.ender.end_shared_transaction(decision_id, members, commit)
+        completion.result()
+        return decision
 
     # --- completion, fencing, timeouts ---------------------------------------------------------------
 
