@@ -190,6 +190,7 @@ def test_an_exhausted_epoch_takes_a_new_producer_id_and_is_counted(topic_log: Lo
     run_job(log, 0)
     tid = f"{BASE}.pool-0-{attempt_key(0, 0)}"
     store = log.coordinator.store
+    log.coordinator.complete(tid)  # the commit returned at its decision: finish it first
     version, meta = store.latest(tid)
     assert store.publish(version + 1, meta.bumped(meta.producer_id, MAX_EPOCH - 1, "test"))
     counted = store.epochs_exhausted

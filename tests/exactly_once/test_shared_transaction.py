@@ -548,6 +548,7 @@ def test_an_attempt_joining_a_decided_job_leaves_nothing_open(topic_log: Log,
     job = SharedTransaction.start(log, "late", TIMEOUT_MS)
     member = write(job, log, "0-0-0", 0, ["a"])
     (job.commit if commit else job.abort)(log, [member])
+    job.wait_completed()  # the markers land behind the decision; count ends after them
     ends = [log.partition(T, p).end_offset() for p in range(3)]
     straggler = job.join(log, "1-0-1")
     with pytest.raises(TxlogError):  # refused by the coordinator, or else the partition
