@@ -85,15 +85,22 @@ def _folded() -> dict:
     return dict(state.producers.items())
 
 
+def _compacted_then(root: Path, old: range, new: range) -> tuple[Log, PartitionLog]:
+    """A partition where producers ``old`` wrote, was compacted, then ``new`` wrote."""
+    log, part = _open(root)
+    for pid in old:
+        _send(part, pid)
+    log.compact("t")
+    for pid in new:
+        _send(part, pid)
+    return log, part
+
+
 def test_snapshots_between_compactions_hold_only_what_changed(tmp_path: Path,
                                                               ticking: _Clock) -> None:
     root = tmp_path / "log"
-    log, part = _open(root)
-    for pid in range(1000, 1300):
-        _send(part, pid)
-    log.compact("t")
-    for pid in range(2000, 2000 + SNAPSHOT_INTERVAL - 1):  # new producers, an old one again
-        _send(part, pid)
+    # New producers, then an old one again.
+    _, part = _compacted_then(root, range(1000, 1300), range(2000, 2000 + SNAPSHOT_INTERVAL - 1))
     _send(part, 1005, seq=1)
     fields = _fields(_snapshots(root)[-1])
     assert fields["v"] == 5 and fields["base"]["segment"] == 0
@@ -108,12 +115,7 @@ def test_snapshots_between_compactions_hold_only_what_changed(tmp_path: Path,
 def test_an_append_for_a_new_producer_id_reads_no_entries_section(tmp_path: Path,
                                                                   ticking: _Clock) -> None:
     root = tmp_path / "log"
-    log, part = _open(root)
-    for pid in range(1000, 1100):
-        _send(part, pid)
-    log.compact("t")
-    for pid in range(2000, 2000 + SNAPSHOT_INTERVAL + 2):
-        _send(part, pid)
+    _compacted_then(root, range(1000, 1100), range(2000, 2000 + SNAPSHOT_INTERVAL + 2))
     assert _fields(_snapshots(root)[-1])["entries"]["max_pid"] == 2000 + SNAPSHOT_INTERVAL - 1
 
     counting = _RangeCounting(str(root))
@@ -134,12 +136,7 @@ def test_an_append_for_a_new_producer_id_reads_no_entries_section(tmp_path: Path
 def test_compaction_rewrites_every_entry_and_the_next_delta_builds_on_it(
         tmp_path: Path, ticking: _Clock) -> None:
     root = tmp_path / "log"
-    log, part = _open(root)
-    for pid in range(1000, 1100):
-        _send(part, pid)
-    log.compact("t")
-    for pid in range(2000, 2000 + SNAPSHOT_INTERVAL + 1):
-        _send(part, pid)
+    log, part = _compacted_then(root, range(1000, 1100), range(2000, 2000 + SNAPSHOT_INTERVAL + 1))
     log.compact("t")
     segments = sorted((root / "topics" / "t" / "0" / "segments").iterdir())
     newest = _open(root)[1].state()
@@ -182,12 +179,8 @@ def test_a_delta_whose_base_is_gone_is_skipped(tmp_path: Path, ticking: _Clock) 
     segment it loaded; a merge then deletes that segment.  The delta is useless from then
     on: a fresh process skips it, loads the newest segment and replays the batches."""
     root = tmp_path / "log"
-    log, part = _open(root)
-    for pid in range(1000, 1005):
-        _send(part, pid)
-    log.compact("t")  # segment 0 holds 1000..1004
-    for pid in range(2000, 2000 + SNAPSHOT_INTERVAL + 1):
-        _send(part, pid)
+    # Segment 0 holds 1000..1004.
+    log, part = _compacted_then(root, range(1000, 1005), range(2000, 2000 + SNAPSHOT_INTERVAL + 1))
     delta = _fields(_snapshots(root)[-1])
     base = root / "topics" / "t" / "0" / "segments" / f"{delta['base']['segment']:020d}.segment"
     assert delta["base"]["segment"] == 0 and base.exists()
