@@ -194,3 +194,26 @@ def test_a_delta_whose_base_is_gone_is_skipped(tmp_path: Path, ticking: _Clock) 
     with pytest.raises(InvalidProducerEpochError):  # in the gone base: loaded anew
         _send(fresh, 1002, epoch=2)
     assert dict(fresh.state().producers.items()) == _folded()
+
+
+def test_an_appender_whose_cache_outlived_a_compaction_builds_on_the_newer_segment(
+        tmp_path: Path, ticking: _Clock) -> None:
+    """Its anchor was not compacted, so it keeps its state: its next delta names the newer
+    segment and holds only what changed since (by the log clock), not since its old base."""
+    root = tmp_path / "log"
+    log, part = _open(root)
+    for pid in range(1000, 1100):
+        _send(part, pid)
+    log.compact("t")  # segment 0
+    for pid in range(2000, 2010):
+        ticking.now += 1
+        _send(part, pid)
+    log.compact("t", upto_lag=5)  # segment 100 holds 2000..2004; part's anchor stays
+    for pid in range(3000, 3000 + SNAPSHOT_INTERVAL):
+        ticking.now += 1
+        _send(part, pid)
+    delta = _fields(_snapshots(root)[-1])
+    assert delta["base"]["segment"] == 100 and delta["base"]["count"] == 105
+    # 2000..2003 are in segment 100 as they are in the state: not carried.
+    assert delta["entries"]["count"] == SNAPSHOT_INTERVAL - 4
+    assert dict(_open(root)[1].state().producers.items()) == _folded()

@@ -430,6 +430,23 @@ class ProducerEntries:
         self._loader, self._count, self._min_append, self._max_pid = None, 0, _NEVER, _NEVER
         self.attach_base(base)
 
+    def rebase(self, base: _Base, since: int) -> None:
+        """Build the next deltas on ``base``, a newer segment's section that ends within
+        this state's prefix, its clock ``since``: the top and the decoded entries keep
+        only what was appended at or after it (the others are in ``base`` as they are
+        here, pending ones folded, since the clock orders the log; an open transaction
+        stays whatever its age)."""
+        self._load_top()
+        if self._columns is not None:
+            self._columns.alive &= self._columns.rows["last_append"].astype(np.int64) >= since
+        self._hot = {pid: e for pid, e in self._hot.items()
+                     if e.in_transaction or e.last_append >= since}
+        self.base = base
+        hidden = [np.fromiter(self._hot, np.int64, len(self._hot))]
+        if self._columns is not None:
+            hidden.append(self._columns.pids[self._columns.alive])
+        base.hide(np.concatenate(hidden))
+
     @property
     def unread(self) -> bool:
         """Whether some entries are still only in an unread section."""

@@ -547,6 +547,23 @@ class StateManager:
                              "recorded checksum")
         return state, _Anchor(base, self.cache.batch_path(base), anchor)
 
+    def _rebase(self, state: ProducerState) -> None:
+        """Move ``state``'s base to the newest segment if a compaction made a newer one
+        within its prefix since it was loaded (its anchor outlived the compaction), so that
+        its deltas hold what changed since that segment, not since an older one
+        (docs/protocol.md 2.8).  A listing per snapshot, and one read of the segment's
+        head once per compaction."""
+        base = state.producers.base
+        if base is None or base.end >= self.cache.compacted_end(refresh=True):
+            return
+        bases = self.cache.list_segments()
+        try:
+            head, newest = self.segment_state(bases[-1])
+        except (FileNotFoundError, CorruptSegmentError):
+            return  # the old base serves as well; a reload will tell what happened
+        if newest.producers.base is not None and base.end < head.end_offset <= state.end_offset:
+            state.producers.rebase(newest.producers.base, newest.clock)
+
     def _write_snapshot(self, state: ProducerState) -> bool:
         """Publish a snapshot; it is only a cache, so failing to write one is harmless.
 
@@ -559,6 +576,7 @@ class StateManager:
         # Segments cover everything before the compacted end as this process listed it
         # (at most the true one): the list can start there.
         try:
+            self._rebase(state)
             data = self.snapshot_fields(state, anchor.base, anchor.data,
                                         self.cache.compacted_end())
             # Right before publishing: a topic re-created since the refresh is
