@@ -82,13 +82,6 @@ def check_input_schema(schema: StructType, options: WriteOptions) -> None:
             "no topic to write to: set option 'topic' or give the DataFrame a 'topic' column")
 
 
-# A task's data objects: large enough that the request count per MB stays small on an
-# object store (each PUT costs a round trip) and that local disk pays few fsyncs, small
-# enough that a task's memory stays about twice this plus what it coalesces from Spark
-# (docs/spark.md).  Kafka's producer buffers up to buffer.memory, also 32 MiB.
-TASK_DATA_OBJECT_BYTES = 32 << 20
-
-
 class _Sending:
     """Turning Spark's Arrow batches into bulk sends: shared by the batch and stream writers."""
 
@@ -105,7 +98,10 @@ class _Sending:
             config["batch_size"] = batch_size
         if self.options.linger_ms is not None:
             config["linger_ms"] = self.options.linger_ms
-        config["data_object_bytes"] = self.options.data_object_bytes or TASK_DATA_OBJECT_BYTES
+        # The data objects' size and whether a send waits are the core's, chosen for the
+        # store (clients/producer_settings.py), unless dataObjectBytes says otherwise.
+        if self.options.data_object_bytes is not None:
+            config["data_object_bytes"] = self.options.data_object_bytes
         return config
 
     def _write_idempotent(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
@@ -137,7 +133,10 @@ class _Sending:
     def _send_all(self, root: Root, producer: Producer, iterator: Iterator[pa.RecordBatch]) -> int:
         def send(batch: pa.Table) -> None:
             for topic, table in self._by_topic(root, batch):
-                # Staged until a data object's worth has gathered (prepare/close write the rest).
+                # Staged until a data object's worth has gathered (prepare/close write the
+                # rest), on every store: a task's sends are pieces of one stream that only
+                # its prepare hands over, and nothing reads their offsets, so none waits
+                # (waiting, each piece would be a data object of its own).
                 producer.send_table(topic, table, wait=False)
 
         # The producer encodes one merged batch in a thread while this one takes the
