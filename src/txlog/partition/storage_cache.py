@@ -403,6 +403,20 @@ class StorageCache:
         if not self._bases or base > self._bases[-1]:
             self._bases.append(base)
 
+    def list_batches(self) -> list[int]:
+        """The bases of the batch objects in storage now, sorted (one listing; a stray in a
+        retired slot included: callers follow the chain)."""
+        return named_offsets(self.storage.list(self.dir), BATCH_SUFFIX)
+
+    def adopt_batch_listing(self, listed: list[int], log_end: int) -> None:
+        """A listing of the batch objects that holds every batch from the compacted end to
+        the state the caller just refreshed up to ``log_end`` (state_manager.py says when
+        one does): a read then finds the batches without listing them again."""
+        with self.lock:
+            merged = sorted(set(listed) | set(self._bases))
+            self._bases = [b for b in merged if self._compacted_end <= b < log_end]
+            self._bases_complete = True
+
     def _tail_bases(self, log_end: int) -> list[int]:
         """Bases of the batch objects from the compacted end to ``log_end``.
 
@@ -411,7 +425,7 @@ class StorageCache:
         """
         for _ in range(RELOADS):
             if not self._bases_complete:
-                listed = named_offsets(self.storage.list(self.dir), BATCH_SUFFIX)
+                listed = self.list_batches()
                 merged = sorted(set(listed) | set(self._bases))
                 self._bases = [b for b in merged if self._compacted_end <= b < log_end]
                 self._bases_complete = True
