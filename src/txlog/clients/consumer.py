@@ -252,7 +252,7 @@ class Consumer:
             [tp for tp in self._assignment if tp in wanted]
         n = len(chosen)
         order = [chosen[(self._next + i) % n] for i in range(n)]
-        self._read_ahead([tp for tp in order if not self._ahead_ready(tp)])
+        self._read_ahead(self._to_read(order))
         out: dict[TopicPartition, list[Piece]] = {}
         lags = []
         for tp in order:
@@ -270,6 +270,18 @@ class Consumer:
         self.sensors.fetch(sum(len(p.offsets) for p in got), sum(p.records.nbytes for p in got),
                            began_ms, (time.perf_counter() - started) * 1000, lags)
         return out
+
+    def _to_read(self, order: list[TopicPartition]) -> list[TopicPartition]:
+        """The partitions this fetch reads: those with nothing read ahead, except, while
+        another has records waiting, those whose last read reached what could be read
+        then (caught up, they would only hold the waiting records back by a refresh;
+        they are read again once nothing waits, as Kafka's fetcher never delays records
+        it has for partitions that have none)."""
+        empty = [tp for tp in order if not self._ahead_ready(tp)]
+        if len(empty) == len(order):
+            return empty
+        return [tp for tp in empty if tp not in self._ahead or
+                self._ahead[tp].end < self._ahead[tp].limit]
 
     def _ahead_ready(self, tp: TopicPartition) -> bool:
         """Whether records read ahead wait at the partition's position."""

@@ -268,7 +268,8 @@ class Reader:
 
     def _plan(self, refs: list[BatchRef]) -> list[_Span]:
         """Group the batches into reads: consecutive batches of one segment, claims whose
-        payloads lie back to back in one data object, and inline batch objects alone.
+        payloads lie back to back in one data object, and inline batch objects alone;
+        none for a marker the state's refresh read whole (checked then, and no records).
 
         A claim's header is known from the state refresh that found it; headers
         not cached (a fresh process reading below its snapshot) are read first,
@@ -284,6 +285,8 @@ class Reader:
         preloaded = dict(zip((r.base for r in missing), loads, strict=True))
         spans: list[_Span] = []
         for ref in refs:
+            if not ref.in_segment and cache.checked_marker(ref.base):
+                continue  # no records, and its bytes were checked when the state read it
             prev = spans[-1] if spans else None
             header = None
             buf = preloaded.get(ref.base)

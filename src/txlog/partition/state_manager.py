@@ -345,6 +345,8 @@ class StateManager:
                                bytes(data[:ANCHOR_BYTES]))
         self.cache.note_batch(header.base_offset)
         self.cache.note_header(header)
+        if control is not None:  # decoded, so read whole and checked (or written here)
+            self.cache.note_checked_marker(header.base_offset)
         self._state.apply(header, control)
         self._since_snapshot += 1
 

@@ -88,6 +88,9 @@ class StorageCache:
         self._bases: list[int] = []
         self._bases_complete = False
         self._headers: dict[int, BatchHeader] = {}
+        # Markers (batch objects) a refresh read whole and checked: a read needs nothing
+        # of them (they hold no records), so it does not read them again.
+        self._checked_markers: set[int] = set()
         # Segments as last listed: where each piece of the chain starts (the segment's
         # base, or later: SegmentPiece), the pieces by start, the segments the chain hides
         # (wholly covered by another: ``(base, end, path)``), and where the newest ends.
@@ -153,6 +156,13 @@ class StorageCache:
     def note_header(self, header: BatchHeader) -> None:
         """Remember a header read by a state refresh (a read then needs no request for it)."""
         self._headers[header.base_offset] = header
+
+    def note_checked_marker(self, base: int) -> None:
+        """The marker batch object at ``base`` was read whole and its checksums checked."""
+        self._checked_markers.add(base)
+
+    def checked_marker(self, base: int) -> bool:
+        return base in self._checked_markers
 
     def cached_header(self, offset: int) -> BatchHeader | None:
         return self._headers.get(offset)
