@@ -50,8 +50,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench_datasets import DATASETS
-from scale_out_benchmark import MIB, LatentS3, payload, record_bytes
+from scale_out_benchmark import (MIB, LatentS3, check_store_arguments, payload, record_bytes,
+                                 store_arguments)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "harness"))
 
@@ -183,24 +183,13 @@ def write_once(server: LatentS3, args: argparse.Namespace, records: int
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mb", type=int, default=64, help="payload in MiB (default 64)")
-    parser.add_argument("--dataset", choices=DATASETS, default="incompressible",
-                        help="the rows written (bench_datasets.py; default incompressible)")
-    parser.add_argument("--partitions", type=int, default=4, help="topic partitions (default 4)")
-    parser.add_argument("--latency-ms", type=float, default=25.0,
-                        help="latency added to every S3 request (default 25)")
-    parser.add_argument("--repeats", type=int, default=5,
-                        help="repetitions; medians are printed (default 5)")
+    store_arguments(parser, repeats=5)
     parser.add_argument("--phases", default=",".join(PHASES),
                         help=f"comma-separated, of {', '.join(PHASES)} (default all)")
     parser.add_argument("--trace", action="store_true",
                         help="print every request of each phase's first run, in order")
     args = parser.parse_args(argv)
-    for name in ("mb", "partitions", "repeats"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
-    if args.latency_ms < 0:
-        parser.error(f"--latency-ms must not be negative, got {args.latency_ms}")
+    check_store_arguments(args, parser)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     unknown = [p for p in phases if p not in PHASES]
     if unknown:
@@ -233,12 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                     "storage_options": server.tagged_options(role)})
                 counts[role].append(server.take(role))
                 rates[role].append(payload_mb / elapsed)
-                if server.trace_prefix is not None:
-                    print(f"the {role} phase's {len(server.trace)} requests, in order:")
-                    for kind, where, query in server.trace:
-                        print(f"  {kind:<7} {where}{query}")
-                    print()
-                    server.trace_prefix = None
+                server.print_trace(f"the {role} phase's")
             for role in phases:
                 ratios[role].append(rates[role][-1] / rates["parquet"][-1])
         report(phases, rates, ratios, counts)
