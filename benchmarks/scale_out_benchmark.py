@@ -172,6 +172,16 @@ class LatentS3(MotoS3):
                 total.update(self.tally.pop(tag))
         return total
 
+    def print_trace(self, whose: str) -> None:
+        """Print the requests traced since ``trace_prefix`` was set, and stop tracing."""
+        if self.trace_prefix is None:
+            return
+        print(f"{whose} {len(self.trace)} requests, in order:")
+        for kind, path, query in self.trace:
+            print(f"  {kind:<7} {path}{query}")
+        print()
+        self.trace_prefix = None
+
     def tagged_options(self, tag: str) -> dict[str, Any]:
         return self.storage_options | {"config_kwargs": {"user_agent_extra": TAG + tag}}
 
@@ -389,12 +399,7 @@ class Bench:
             if self.args.trace_requests and r == 0:
                 server.trace_prefix, server.trace = "task-", []
             results, counts = self.job(root, driver_options, 1, self.args.partitions, seed=r)
-            if server.trace_prefix is not None:
-                print(f"the task's {len(server.trace)} requests, in order:")
-                for kind, path, query in server.trace:
-                    print(f"  {kind:<7} {path}{query}")
-                print()
-                server.trace_prefix = None
+            server.print_trace("the task's")
             ours.append(self.payload_bytes / results[0]["elapsed"] / MIB)
             counts_seen.append(counts)
             spec = self.specs(1, root, lambda i: server.tagged_options("parquet-write"),
@@ -520,8 +525,9 @@ def _counts(raw: str, parser: argparse.ArgumentParser, flag: str) -> list[int]:
     return values
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def store_arguments(parser: argparse.ArgumentParser, repeats: int) -> None:
+    """The payload, topic and store options this benchmark shares with
+    object_store_reads.py (checked by ``check_store_arguments``)."""
     parser.add_argument("--mb", type=int, default=64,
                         help="payload in MiB for every figure (default 64, the issue's size)")
     parser.add_argument("--dataset", choices=DATASETS, default="incompressible",
@@ -529,8 +535,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4, help="topic partitions (default 4)")
     parser.add_argument("--latency-ms", type=float, default=25.0,
                         help="latency added to every S3 request (default 25)")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="runs of every measurement; medians are printed (default 3)")
+    parser.add_argument("--repeats", type=int, default=repeats,
+                        help=f"runs of every measurement; medians are printed (default {repeats})")
+
+
+def check_store_arguments(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    for name in ("mb", "partitions", "repeats"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.latency_ms < 0:
+        parser.error(f"--latency-ms must not be negative, got {args.latency_ms}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    store_arguments(parser, repeats=3)
     parser.add_argument("--writers", default="1,8,32",
                         help="writer processes per job on S3, comma-separated (default 1,8,32)")
     parser.add_argument("--local-writers", default="1,16",
@@ -546,11 +565,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="print every request of the first one-task write, in order, with "
                              "its kind and path (to see where a task's requests go)")
     args = parser.parse_args(argv)
-    for name in ("mb", "partitions", "repeats"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
-    if args.latency_ms < 0:
-        parser.error(f"--latency-ms must not be negative, got {args.latency_ms}")
+    check_store_arguments(args, parser)
     args.writers = _counts(args.writers, parser, "--writers")
     args.local_writers = _counts(args.local_writers, parser, "--local-writers")
     # what the Spark writer passes by default

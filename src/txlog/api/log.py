@@ -10,7 +10,7 @@ points down from here.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -19,8 +19,9 @@ from ..admin import upkeep
 from ..admin.gc import (DEFAULT_CHAIN_AGE_S, DEFAULT_DATA_AGE_S, DEFAULT_DECISION_AGE_S,
                         DEFAULT_TEMP_AGE_S, DEFAULT_TXN_ID_EXPIRATION_MS, GcReport,
                         collect)
-from ..clients.columns import to_spark_table
+from ..clients.columns import empty_table, to_spark_table
 from ..clients.consumer import Consumer
+from ..clients.partition_reads import chosen_partitions, each_partition, per_partition
 from ..clients.positions import offset_for_timestamp
 from ..clients.producer import Producer
 from ..partition.compaction import DEFAULT_BUFFER_BYTES, DEFAULT_MIN_BATCHES, Compacted
@@ -123,7 +124,8 @@ class Log:
         """First offset of the earliest undecided transaction, else the log end."""
         return self.services.partition(topic, partition).last_stable_offset()
 
-    def read(self, topic: str, partition: int, start: int = 0, end: int | None = None,
+    def read(self, topic: str, partition: int | Sequence[int] | None = None,
+             start: int | Mapping[int, int] = 0, end: int | Mapping[int, int] | None = None,
              isolation_level: str = READ_COMMITTED, include_headers: bool = False,
              topic_id: str | None = None) -> pa.Table:
         """Records in ``[start, end)`` as an Arrow table with Spark's Kafka columns.
@@ -133,10 +135,28 @@ class Log:
         (read_committed) or the log end (read_uncommitted).  With ``topic_id``,
         only that incarnation of the topic is read (``InconsistentTopicIdError``
         otherwise).
+
+        ``partition``: one partition; a list of them; or None, every partition
+        the topic has now.  Several partitions are read at once (on an object
+        store their requests overlap) into one table: the partitions in the
+        order given (None: ascending), each in offset order.  ``start`` and
+        ``end`` are then one offset for every partition, or a dict by partition
+        (a partition left out: from 0, to its end).
         """
-        part = self.services.partition(topic, partition, topic_id)
-        pieces, _ = part.read(start, end, isolation_level)
-        return to_spark_table(pieces, topic, partition, include_headers)
+        parts = chosen_partitions(self.services, topic, partition, topic_id)
+        starts = per_partition(start, 0, parts, "start")
+        ends = per_partition(end, None, parts, "end")
+        ranges = dict(zip((p.partition for p in parts), zip(starts, ends, strict=True),
+                          strict=True))
+
+        def read_one(part: PartitionLog) -> pa.Table:
+            first, last = ranges[part.partition]
+            pieces, _ = part.read(first or 0, last, isolation_level)
+            return to_spark_table(pieces, topic, part.partition, include_headers)
+
+        tables = each_partition(parts, read_one)
+        return tables[0] if len(tables) == 1 else \
+            pa.concat_tables(tables) if tables else empty_table(include_headers)
 
     def offsets_for_times(self, topic: str, partition: int, timestamp_ms: int,
                           isolation_level: str = READ_COMMITTED) -> tuple[int, int] | None:

@@ -8,24 +8,32 @@ objects, without building Kafka's record columns in between.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import clock
-from ..errors import IllegalStateError, InvalidConfigError, OffsetOutOfRangeError
+from ..errors import (CorruptBatchError, IllegalStateError, InvalidConfigError,
+                      OffsetOutOfRangeError)
 from ..partition.isolation import READ_COMMITTED, check_isolation_level
+from ..partition.partition_log import PartitionLog
+from ..partition.reader import Piece
 from ..transactions.groups import commit_offsets
 from ..transactions.stable_offsets import stable_offsets
 from .metrics import (DEFAULT_NUM_SAMPLES, DEFAULT_SAMPLE_WINDOW_MS, METRIC_SETTINGS,
                       PREFIX_SETTING, ConsumerSensors, MetricConfig)
+from .partition_reads import each_partition
 from .positions import lag_after_read, offset_for_timestamp, read_limit
 from .settings import Setting, Settings, at_least, one_of
 
 if TYPE_CHECKING:
     from ..api.log import Log
-    from ..partition.reader import Piece
 
 TopicPartition = tuple[str, int]
+
+# Kafka's max.partition.fetch.bytes: what one fetch reads of a partition at most (at
+# least one batch).
+DEFAULT_MAX_PARTITION_FETCH_BYTES = 1 << 20
 
 
 class ConsumerRecord(NamedTuple):
@@ -54,6 +62,8 @@ _SETTINGS = Settings(
     # True has always passed as 1 here.
     Setting("max_poll_records", at_least(1, "{name} must be a positive int, not {value!r}",
                                          allow_bool=True)),
+    Setting("max_partition_fetch_bytes",
+            at_least(1, "{name} must be a positive int, not {value!r}")),
     *METRIC_SETTINGS,
     PREFIX_SETTING,
 )
@@ -65,11 +75,13 @@ class Consumer:
     def __init__(self, log: Log, *, isolation_level: str = READ_COMMITTED,
                  group_id: str | None = None, auto_offset_reset: str = "latest",
                  max_poll_records: int = 500, abort_expired_transactions: bool = False,
+                 max_partition_fetch_bytes: int = DEFAULT_MAX_PARTITION_FETCH_BYTES,
                  metrics_num_samples: int = DEFAULT_NUM_SAMPLES,
                  metrics_sample_window_ms: int = DEFAULT_SAMPLE_WINDOW_MS,
                  metric_group_prefix: str = "consumer") -> None:
         _SETTINGS.check(isolation_level=isolation_level, auto_offset_reset=auto_offset_reset,
                         max_poll_records=max_poll_records,
+                        max_partition_fetch_bytes=max_partition_fetch_bytes,
                         metrics_num_samples=metrics_num_samples,
                         metrics_sample_window_ms=metrics_sample_window_ms,
                         metric_group_prefix=metric_group_prefix)
@@ -78,9 +90,11 @@ class Consumer:
         self.group_id = group_id
         self.auto_offset_reset = auto_offset_reset
         self.max_poll_records = max_poll_records
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
         self.abort_expired_transactions = abort_expired_transactions
         self._assignment: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
+        self._ahead: dict[TopicPartition, _ReadAhead] = {}  # read ahead of the positions
         self._next = 0  # round-robin start among assigned partitions
         self._closed = False
         self.sensors = ConsumerSensors(MetricConfig(metrics_num_samples, metrics_sample_window_ms),
@@ -102,6 +116,7 @@ class Consumer:
             checked.append((topic, partition))
         self._assignment = checked
         self._positions = {tp: o for tp, o in self._positions.items() if tp in checked}
+        self._ahead = {tp: a for tp, a in self._ahead.items() if tp in checked}
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._assignment)
@@ -137,6 +152,14 @@ class Consumer:
         if tp not in self._positions:
             self._positions[tp] = self._initial_position(tp)
         return self._positions[tp]
+
+    def positions(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """``position`` of each partition, those not known yet looked up at once (each is
+        a committed offset or a partition's start or end: requests of its own)."""
+        unknown = [self._root.partition(*self._check_assigned(tp)) for tp in partitions
+                   if (tp[0], tp[1]) not in self._positions]
+        each_partition(unknown, lambda part: self.position(part.topic, part.partition))
+        return {(t, p): self.position(t, p) for t, p in partitions}
 
     def known_positions(self) -> dict[TopicPartition, int]:
         """The positions already set (by a read, a seek or a lookup), looking nothing up:
@@ -210,11 +233,17 @@ class Consumer:
         """What ``poll`` reads, as the reader's Arrow pieces per partition.
 
         The one read path of every consumer API: ``poll`` builds its records
-        from these pieces and ``txlog.kafka`` builds kafka-python's.  Reads up
-        to ``max_records`` records over ``partitions`` (default: every assigned
-        partition; a paused one is left out by its caller), starting one
-        partition further each call so that no partition starves, and
+        from these pieces and ``txlog.kafka`` builds kafka-python's.  Returns
+        up to ``max_records`` records over ``partitions`` (default: every
+        assigned partition; a paused one is left out by its caller), starting
+        one partition further each call so that no partition starves, and
         advances each position past what it returns.
+
+        As Kafka's fetcher, it reads ahead: each partition with nothing read
+        ahead of its position is read up to ``max_partition_fetch_bytes`` (whole
+        batches, at least one), all such partitions at once, and later calls
+        hand out what was read before reading again.  A seek drops what was read
+        ahead of the old position.
         """
         self._check_open()
         began_ms, started = clock.monotonic_ms(), time.perf_counter()
@@ -222,16 +251,17 @@ class Consumer:
         wanted = None if partitions is None else {(t, p) for t, p in partitions}
         chosen = self._assignment if wanted is None else \
             [tp for tp in self._assignment if tp in wanted]
+        n = len(chosen)
+        order = [chosen[(self._next + i) % n] for i in range(n)]
+        self._read_ahead(self._to_read(order))
         out: dict[TopicPartition, list[Piece]] = {}
         lags = []
-        n = len(chosen)
-        for i in range(n):
+        for tp in order:
             if budget <= 0:
                 break
-            tp = chosen[(self._next + i) % n]
-            pieces = self._fetch_partition(tp, budget)
-            lags.append(lag_after_read(self._root, *tp, self._positions[tp],
-                                       self.isolation_level))
+            pieces = self._take(tp, budget)
+            if tp in self._ahead:
+                lags.append(self._ahead[tp].limit - self._positions[tp])
             if pieces:
                 out[tp] = pieces
                 budget -= sum(len(p.offsets) for p in pieces)
@@ -242,24 +272,86 @@ class Consumer:
                            began_ms, (time.perf_counter() - started) * 1000, lags)
         return out
 
-    def _fetch_partition(self, tp: TopicPartition, budget: int) -> list[Piece]:
-        topic, partition = tp
+    def _to_read(self, order: list[TopicPartition]) -> list[TopicPartition]:
+        """The partitions this fetch reads: those with nothing read ahead, except, while
+        another has records waiting, those whose last read reached what could be read
+        then (caught up, they would only hold the waiting records back by a refresh;
+        they are read again once nothing waits, as Kafka's fetcher never delays records
+        it has for partitions that have none)."""
+        empty = [tp for tp in order if not self._ahead_ready(tp)]
+        if len(empty) == len(order):
+            return empty
+        return [tp for tp in empty if tp not in self._ahead or
+                self._ahead[tp].end < self._ahead[tp].limit]
+
+    def _ahead_ready(self, tp: TopicPartition) -> bool:
+        """Whether records read ahead wait at the partition's position."""
+        ahead = self._ahead.get(tp)
+        return ahead is not None and bool(ahead.pieces) and \
+            ahead.start == self._positions.get(tp)
+
+    def _read_ahead(self, partitions: list[TopicPartition]) -> None:
+        """Read each partition from its position, all at once on an object store (their
+        requests overlap: partition_reads.py); each position is left where it was."""
+        parts = [self._root.partition(*tp) for tp in partitions]
+        for tp, ahead in zip(partitions, each_partition(parts, self._read_partition),
+                             strict=True):
+            self._ahead[tp] = ahead
+
+    def _read_partition(self, part: PartitionLog) -> _ReadAhead:
+        tp = (part.topic, part.partition)
         if self.abort_expired_transactions:
-            self._root.coordinator.abort_expired_in(topic, partition)
+            self._root.coordinator.abort_expired_in(*tp)
+        # Still behind the limit its last read saw, the partition needs no refresh
+        # for the next one if that read was moments ago (docs/protocol.md 6.1).
+        last = self._ahead.get(tp)
+        behind = last is not None and last.end < last.limit
+        upto: int | None = None
         while True:
-            start = self.position(topic, partition)
+            start = self.position(*tp)
             try:
-                pieces, next_position = self._root.partition(topic, partition).read(
-                    start, start + budget, self.isolation_level)
+                pieces, next_position = part.read(start, upto, self.isolation_level,
+                                                  self.max_partition_fetch_bytes, behind)
             except OffsetOutOfRangeError as exc:
                 # Kafka's consumer: a position retention deleted (or past the end)
                 # is reset by auto_offset_reset; with 'none' the error surfaces.
                 self._positions[tp] = self._reset_position(tp, exc)
                 continue
-            self._positions[tp] = next_position
+            except CorruptBatchError as exc:
+                # As Kafka's: the records before a damaged batch are handed out first;
+                # the read that starts at it raises (nothing is ever skipped).
+                if exc.offset is None or exc.offset <= start or upto is not None:
+                    raise
+                upto = exc.offset
+                continue
             pieces = [p for p in pieces if len(p.offsets)]
-            if next_position == start or pieces:
-                return pieces  # nothing more to read, or a chunk delivered
+            if pieces or next_position == start:  # a chunk, or nothing more to read
+                limit = lag_after_read(self._root, *tp, next_position, self.isolation_level)
+                return _ReadAhead(start, deque(pieces), next_position,
+                                  limit + next_position)
+            self._positions[tp] = next_position  # only aborted records or markers: skip
+
+    def _take(self, tp: TopicPartition, budget: int) -> list[Piece]:
+        """Up to ``budget`` records read ahead at the partition's position (the last
+        piece split if needed), the position moved past them."""
+        ahead = self._ahead.get(tp)
+        if ahead is None or ahead.start != self._positions.get(tp):
+            return []
+        out: list[Piece] = []
+        while ahead.pieces and budget > 0:
+            piece = ahead.pieces.popleft()
+            n = len(piece.offsets)
+            if n > budget:
+                ahead.pieces.appendleft(_sliced(piece, budget, n - budget))
+                piece = _sliced(piece, 0, budget)
+                n = budget
+            out.append(piece)
+            budget -= n
+            ahead.start = piece.offsets[-1].as_py() + 1
+        if not ahead.pieces:
+            ahead.start = ahead.end  # past the markers and aborted batches read with them
+        self._positions[tp] = ahead.start
+        return out
 
     def close(self) -> None:
         self._closed = True
@@ -269,6 +361,22 @@ class Consumer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+@dataclass
+class _ReadAhead:
+    """Pieces read ahead of a partition's position ``start``, up to ``end`` (the read's
+    next position), and how far a reader could read when they were read."""
+
+    start: int
+    pieces: deque[Piece]
+    end: int
+    limit: int
+
+
+def _sliced(piece: Piece, offset: int, length: int) -> Piece:
+    return Piece(piece.records.slice(offset, length), piece.offsets.slice(offset, length),
+                 piece.timestamps.slice(offset, length), piece.timestamp_type)
 
 
 def _rows(topic: str, partition: int, pieces: list[Piece]) -> list[ConsumerRecord]:

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..partition.isolation import READ_COMMITTED, READ_UNCOMMITTED, visible_end
+from ..partition.partition_log import PartitionLog
 from ..root.root import Root
+from .partition_reads import each_partition
 
 if TYPE_CHECKING:
-    from ..partition.partition_log import PartitionLog
     from ..partition.producer_state import ProducerState
     from ..partition.reader import Piece
 
@@ -51,6 +52,15 @@ def bounds(root: Root, topic: str, partition: int) -> PartitionBounds:
     return bounds_of(part, part.state(), part.log_start())
 
 
+def bounds_all(root: Root, partitions: list[tuple[str, int]]) -> list[PartitionBounds]:
+    """``bounds`` of each partition, all at once on an object store (partition_reads.py);
+    a cold partition lists its batch objects to read its headers at once (docs/protocol.md
+    6.1)."""
+    return each_partition([root.partition(t, p) for t, p in partitions],
+                          lambda part: bounds_of(part, part.state(listing=True),
+                                                 part.log_start()))
+
+
 def bounds_of(part: PartitionLog, state: ProducerState, log_start: int) -> PartitionBounds:
     """The bounds from a state and a log start the caller has just read (an operator's
     scrape takes the log start from the listing that also sizes the partition)."""
@@ -71,17 +81,19 @@ def end_expired_transactions(root: Root, partitions: list[tuple[str, int]]) -> N
     and decided ones are only rolled forward.  A reader that may not write
     to the log only logs what holds it.
     """
-    for topic, partition in partitions:
-        part = root.partition(topic, partition)
-        state = part.state()
+    def end_in(part: PartitionLog) -> None:
+        # The refresh a read would make: a cold partition lists its batch objects.
+        state = part.state(listing=True)
         if part.last_stable_offset(state) >= state.end_offset:
-            continue  # nothing undecided holds it: the common case costs no request
+            return  # nothing undecided holds it: the common case costs no request
         try:
-            root.coordinator.abort_expired_in(topic, partition)
+            root.coordinator.abort_expired_in(part.topic, part.partition)
         except PermissionError as exc:
             logger.warning("%s-%d: its last stable offset is held by an open transaction, and "
                            "this reader may not write to the log to end it if it has expired "
-                           "(%s)", topic, partition, exc)
+                           "(%s)", part.topic, part.partition, exc)
+
+    each_partition([root.partition(t, p) for t, p in partitions], end_in)
 
 
 def _partition_limit(part: PartitionLog, state: ProducerState, isolation_level: str) -> int:

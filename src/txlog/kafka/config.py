@@ -185,7 +185,9 @@ CONSUMER_CONFIG = Settings(
     _key("fetch_max_wait_ms", 500, ACCEPTED, "poll(timeout_ms) is how long a poll waits"),
     _key("fetch_min_bytes", 1, ACCEPTED, "a poll returns as soon as any record is there"),
     _key("fetch_max_bytes", 52428800, ACCEPTED, "max_poll_records bounds a poll"),
-    _key("max_partition_fetch_bytes", 1048576, ACCEPTED, "max_poll_records bounds a poll"),
+    _key("max_partition_fetch_bytes", 1048576, USED,
+         "what one fetch reads ahead of a partition's position at most (whole batches, at "
+         "least one), as Kafka's"),
     _key("enable_incremental_fetch_sessions", True, ACCEPTED, _NO_NETWORK),
     _key("client_rack", "", ACCEPTED, "no replicas to pick a near one from"),
     _key("exclude_internal_topics", True, ACCEPTED, "txlog has no internal topics"),

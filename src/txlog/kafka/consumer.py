@@ -168,6 +168,7 @@ class KafkaConsumer:
                                   group_id=config["group_id"],
                                   auto_offset_reset=config["auto_offset_reset"],
                                   max_poll_records=config["max_poll_records"],
+                                  max_partition_fetch_bytes=config["max_partition_fetch_bytes"],
                                   metrics_num_samples=config["metrics_num_samples"],
                                   metrics_sample_window_ms=config["metrics_sample_window_ms"],
                                   metric_group_prefix=config["metric_group_prefix"])
@@ -524,7 +525,7 @@ class KafkaConsumer:
         if not fetchable:
             return {}
         self._end_expired_transactions(fetchable)
-        starts = {tp: self._core.position(*tp) for tp in fetchable}
+        starts = self._core.positions(fetchable)
         fetched = self._core.fetch(max_records, fetchable)
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         try:

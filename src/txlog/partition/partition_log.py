@@ -59,9 +59,10 @@ class PartitionLog:
         """Header of the batch based at ``offset`` (cached: batches never change)."""
         return self._cache.header(offset)
 
-    def state(self) -> ProducerState:
-        """The producer state at the current log end (refreshed from storage: see StateManager)."""
-        return self._states.state()
+    def state(self, listing: bool = False) -> ProducerState:
+        """The producer state at the current log end (refreshed from storage: see StateManager;
+        ``listing``: the caller is about to read, which lists the batch objects anyway)."""
+        return self._states.state(listing)
 
     def proven_state(self) -> ProducerState:
         """The cached state if a refresh or an append's anchor check proved it current
@@ -148,16 +149,20 @@ class PartitionLog:
         """First offset of the earliest undecided transaction, else the log end."""
         return self._reader.last_stable_offset(state or self.state())
 
-    def read(self, start: int, end: int | None = None, isolation_level: str = READ_COMMITTED
-             ) -> tuple[list[Piece], int]:
+    def read(self, start: int, end: int | None = None, isolation_level: str = READ_COMMITTED,
+             max_bytes: int | None = None, recent: bool = False) -> tuple[list[Piece], int]:
         """Records with offsets in ``[start, end)`` in the core's own form: per batch, the
         records, their offsets and millisecond timestamps (reader.py).
 
         ``end`` is capped at the last stable offset under read_committed and at
-        the log end otherwise.  Returns the pieces and the offset up to which
-        the partition was read (the position to continue from).
+        the log end otherwise; ``max_bytes`` stops the read at the first batch
+        boundary where the batches read reach it (at least one batch, as a Kafka
+        fetch).  ``recent``: a state proven current within the last half second
+        will do, without a refresh (a reader still behind the end it last saw).
+        Returns the pieces and the offset up to which the partition was read
+        (the position to continue from).
         """
-        return self._reader.read(start, end, isolation_level)
+        return self._reader.read(start, end, isolation_level, max_bytes, recent)
 
     def compact(self, max_bytes: int = DEFAULT_SEGMENT_BYTES,
                 min_batches: int = DEFAULT_MIN_BATCHES, upto: int | None = None,

@@ -24,7 +24,7 @@ from ..format.arrays import counting, repeat
 from ..format.batch import (LOG_APPEND_TIME, BatchHeader, decode_header, decode_records,
                             payload_of, referenced_payload)
 from ..errors import CorruptBatchError, OffsetOutOfRangeError, StorageError
-from ..storage.pools import shared_pool
+from ..storage.pools import READ_THREADS, read_pool
 from .producer_state import AbortedIndex, AbortedTransaction, OpenTransaction, ProducerState
 from .isolation import READ_COMMITTED, check_isolation_level, visible_end
 from .state_manager import StateManager
@@ -38,8 +38,10 @@ LOG_START_REFRESH_S = 1.0  # a reader lists the log start again after this long 
 COALESCE_BYTES = 8 << 20
 # Fetching ahead: at most this many reads, and bytes, requested beyond the one
 # being assembled (the result itself holds the range it returns).
-READ_AHEAD_REQUESTS = 8
+READ_AHEAD_REQUESTS = READ_THREADS
 READ_AHEAD_BYTES = 64 << 20
+# A read bounded in bytes takes at most this many batches of unknown size (see _within).
+UNKNOWN_SIZES = 64
 
 # Resolves an open transaction: True committed, False aborted, None undecided.
 OutcomeResolver = Callable[[OpenTransaction], "bool | None"]
@@ -162,61 +164,87 @@ class Reader:
             found = self._open_at_end[head.path] = min(opened, default=head.end_offset)
         return found
 
-    def read(self, start: int, end: int | None, isolation_level: str
-             ) -> tuple[list[Piece], int]:
+    def read(self, start: int, end: int | None, isolation_level: str,
+             max_bytes: int | None = None, recent: bool = False) -> tuple[list[Piece], int]:
         """The pieces of offsets ``[start, end)`` and the offset up to which the partition was read.
 
         ``end`` is capped at the last stable offset under read_committed and at
-        the log end otherwise; the offset returned is where to continue from.
+        the log end otherwise, and with ``max_bytes`` at a batch boundary (see
+        ``_within``); the offset returned is where to continue from.  ``recent``:
+        a state proven current within GUESS_WINDOW_S will do (no refresh: the
+        read is as of that proof, docs/protocol.md 6.1).
         """
         check_isolation_level(isolation_level, "isolation_level")
         states = self._states
-        requested_end = end
-        state = states.state()
+        state = states.believed_state(listing=True) if recent else states.state(listing=True)
         limit = visible_end(isolation_level, state.end_offset,
                             lambda: self.last_stable_offset(state))
-        end = limit if end is None else min(end, limit)
-        log_start = self._log_start(start, end)
+        upto = limit if end is None else min(end, limit)
+        log_start = self._log_start(start, upto)
         if start < log_start or start < 0 or start > state.end_offset:
             raise OffsetOutOfRangeError(
                 f"offset {start} is out of range for {states.topic}-{states.partition} "
                 f"(valid: {log_start} to {state.end_offset})")
-        if end <= start:
+        if upto <= start:
             return [], start
-        aborted = self.aborted_check(state, start, end) \
+        aborted = self.aborted_check(state, start, upto) \
             if isolation_level == READ_COMMITTED else None
 
         def load(span: _Span) -> list[tuple[Piece | None, int]]:
             if span.data_path:
-                return self._load_claims(span, start, end, aborted)
+                return self._load_claims(span, start, upto, aborted)
             if span.preloaded is not None:
-                return [self._load_piece(span.refs[0], span.preloaded, start, end, aborted)]
-            return self._load_span(span.refs, start, end, aborted)
+                return [self._load_piece(span.refs[0], span.preloaded, start, upto, aborted)]
+            return self._load_span(span.refs, start, upto, aborted)
 
         try:
-            wanted = self._plan(states.cache.refs(start, end, state.end_offset))
-            if any(span.data_path for span in wanted):
-                # Payloads in data objects: ranged reads, several in flight.
-                loaded = list(_ahead(_reader_pool(), load, wanted))
-            else:
-                loaded = [load(span) for span in wanted[:1]]
-                # Threads pay off for large batches only: for small ones the per-batch
-                # Python work dominates and contends for the GIL.
-                parallel = len(wanted) > 2 and loaded[0][0][1] >= PARALLEL_MIN_BATCH_BYTES
-                loaded += list(_ahead(_reader_pool(), load, wanted[1:])) if parallel \
-                    else map(load, wanted[1:])
+            refs = states.cache.refs(start, upto, state.end_offset)
+            if max_bytes is not None:
+                refs, upto = self._within(refs, upto, max_bytes)
+            wanted = self._plan(refs)
+            loaded = _load_all(load, wanted)
         except CorruptBatchError:
             with states.lock:
                 states.still_current()  # a topic deleted under the read says so, clearly
             raise
-        # The batches were read by name: had the topic been re-created meanwhile,
-        # they could belong to the new incarnation.  The anchor still being there
-        # proves they do not (one small read per read call).
-        with states.lock:
-            current = states.still_current()
-        if not current:
-            return self.read(start, requested_end, isolation_level)
-        return [piece for span in loaded for piece, _ in span if piece is not None], end
+        # Batches read by name after the state was proven: had the topic been
+        # re-created meanwhile, they could belong to the new incarnation.  The anchor
+        # still being there proves they do not (one small read).  A read of claims
+        # alone, each known from a proven state, needs no proof: a claim names its data
+        # object, which no other batch or incarnation shares and nobody rewrites
+        # (docs/protocol.md 6.1).
+        if any(span.by_name for span in wanted):
+            with states.lock:
+                current = states.still_current()
+            if not current:
+                return self.read(start, end, isolation_level, max_bytes, recent)
+        return [piece for span in loaded for piece, _ in span if piece is not None], upto
+
+    def _within(self, refs: list[BatchRef], end: int, max_bytes: int
+                ) -> tuple[list[BatchRef], int]:
+        """The first batches of ``refs`` holding about ``max_bytes`` (stored bytes: header
+        and payload), and where they end (``end`` if all are kept).
+
+        As a Kafka fetch: at least one batch, whole batches, stopping once the
+        bytes reach ``max_bytes``.  A batch whose header this process has not
+        read yet (below a snapshot it loaded) counts as nothing until it is,
+        and at most UNKNOWN_SIZES of them are taken: each costs a request to
+        learn its size, which would otherwise be made for the whole range.
+        """
+        cache = self._states.cache
+        total = unknown = 0
+        for i, ref in enumerate(refs):
+            if i and (total >= max_bytes or unknown >= UNKNOWN_SIZES):
+                return refs[:i], ref.base
+            if ref.in_segment:
+                total += ref.size
+                continue
+            header = cache.cached_header(ref.base)
+            if header is None:
+                unknown += 1
+            else:
+                total += header.header_length + header.payload_length
+        return refs, end
 
     def _log_start(self, start: int, end: int) -> int:
         """The log start a read from ``start`` to ``end`` is checked against.
@@ -240,7 +268,8 @@ class Reader:
 
     def _plan(self, refs: list[BatchRef]) -> list[_Span]:
         """Group the batches into reads: consecutive batches of one segment, claims whose
-        payloads lie back to back in one data object, and inline batch objects alone.
+        payloads lie back to back in one data object, and inline batch objects alone;
+        none for a marker the state's refresh read whole (checked then, and no records).
 
         A claim's header is known from the state refresh that found it; headers
         not cached (a fresh process reading below its snapshot) are read first,
@@ -256,6 +285,8 @@ class Reader:
         preloaded = dict(zip((r.base for r in missing), loads, strict=True))
         spans: list[_Span] = []
         for ref in refs:
+            if not ref.in_segment and cache.checked_marker(ref.base):
+                continue  # no records, and its bytes were checked when the state read it
             prev = spans[-1] if spans else None
             header = None
             buf = preloaded.get(ref.base)
@@ -274,8 +305,11 @@ class Reader:
                         prev.size + header.payload_length <= COALESCE_BYTES:
                     prev.add(ref, header)
                 else:
-                    spans.append(_Span([], header.data_path, header.data_offset))
+                    spans.append(_Span([], header.data_path, header.data_offset,
+                                       by_name=False))
                     spans[-1].add(ref, header)
+                # A claim read just now, after the state's proof, was read by name.
+                spans[-1].by_name |= buf is not None
                 continue
             last = prev.refs[-1] if prev is not None and prev.refs else None
             if prev is not None and last is not None and not prev.data_path and ref.in_segment and \
@@ -300,6 +334,7 @@ class Reader:
         try:
             buf = self._states.storage.read_range(span.data_path, span.data_offset, span.size)
         except FileNotFoundError:
+            span.by_name = True  # followed into segments, by their names
             out = []
             for ref, header in zip(span.refs, span.headers, strict=True):
                 moved = cache.relocate_claim(ref.base, header)
@@ -380,6 +415,9 @@ class _Span:
     size: int = 0
     headers: list[BatchHeader] = field(default_factory=list)
     preloaded: pa.Buffer | None = None  # a batch object already read whole while planning
+    # Whether it reads by a partition's object names (segments, batch objects, claims
+    # not known from a proven state), which needs the anchor's proof afterwards.
+    by_name: bool = True
 
     @property
     def data_end(self) -> int:
@@ -393,6 +431,22 @@ class _Span:
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
+# A span's batches as loaded: each one's piece (None: nothing to return) and payload size.
+_Loaded = list[tuple[Piece | None, int]]
+
+
+def _load_all(load: Callable[[_Span], _Loaded], wanted: list[_Span]) -> list[_Loaded]:
+    """Every span loaded, in order."""
+    if any(span.data_path for span in wanted):
+        # Payloads in data objects: ranged reads, several in flight.
+        return list(_ahead(_reader_pool(), load, wanted))
+    loaded = [load(span) for span in wanted[:1]]
+    # Threads pay off for large batches only: for small ones the per-batch
+    # Python work dominates and contends for the GIL.
+    parallel = len(wanted) > 2 and loaded[0][0][1] >= PARALLEL_MIN_BATCH_BYTES
+    loaded += list(_ahead(_reader_pool(), load, wanted[1:])) if parallel \
+        else map(load, wanted[1:])
+    return loaded
 
 
 def _ahead(pool: ThreadPoolExecutor, fn: Callable[[_T], _R], items: Iterable[_T]
@@ -420,4 +474,4 @@ def _reader_pool() -> ThreadPoolExecutor:
     memory-mapping, CRC-32C and Arrow decoding release the GIL, so a multi-batch
     read overlaps its requests and uses every core.  As many threads as reads may be
     in flight: they mostly wait on storage."""
-    return shared_pool("txlog-read", READ_AHEAD_REQUESTS)
+    return read_pool()

@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
 from typing import NoReturn
@@ -32,8 +33,12 @@ from ..format.snapshot_frame import frame, framed_length, is_framed, unframe
 from ..format.topic_ids import current_topic_id
 from ..storage.contract import Storage
 from ..storage.paths import SNAPSHOT_SUFFIX, named_offsets, snapshot_path, snapshots_dir
+from ..storage.pools import lookup_pool
 from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerState
 from .storage_cache import RELOADS, StorageCache
+
+# A batch object's header, its control record if it is a marker, and the bytes read.
+_Found = tuple[BatchHeader, ControlRecord | None, bytes]
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +111,8 @@ class StateManager:
         self.cache = StorageCache(storage, topic, partition, topic_id, self.lock, self._stale)
         self.dir = self.cache.dir
         self._bad_snapshots: set[int] = set()  # snapshot files found damaged after loading
+        # Where requests wait on the network: reads are worth overlapping there only.
+        self._remote = bool(getattr(storage, "remote", False))
         self._drop_cache()
 
     def reload(self) -> None:
@@ -126,7 +133,7 @@ class StateManager:
 
     # --- producer state -------------------------------------------------------
 
-    def state(self) -> ProducerState:
+    def state(self, listing: bool = False) -> ProducerState:
         """The producer state at the current log end (refreshed from storage).
 
         The headers past the cached end are read first and applied only once
@@ -137,15 +144,24 @@ class StateManager:
         was deleted, and compaction deletes batch objects in offset order
         after publishing their segment: an anchor that still exists after
         the reads proves that the headers read are the log's own.
+
+        ``listing``: the caller (a reader) will need the batch objects' listing
+        anyway.  A cold load on an object store then takes it at once, beside
+        the segments' and snapshots' listings, and reads the headers it names
+        several at once instead of one after another (``_headers_listed``).
         """
         with self.lock:
             for _ in range(RELOADS):
+                listed, reaches = None, False
                 if self._state is None:
-                    self._state = self._load_state()
+                    self._state, listed = self._load_state(listing and self._remote)
+                    reaches = listed is not None and _listing_reaches(listed, self._anchor)
                 state = self._state
-                found = self._headers_past(state)
+                found = self._headers_past(state, listed, reaches)
                 if not self.still_current() or not self._apply_all(found):
                     continue
+                if listed is not None and reaches:
+                    self.cache.adopt_batch_listing(listed, state.end_offset)
                 if self._since_snapshot >= SNAPSHOT_INTERVAL and not self._write_snapshot(state):
                     continue  # its unread entries were gone: loaded again
                 return state
@@ -171,7 +187,7 @@ class StateManager:
         with self.lock:
             for _ in range(RELOADS):
                 if self._state is None:
-                    self._state = self._load_state()
+                    self._state, _ = self._load_state()
                 state, proof = self._state, self._anchor
                 found = self._headers_past(state)
                 current = current_topic_id(self.storage, self.topic)
@@ -183,14 +199,46 @@ class StateManager:
             raise StorageError(f"{self.topic}-{self.partition}: the log kept changing under "
                                f"this process ({RELOADS} reloads in one refresh)")
 
-    def _headers_past(self, state: ProducerState) -> list[tuple[BatchHeader, ControlRecord | None,
-                                                                  bytes]]:
-        found = []
+    def _headers_past(self, state: ProducerState, listed: list[int] | None = None,
+                      reaches: bool = False) -> list[_Found]:
+        found: list[_Found] = []
         offset = state.end_offset
+        if listed is not None:
+            found, ended = self._headers_listed(offset, listed, reaches)
+            if ended:
+                return found
+            offset = found[-1][0].next_offset if found else offset
         while (item := self.cache.read_header(offset)) is not None:
             found.append(item)
             offset = item[0].next_offset
         return found
+
+    def _headers_listed(self, offset: int, listed: list[int], reaches: bool
+                        ) -> tuple[list[_Found], bool]:
+        """The headers from ``offset`` on that a listing of the batch objects names, read
+        several at once, in the chain's order: only those the chain reaches from
+        ``offset`` (a name it skips is nothing of the log's); and whether the
+        listing showed where the chain ends.
+
+        Batch objects never change and are published in offset order, so
+        these are the headers one-by-one reads would find, and the caller
+        proves them the log's own after reading them, as it proves those.  When
+        the chain ends at a name the listing does not hold, having followed at
+        least one listed name or starting where the listing ``reaches``
+        (``_listing_reaches``: it holds the loaded state's last batch), the
+        listing (one request, strongly consistent) saw the log end there at
+        its instant, which the caller's proof follows: no further read is
+        needed to find the end, exactly as for a one-by-one reader that had
+        read its last header at that instant.
+        """
+        wanted = [b for b in listed if b >= offset]
+        fetched = dict(zip(wanted, lookup_pool().map(self.cache.read_header, wanted),
+                           strict=True))
+        found: list[_Found] = []
+        while (item := fetched.get(offset)) is not None:
+            found.append(item)
+            offset = item[0].next_offset
+        return found, (bool(found) or reaches) and offset not in fetched
 
     def _apply_all(self, found: list[tuple[BatchHeader, ControlRecord | None, bytes]]) -> bool:
         try:
@@ -201,9 +249,9 @@ class StateManager:
             return False
         return True
 
-    def believed_state(self) -> ProducerState:
+    def believed_state(self, listing: bool = False) -> ProducerState:
         """The cached state without asking storage if it was proven current within
-        GUESS_WINDOW_S (else a refresh).
+        GUESS_WINDOW_S (else a refresh, ``state(listing)``).
 
         An appender tries the slot after it first: publishing there if absent
         is itself the proof that nobody wrote the slot, and the check after
@@ -217,7 +265,7 @@ class StateManager:
             if self._state is not None and \
                     time.monotonic() - self._proven_at < GUESS_WINDOW_S:
                 return self._state
-            return self.state()
+            return self.state(listing)
 
     def maybe_snapshot(self) -> None:
         """Write a snapshot if enough batches were applied (appends that skipped the refresh)."""
@@ -245,6 +293,7 @@ class StateManager:
         damage): the cache is dropped and False returned, so the caller reloads.
         """
         checked = time.monotonic()
+        current: str | None | Future[str | None] = None
         if anchor is not None:
             try:
                 if self.storage.read_prefix(anchor.path, ANCHOR_BYTES) == anchor.data and (
@@ -254,13 +303,19 @@ class StateManager:
                     return True
             except FileNotFoundError:
                 pass
-        elif not self.cache.listed_segments():
-            current = current_topic_id(self.storage, self.topic)
-            if current != self.topic_id:
-                self._stale(current)
-            self._proven_at = checked
-            return True
-        current = current_topic_id(self.storage, self.topic)
+        else:
+            # Both cases read topic.json: on an object store, beside the listing.
+            current = lookup_pool().submit(current_topic_id, self.storage, self.topic) \
+                if self._remote else None
+            if not self.cache.listed_segments():
+                current = current.result() if isinstance(current, Future) else \
+                    current_topic_id(self.storage, self.topic)
+                if current != self.topic_id:
+                    self._stale(current)
+                self._proven_at = checked
+                return True
+        current = current.result() if isinstance(current, Future) else \
+            current_topic_id(self.storage, self.topic)
         if current != self.topic_id:
             self._stale(current)
         compacted = bool(self.cache.listed_segments())
@@ -293,6 +348,8 @@ class StateManager:
                                bytes(data[:ANCHOR_BYTES]))
         self.cache.note_batch(header.base_offset)
         self.cache.note_header(header)
+        if control is not None:  # decoded, so read whole and checked (or written here)
+            self.cache.note_checked_marker(header.base_offset)
         self._state.apply(header, control)
         self._since_snapshot += 1
 
@@ -360,17 +417,24 @@ class StateManager:
     def snapshot_path(self, offset: int) -> str:
         return snapshot_path(self.dir, offset)
 
-    def _load_state(self) -> ProducerState:
-        """The state of the newest segment or snapshot, whichever ends later; else empty.
+    def _load_state(self, listing: bool = False) -> tuple[ProducerState, list[int] | None]:
+        """The state of the newest segment or snapshot, whichever ends later; else empty;
+        with ``listing``, also the bases of the batch objects, listed meanwhile.
 
         A snapshot is only a cache: one that is damaged, of an older format,
         of another incarnation of the topic, or that does not end with the
         batch it claims to, is skipped with a warning, never trusted and never
         fatal.  A segment's state is part of the log (its batches are gone):
-        damage there is an error.
+        damage there is an error.  With ``listing`` the three listings run at
+        once (the segments' here: it takes the partition's lock).
         """
         for _ in range(RELOADS):
+            pool = lookup_pool()
+            batches = pool.submit(self.cache.list_batches) if listing else None
+            snapshots = pool.submit(self._snapshot_offsets) if listing else None
             bases = self.cache.list_segments()
+            snapshot_offsets = snapshots.result() if snapshots else self._snapshot_offsets()
+            listed = batches.result() if batches else None
             from_segment = None
             if bases:
                 try:
@@ -379,7 +443,7 @@ class StateManager:
                     continue
                 from_segment = state, _Anchor(head.base_offset, head.path, head.anchor,
                                                       head.end_offset)
-            for offset in reversed(self._snapshot_offsets()):
+            for offset in reversed(snapshot_offsets):
                 if offset <= self.cache.compacted_end():
                     break
                 if offset in self._bad_snapshots:
@@ -387,16 +451,16 @@ class StateManager:
                 loaded = self._load_snapshot_file(offset)
                 if loaded is not None:
                     self._anchor = loaded[1]
-                    return loaded[0]
+                    return loaded[0], listed
             if from_segment is not None:
                 self._anchor = from_segment[1]
                 logger.debug("%s-%d: producer state loaded from the segment ending at %d",
                              self.topic, self.partition, self.cache.compacted_end())
-                return from_segment[0]
+                return from_segment[0], listed
             logger.debug("%s-%d: no usable producer-state snapshot; rebuilding from offset 0",
                          self.topic, self.partition)
             self._anchor = None
-            return self.new_state()
+            return self.new_state(), listed
         raise StorageError(f"{self.topic}-{self.partition}: the segments kept changing under "
                            f"this process ({RELOADS} loads)")
 
@@ -592,3 +656,17 @@ class StateManager:
         except OSError:
             pass  # e.g. a read-only reader: it just rebuilds from the older snapshot next time
         return True
+
+
+def _listing_reaches(listed: list[int], loaded: _Anchor | None) -> bool:
+    """Whether a listing of the batch objects taken during a cold load holds every batch
+    from the compacted end up to where the loaded state ends.
+
+    A state loaded from a segment, or from nothing, ends at the compacted end
+    (no batch before it is needed: those are in segments, or there are none).
+    One loaded from a snapshot ends after its anchor batch: batches are
+    published in offset order, so a listing that shows the anchor shows every
+    batch before it that still exists.  The batches past the loaded end were
+    applied by the refresh itself.
+    """
+    return loaded is None or loaded.next_segment is not None or loaded.base in listed

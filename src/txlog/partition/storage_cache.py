@@ -88,6 +88,9 @@ class StorageCache:
         self._bases: list[int] = []
         self._bases_complete = False
         self._headers: dict[int, BatchHeader] = {}
+        # Markers (batch objects) a refresh read whole and checked: a read needs nothing
+        # of them (they hold no records), so it does not read them again.
+        self._checked_markers: set[int] = set()
         # Segments as last listed: where each piece of the chain starts (the segment's
         # base, or later: SegmentPiece), the pieces by start, the segments the chain hides
         # (wholly covered by another: ``(base, end, path)``), and where the newest ends.
@@ -153,6 +156,13 @@ class StorageCache:
     def note_header(self, header: BatchHeader) -> None:
         """Remember a header read by a state refresh (a read then needs no request for it)."""
         self._headers[header.base_offset] = header
+
+    def note_checked_marker(self, base: int) -> None:
+        """The marker batch object at ``base`` was read whole and its checksums checked."""
+        self._checked_markers.add(base)
+
+    def checked_marker(self, base: int) -> bool:
+        return base in self._checked_markers
 
     def cached_header(self, offset: int) -> BatchHeader | None:
         return self._headers.get(offset)
@@ -403,6 +413,20 @@ class StorageCache:
         if not self._bases or base > self._bases[-1]:
             self._bases.append(base)
 
+    def list_batches(self) -> list[int]:
+        """The bases of the batch objects in storage now, sorted (one listing; a stray in a
+        retired slot included: callers follow the chain)."""
+        return named_offsets(self.storage.list(self.dir), BATCH_SUFFIX)
+
+    def adopt_batch_listing(self, listed: list[int], log_end: int) -> None:
+        """A listing of the batch objects that holds every batch from the compacted end to
+        the state the caller just refreshed up to ``log_end`` (state_manager.py says when
+        one does): a read then finds the batches without listing them again."""
+        with self.lock:
+            merged = sorted(set(listed) | set(self._bases))
+            self._bases = [b for b in merged if self._compacted_end <= b < log_end]
+            self._bases_complete = True
+
     def _tail_bases(self, log_end: int) -> list[int]:
         """Bases of the batch objects from the compacted end to ``log_end``.
 
@@ -411,7 +435,7 @@ class StorageCache:
         """
         for _ in range(RELOADS):
             if not self._bases_complete:
-                listed = named_offsets(self.storage.list(self.dir), BATCH_SUFFIX)
+                listed = self.list_batches()
                 merged = sorted(set(listed) | set(self._bases))
                 self._bases = [b for b in merged if self._compacted_end <= b < log_end]
                 self._bases_complete = True

@@ -12,6 +12,7 @@ import os
 import threading
 import uuid
 from collections.abc import Callable
+from functools import partial
 from dataclasses import replace
 from typing import Any
 
@@ -27,6 +28,7 @@ from ..storage.contract import Storage
 from ..storage.schemes import open_storage
 from ..storage.chain import VersionChain
 from ..storage.names import validate_name
+from ..storage.pools import lookup_pool
 from ..storage.paths import (ROOT_CONFIG_DIR, ROOT_MARKER, TOPICS_DIR, partition_count_path,
                              topic_config_path, topic_dir, topic_meta_path)
 from ..transactions.coordinator import TransactionCoordinator
@@ -208,6 +210,9 @@ class Root:
         validate_name(name, "topic")
         with self._lock:
             cached = self._topics.get(name)
+        if cached is not None and not refresh:
+            return cached
+        counted, configured = self._chain_reads(name)
         if cached is None:
             meta = read_topic_meta(self.storage, name)
             if meta is None:
@@ -216,17 +221,24 @@ class Root:
                                       meta["created_ms"], topic_id_of(meta))
             with self._lock:
                 self._drop_other_incarnations(cached)
-        elif not refresh:
-            return cached
-        added = PartitionCount.latest(cached, self._latest(name, partition_count_path(name)))
+        added = PartitionCount.latest(cached, counted())
         desc = cached if added is None or added.count <= cached.partitions else \
             replace(cached, partitions=added.count)
-        altered = TopicConfig.latest(desc, self._latest(name, topic_config_path(name)))
+        altered = TopicConfig.latest(desc, configured())
         if altered is not None:
             desc = replace(desc, config=altered.config)
         with self._lock:
             self._topics[name] = desc
         return desc
+
+    def _chain_reads(self, name: str) -> list[Callable[[], dict | None]]:
+        """The newest versions of the topic's partition-count and config chains, as calls
+        to make; on an object store both are read at once, already begun here (they do
+        not depend on ``topic.json``, read meanwhile)."""
+        paths = (partition_count_path(name), topic_config_path(name))
+        if not getattr(self.storage, "remote", False):
+            return [partial(self._latest, name, path) for path in paths]
+        return [lookup_pool().submit(self._latest, name, path).result for path in paths]
 
     def adopt_description(self, desc: TopicDescription) -> None:
         """Use ``desc``, read by another process a moment ago, as if this root had read it.

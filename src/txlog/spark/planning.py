@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Literal
 import pyarrow as pa
 
 from ..clients.columns import to_spark_table
-from ..clients.positions import PartitionBounds, bounds, offset_for_timestamp
+from ..clients.positions import PartitionBounds, bounds_all, offset_for_timestamp
 from ..errors import InvalidConfigError, OffsetOutOfRangeError, UnknownTopicError
 from ..integers import is_int
 from ..partition.isolation import READ_COMMITTED, check_isolation_level
@@ -197,8 +197,7 @@ def plan(root: Root, partitions: list[TopicPartition], start: PositionSpec,
         for spec, what in ((start, "starting"), (end, "ending")):
             check_named_partitions(spec, partitions, what)
     ranges = []
-    for topic, partition in partitions:
-        b = bounds(root, topic, partition)
+    for (topic, partition), b in zip(partitions, bounds_all(root, partitions), strict=True):
         limit = b.limit(isolation_level)
         lo = _resolve(root, b, start, isolation_level, "starting position")
         hi = _resolve(root, b, end, isolation_level, "ending position")
