@@ -26,7 +26,8 @@ does not judge them.
 Bytes stored by the log and by Parquet, each written once with its defaults, are printed
 beside the read figures.
 
-Run: ``python benchmarks/spark_batch_benchmark.py [--rows N] [--runs K] [--dataset NAME]``.
+Run: ``python benchmarks/spark_batch_benchmark.py [--rows N] [--runs K] [--dataset NAME]
+[--pairs NAME ...]``; ``--pairs`` runs only the pairs named (default: all of PAIRS).
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ from bench_datasets import DATASETS, dataset
 from txlog import Log
 
 PARTITIONS = 4
+# The pairs, in the order they run: exactly-once write against Parquet's and against
+# at-least-once, read against Parquet's, read_committed against read_uncommitted, and
+# write and read against the Python data source floors.
+PAIRS = ("write", "at-least-once", "read", "aborted", "floor-write", "floor-read")
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -76,7 +81,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--dir", help="scratch directory (default: a temporary one)")
     parser.add_argument("--dataset", choices=DATASETS, default="events")
+    parser.add_argument("--pairs", nargs="+", choices=PAIRS, default=PAIRS)
     args = parser.parse_args()
+    pairs = set(args.pairs)
 
     from pyspark import cloudpickle
 
@@ -110,9 +117,12 @@ def main() -> None:
         df.write.parquet(fresh("parquet"))
 
     print("== write ==")
-    paired("txlog exactly_once", txlog_write("exactly_once"), "parquet", parquet_write, args.runs)
-    paired("txlog exactly_once", txlog_write("exactly_once"), "txlog at_least_once",
-           txlog_write("at_least_once"), args.runs)
+    if "write" in pairs:
+        paired("txlog exactly_once", txlog_write("exactly_once"), "parquet", parquet_write,
+               args.runs)
+    if "at-least-once" in pairs:
+        paired("txlog exactly_once", txlog_write("exactly_once"), "txlog at_least_once",
+               txlog_write("at_least_once"), args.runs)
 
     print("== read (into noop) ==")
     log_path = fresh("txlog")
@@ -134,35 +144,42 @@ def main() -> None:
     txlog_bytes, parquet_bytes = _stored_bytes(log_path), _stored_bytes(parquet_path)
     print(f"{'bytes stored, txlog':>34}: {txlog_bytes:>13,}\n{'parquet':>34}: {parquet_bytes:>13,}"
           f"\n{'ratio':>34}: {txlog_bytes / parquet_bytes:7.3f}\n")
-    paired("txlog read_committed", txlog_read(log_path, "read_committed"), "parquet",
-           parquet_read, args.runs)
-
-    print("== read_committed vs read_uncommitted, 10% aborted ==")
-    mixed = fresh("txlog")
-    # Aborted records between committed ones: a committed job, an aborted one
-    # (a ninth of the rows, so 10% of the total), another committed job.
-    half = df.limit(args.rows // 2)
-    half.write.format("txlog").mode("append").option("path", mixed).option("topic", "bench") \
-        .save()
-    _write_aborted(df.limit(args.rows // 9), mixed)
-    half.write.format("txlog").mode("append").option("path", mixed).option("topic", "bench") \
-        .save()
-    paired("read_committed", txlog_read(mixed, "read_committed"), "read_uncommitted",
-           txlog_read(mixed, "read_uncommitted"), args.runs)
+    if "read" in pairs:
+        paired("txlog read_committed", txlog_read(log_path, "read_committed"), "parquet",
+               parquet_read, args.runs)
+    if "aborted" in pairs:
+        _aborted_pair(df, args.rows, fresh("txlog"), txlog_read, args.runs)
 
     print("== against the Python data source floor ==")
     spark.dataSource.register(_FloorSource)
-    paired("txlog exactly_once write", txlog_write("exactly_once"), "dropping Python writer",
-           lambda: df.write.format("floor").mode("append").save(), args.runs)
+    if "floor-write" in pairs:
+        paired("txlog exactly_once write", txlog_write("exactly_once"), "dropping Python writer",
+               lambda: df.write.format("floor").mode("append").save(), args.runs)
     rows_per_partition = args.rows // PARTITIONS
-    paired("txlog read_committed", txlog_read(log_path, "read_committed"),
-           "in-memory Python reader",
-           lambda: spark.read.format("floor").option("rows", rows_per_partition)
-           .option("dataset", args.dataset).load()
-           .write.format("noop").mode("overwrite").save(), args.runs)
+    if "floor-read" in pairs:
+        paired("txlog read_committed", txlog_read(log_path, "read_committed"),
+               "in-memory Python reader",
+               lambda: spark.read.format("floor").option("rows", rows_per_partition)
+               .option("dataset", args.dataset).load()
+               .write.format("noop").mode("overwrite").save(), args.runs)
     spark.stop()
     if not args.dir:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _aborted_pair(df: object, rows: int, mixed: str,
+                  txlog_read: Callable[[str, str], Callable[[], object]], runs: int) -> None:
+    print("== read_committed vs read_uncommitted, 10% aborted ==")
+    # Aborted records between committed ones: a committed job, an aborted one
+    # (a ninth of the rows, so 10% of the total), another committed job.
+    half = df.limit(rows // 2)  # type: ignore[attr-defined]
+    half.write.format("txlog").mode("append").option("path", mixed).option("topic", "bench") \
+        .save()
+    _write_aborted(df.limit(rows // 9), mixed)  # type: ignore[attr-defined]
+    half.write.format("txlog").mode("append").option("path", mixed).option("topic", "bench") \
+        .save()
+    paired("read_committed", txlog_read(mixed, "read_committed"), "read_uncommitted",
+           txlog_read(mixed, "read_uncommitted"), runs)
 
 
 def _dataframe(spark: object, name: str, rows: int) -> object:
