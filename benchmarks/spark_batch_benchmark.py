@@ -183,8 +183,10 @@ def _aborted_pair(df: object, rows: int, mixed: str,
 
 
 def _dataframe(spark: object, name: str, rows: int) -> object:
-    """The rows to write: ``hex`` built by Spark itself as in earlier runs, the other
-    datasets from their Arrow table."""
+    """The rows to write, in two Spark partitions: ``hex`` built by Spark itself as in
+    earlier runs, the other datasets generated in the Python workers, half the rows each
+    (seeds 0 and 1).  A driver-side ``createDataFrame`` of the whole table ran the
+    driver's JVM out of heap at 1M rows of ``incompressible`` (1 GB)."""
     from pyspark.sql import functions as F
 
     if name == "hex":
@@ -192,8 +194,16 @@ def _dataframe(spark: object, name: str, rows: int) -> object:
             F.unhex(F.lpad(F.hex("id"), 16, "0")).alias("key"),
             F.unhex(F.concat(F.lpad(F.hex("id"), 16, "0"), F.repeat(F.lit("ab"), 92)))
             .alias("value"))
-    table = dataset(name, rows).select(["key", "value"])
-    return spark.createDataFrame(table).repartition(2)  # type: ignore[attr-defined]
+    halves = (rows - rows // 2, rows // 2)
+
+    def generate(batches):  # one per Spark partition: the ids 0 and 1 are the seeds
+        for batch in batches:
+            for seed in batch.column("id").to_pylist():
+                table = dataset(name, halves[seed], seed=seed).select(["key", "value"])
+                yield from table.to_batches(max_chunksize=1 << 16)
+
+    return spark.range(2, numPartitions=2).mapInArrow(  # type: ignore[attr-defined]
+        generate, "key binary, value binary")
 
 
 def _stored_bytes(path: str) -> int:
