@@ -82,6 +82,8 @@ def main() -> None:
     parser.add_argument("--dir", help="scratch directory (default: a temporary one)")
     parser.add_argument("--dataset", choices=DATASETS, default="events")
     parser.add_argument("--pairs", nargs="+", choices=PAIRS, default=PAIRS)
+    parser.add_argument("--driver-memory", default="6g",
+                        help="the driver JVM's heap, which caches the rows (default 6g)")
     args = parser.parse_args()
     pairs = set(args.pairs)
 
@@ -92,7 +94,10 @@ def main() -> None:
     # The floor reader builds the dataset's rows in the workers, where benchmarks/ is not
     # on the path: the generators travel with it.
     cloudpickle.register_pickle_by_value(bench_datasets)
-    spark = spark_session("txlog-batch-benchmark", master="local[2]")
+    # The cached rows live in the driver's JVM (local mode): 1M incompressible rows are
+    # 1 GB, beyond Spark's default heap of 1 GiB.
+    spark = spark_session("txlog-batch-benchmark", master="local[2]",
+                          **{"spark.driver.memory": args.driver_memory})
     scratch = args.dir or tempfile.mkdtemp(prefix="txlog-bench-")
     os.makedirs(scratch, exist_ok=True)
     df = _dataframe(spark, args.dataset, args.rows).cache()
