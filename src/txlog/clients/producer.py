@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +28,7 @@ from ..format.batch import compression_attribute
 from .accumulator import (FutureRecordMetadata, RecordAccumulator, as_bytes, batch_runs,
                           by_partition, normalise_table, runs)
 from .metrics import DEFAULT_NUM_SAMPLES, DEFAULT_SAMPLE_WINDOW_MS, MetricConfig
-from .producer_settings import check_producer_settings
+from .producer_settings import DEFAULT_COMPRESSION, check_producer_settings
 from .partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from .sender import Sender
 from .transaction_manager import ClientState, TransactionManager
@@ -43,11 +43,6 @@ DEFAULT_BATCH_SIZE = 1 << 20  # bytes; each batch is one claim, so larger than K
 # before writing it; flush(), commit and future.get() write what there is sooner.
 DEFAULT_DATA_OBJECT_BYTES = 8 << 20
 DEFAULT_LINGER_MS = 5
-# Kafka's producer does not compress by default; txlog does, because what a log costs is
-# the bytes it keeps in storage: on JSON events zstd stores about 0.6x Parquet's bytes
-# (lz4 about 1.05x, none about 2.9x: benchmarks/bytes_benchmark.py) in about the same
-# time.  None and "none" still write uncompressed batches.
-DEFAULT_COMPRESSION: Final = "zstd"
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 
 
