@@ -30,6 +30,19 @@ LARGE = pytest.mark.skipif(not os.environ.get("TXLOG_LARGE"),
                            reason="a large run: set TXLOG_LARGE=1 to run it")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keep every test of the shared SparkSession on one worker under ``pytest -n``.
+
+    The README's test command runs the suite on two pytest-xdist workers, since most
+    of its wall time is spent waiting (fsync, JVM starts, child processes) rather than
+    computing.  ``--dist loadgroup`` sends a group to one worker: tests that use the
+    ``spark`` fixture form one, so one SparkSession serves them all, as without xdist.
+    """
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
 @pytest.fixture
 def log(tmp_path) -> Log:
     """A log in a fresh directory (the real local backend, with fsync)."""

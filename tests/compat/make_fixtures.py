@@ -32,7 +32,6 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -80,18 +79,32 @@ def help_env() -> dict[str, str]:
     return env
 
 
-def cli_help(path: list[str]) -> bytes:
-    """What ``txlog <path> --help`` prints on stdout, run as its own process."""
-    done = subprocess.run([sys.executable, "-m", "txlog.cli", *path, "--help"],
-                          capture_output=True, env=help_env(), check=True)
-    return done.stdout
+_HELPS_SCRIPT = """
+import contextlib, io, json, sys
+from txlog.cli.main import main
+texts = []
+for path in json.loads(sys.stdin.read()):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            main([*path, "--help"])
+        except SystemExit:
+            pass
+    texts.append(out.getvalue())
+json.dump(texts, sys.stdout)
+"""
 
 
 def all_cli_helps(commands: list[list[str]]) -> dict[str, bytes]:
-    """Fixture name -> help text of every command, a few processes at a time."""
-    with ThreadPoolExecutor(4) as pool:
-        texts = list(pool.map(cli_help, commands))
-    return {help_fixture_name(path): text for path, text in zip(commands, texts, strict=True)}
+    """Fixture name -> what ``txlog <path> --help`` prints for every command, at 80 columns.
+
+    One process runs them all: ``main`` is what ``python -m txlog.cli`` calls, and an
+    interpreter start per command cost the suite seconds for nothing."""
+    done = subprocess.run([sys.executable, "-c", _HELPS_SCRIPT], input=json.dumps(commands),
+                          capture_output=True, text=True, env=help_env(), check=True)
+    texts = json.loads(done.stdout)
+    return {help_fixture_name(path): text.encode() for path, text in
+            zip(commands, texts, strict=True)}
 
 
 # --- public signatures ----------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """The ``txlog`` CLI's help, command by command, is what it was (issue 31: the CLI stays
 exactly as it is while the code is restructured).
 
-Each command's ``--help`` is run as its own process (``python -m txlog.cli``, 80 columns)
-and compared byte for byte with the text recorded in fixtures/cli_help/ by
+Each command's ``--help`` is run through the CLI's ``main`` in a fresh process
+(80 columns, no ``TXLOG_ROOT``) and compared byte for byte with the text recorded in fixtures/cli_help/ by
 make_fixtures.py; the list of commands is compared too, so a command that appears or
 disappears fails here rather than going unnoticed.
 """

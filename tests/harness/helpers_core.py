@@ -71,6 +71,9 @@ class DelegatingStorage(Storage):
     def read_range(self, path: str, start: int, length: int) -> pa.Buffer:
         return self.inner.read_range(path, start, length)
 
+    def make_durable(self, path: str) -> None:
+        self.inner.make_durable(path)
+
     def delete(self, path: str) -> None:
         self.inner.delete(path)
 

@@ -25,6 +25,7 @@ the fixture turns that into a skip with the reason.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -221,13 +222,17 @@ class Azurite(_Emulator):
                                     Path.home() / ".cache" / "txlog-test" / "azurite"))
         launcher = cache / "node_modules" / ".bin" / "azurite-blob"
         package = cache / "node_modules" / "azurite" / "package.json"
-        if (launcher.exists() and package.exists()
-                and f'"version": "{AZURITE_VERSION}"' in package.read_text()):
-            return str(launcher)
         cache.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(cache),
-                               f"azurite@{AZURITE_VERSION}"], capture_output=True, text=True,
-                              timeout=600, check=False)
+        # Test processes running side by side (pytest -n) share the cache: one installs,
+        # the others wait for it, rather than two npm runs writing one node_modules.
+        with open(cache / ".install.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if (launcher.exists() and package.exists()
+                    and f'"version": "{AZURITE_VERSION}"' in package.read_text()):
+                return str(launcher)
+            done = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix",
+                                   str(cache), f"azurite@{AZURITE_VERSION}"],
+                                  capture_output=True, text=True, timeout=600, check=False)
         if done.returncode != 0 or not launcher.exists():
             raise EmulatorUnavailable(f"npm install azurite@{AZURITE_VERSION} into {cache} "
                                       f"failed ({done.returncode}): {done.stderr[-600:]}")

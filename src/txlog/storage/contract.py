@@ -95,6 +95,16 @@ class Storage(ABC):
         Temporary files of in-flight publishes are never listed.
         """
 
+    def make_durable(self, path: str) -> None:
+        """Make sure the existing object ``path``, which another writer may have published
+        a moment ago, is durable before the caller acts on it.
+
+        A publish is durable when it returns, but others can see the object a little
+        earlier: on local disk, between its ``link`` and its directory's fsync.  An
+        object store's object is durable once visible, so this default does nothing.
+        """
+        return None
+
     @abstractmethod
     def delete(self, path: str) -> None:
         """Remove an object (or an empty directory); a missing one is not an error."""

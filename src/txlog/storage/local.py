@@ -27,6 +27,7 @@ class LocalStorage(Storage):
         self.root = os.path.abspath(root)
         self.url = self.root
         self.fsync = fsync  # directories, the root included, appear with the first publish
+        self._durable_dirs: dict[str, int] = {}  # path -> inode made durable (_makedirs)
 
     def _abs(self, path: str) -> str:
         check_relative(path)
@@ -42,15 +43,31 @@ class LocalStorage(Storage):
             os.close(fd)
 
     def _makedirs(self, directory: str) -> None:
-        if os.path.isdir(directory):
+        """Make ``directory`` and its entry in its parent durable, up to the root's own.
+
+        A directory that exists may not be durable yet: another writer made it and
+        has not fsynced its parent (or died before it could), and a publish into it
+        would then be lost with it at a power cut although it returned.  So its
+        parent is fsynced whoever made it, once per directory and storage
+        (docs/format.md, section 9), and again if it was removed and made anew
+        (another inode).  Directories above the root are the user's.
+        """
+        try:
+            inode: int | None = os.stat(directory).st_ino
+        except FileNotFoundError:
+            inode = None
+        if inode is not None and (self._durable_dirs.get(directory) == inode
+                                  or len(directory) < len(self.root)):
             return
         parent = os.path.dirname(directory)
         self._makedirs(parent)
         try:
             os.mkdir(directory)
         except FileExistsError:
-            return
+            pass
+        inode = os.stat(directory).st_ino  # before the fsync, which then covers its entry
         self._fsync_dir(parent)
+        self._durable_dirs[directory] = inode
 
     def publish_if_absent(self, path: str, data: bytes) -> bool:
         return self._publish_chunks(path, (data,), None)
@@ -97,6 +114,11 @@ class LocalStorage(Storage):
             os.unlink(tmp)
         self._fsync_dir(directory)
         return True
+
+    def make_durable(self, path: str) -> None:
+        # Its publisher fsynced the file and the directories above before the link;
+        # only the link may still be unsynced.
+        self._fsync_dir(os.path.dirname(self._abs(path)))
 
     def read(self, path: str) -> bytes:
         with open(self._abs(path), "rb") as f:

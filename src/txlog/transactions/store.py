@@ -116,10 +116,15 @@ class CoordinatorStore:
         found = self._decisions.get(decision_id)
         if found is not None:
             return found
+        path = f"{DECISION_DIR}/{decision_id}"
         try:
-            raw = msgpack.unpackb(self.storage.read(f"{DECISION_DIR}/{decision_id}"))
+            raw = msgpack.unpackb(self.storage.read(path))
         except FileNotFoundError:
             return None
+        # Its publisher may not have made it durable yet (on local disk: linked, its
+        # directory not fsynced): what this process does on it (markers, a roll-forward,
+        # records returned as committed) must not outlive it at a power cut (protocol.md 4.6).
+        self.storage.make_durable(path)
         found = Decision.from_value(raw)
         self._decisions[decision_id] = found  # decisions never change once published
         return found
@@ -128,8 +133,11 @@ class CoordinatorStore:
                reason: str) -> Decision:
         """Publish the decision unless one exists; returns whichever decision stands."""
         validate_name(decision_id, "decision id")
-        body = msgpack.packb(Decision.taken(commit, members, reason).to_value())
-        self.storage.publish_if_absent(f"{DECISION_DIR}/{decision_id}", body)
+        taken = Decision.taken(commit, members, reason)
+        if self.storage.publish_if_absent(f"{DECISION_DIR}/{decision_id}",
+                                          msgpack.packb(taken.to_value())):
+            self._decisions[decision_id] = taken  # durable: its publish returned
+            return taken
         decision = self.decision(decision_id)
         assert decision is not None
         return decision
