@@ -21,6 +21,19 @@ fsync of their directory (no Python protocol work at all).  The medians of
 ``--commits`` (default 200) of each, after ``--warmup`` untimed ones, and
 their ratios are printed; the script does not judge them.
 
+Then, unless ``--back-to-back 0``, back-to-back transactions (default 100)
+of the same shape to the same partitions, with nothing in between, timed
+from the first ``begin_transaction`` until the last one's Complete version is
+durable (``flush`` waits for the last roll-forward): the producer's
+transactions per second, and the same divided by the durable floor's rate.
+
+With ``--s3-latency-ms MS`` it measures instead, on moto's S3 server in this
+process with MS added to every request (scale_out_benchmark.LatentS3, waits
+overlapping): per transaction, with its records already sent and claimed
+(``send_table`` waits), the requests and the time of ``commit_transaction``
+alone, that time in round trips (time / MS), and the requests until the
+roll-forward's Complete is durable (``flush``); medians of ``--commits``.
+
 ``--producer-option key=value`` (repeatable) is passed to ``Producer(...)``.
 
     python benchmarks/commit_latency_benchmark.py [--commits 200] [--dir DIR]
@@ -116,15 +129,25 @@ def main(argv: list[str] | None = None) -> int:
                         help="how the records are sent (default send_table, one call)")
     parser.add_argument("--dir", help="parent of the scratch directory (default: the temp dir); "
                                       "must be on the disk to measure")
+    parser.add_argument("--back-to-back", type=int, default=100,
+                        help="transactions committed back to back after the paired rounds, "
+                             "counted until the last Complete is durable (default 100; 0: none)")
+    parser.add_argument("--s3-latency-ms", type=float, default=None,
+                        help="measure on moto's S3 with this latency per request instead "
+                             "(requests and round trips of a commit)")
     parser.add_argument("--producer-option", action="append", default=[], metavar="KEY=VALUE",
                         help="passed to Producer(...) (repeatable; dots read as underscores)")
     args = parser.parse_args(argv)
     for name in ("commits", "records", "partitions"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.back_to_back < 0:
+        parser.error(f"--back-to-back must be at least 0, got {args.back_to_back}")
     config = producer_options(args.producer_option, parser,
                               reserved=("log", "transactional_id"))
 
+    if args.s3_latency_ms is not None:
+        return _on_s3(args, config)
     scratch = tempfile.mkdtemp(prefix="txlog-commit-", dir=args.dir)
     try:
         files = os.path.join(scratch, "files")
@@ -147,8 +170,9 @@ def main(argv: list[str] | None = None) -> int:
                 commits.append(took_commit)
                 writes.append(took_file)
                 floor.append(took_floor)
+        back_to_back = _back_to_back(producer, topic, table, args.api, args.back_to_back)
         producer.close()
-        expected = (args.warmup + args.commits) * args.records
+        expected = (args.warmup + args.commits + args.back_to_back) * args.records
         got = log.read(topic, 0).num_rows
         if got != expected:
             raise AssertionError(f"partition 0 holds {got} committed records, {expected} sent")
@@ -166,8 +190,70 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  ratio of the medians                                 {c / f:7.2f}   "
               f"(median of the paired ratios {statistics.median(ratios):.2f})")
         print(f"  the durable floor against the one small file        {d / f:7.2f}")
+        floor_ratios = sorted(a / b for a, b in zip(commits, floor, strict=True))
+        print(f"  the commit against the durable floor                {c / d:7.2f}   "
+              f"(median of the paired ratios {statistics.median(floor_ratios):.2f})")
+        if back_to_back:
+            print(f"  back to back: {args.back_to_back} transactions until the last Complete "
+                  f"is durable  {back_to_back:7.1f} tx/s   ({back_to_back * d:.3f} per "
+                  "durable floor)")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+def _back_to_back(producer: Producer, topic: str, table: pa.Table, api: str, count: int
+                  ) -> float:
+    """Transactions per second of ``count`` commits in a row, until the last is complete."""
+    if count < 1:
+        return 0.0
+    started = time.perf_counter()
+    for _ in range(count):
+        one_commit(producer, topic, table, api)
+    producer.flush()  # the last transaction's roll-forward, if it runs behind the commit
+    return count / (time.perf_counter() - started)
+
+
+def _on_s3(args: argparse.Namespace, config: dict) -> int:
+    """Requests and round trips of a commit whose records are claimed, on a latent S3."""
+    from scale_out_benchmark import LatentS3
+
+    server = LatentS3(args.s3_latency_ms / 1000).start()
+    try:
+        log = Log(f"s3://{server.create_bucket()}/log", storage_options=server.storage_options)
+        log.create_topic("commits", args.partitions)
+        producer = log.producer(transactional_id="commit-latency", **config)
+        producer.init_transactions()
+        table = transaction_table(args.records, args.partitions, seed=1)
+
+        def requests() -> int:
+            with server._tally_lock:
+                return sum(c["requests"] for c in server.tally.values())
+
+        commit_requests, commit_s, complete_requests = [], [], []
+        for n in range(args.warmup + args.commits):
+            producer.begin_transaction()
+            producer.send_table("commits", table)  # claimed before the commit
+            before = requests()
+            started = time.perf_counter()
+            producer.commit_transaction()
+            took = time.perf_counter() - started
+            at_return = requests()
+            producer.flush()  # until the roll-forward's Complete is durable
+            if n >= args.warmup:
+                commit_requests.append(at_return - before)
+                commit_s.append(took)
+                complete_requests.append(requests() - before)
+        producer.close()
+    finally:
+        server.stop()
+    took_ms = statistics.median(commit_s) * 1000
+    print(f"moto S3 at {args.s3_latency_ms:g} ms per request; {args.records} records x "
+          f"{args.partitions} partitions per transaction, records claimed before the commit; "
+          f"median of {args.commits}, after {args.warmup} warm-up rounds")
+    print(f"  commit_transaction: {statistics.median(commit_requests):g} requests, "
+          f"{took_ms:.1f} ms = {took_ms / args.s3_latency_ms:.2f} round trips")
+    print(f"  requests until Complete is durable: {statistics.median(complete_requests):g}")
     return 0
 
 

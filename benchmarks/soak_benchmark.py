@@ -2,7 +2,8 @@
 
     python benchmarks/soak_benchmark.py [--jobs N] [--micro-batches M] [--window W]
         [--root DIR] [--plot soak.png] [--txn-id-expiration-ms MS]
-        [--producer-id-expiration-ms MS] [--s3] [--pace-ms MS]
+        [--producer-id-expiration-ms MS] [--s3] [--pace-ms MS] [--keyed] [--fsync]
+        [--idempotent]
 
 Drives the core the way the Spark writers do (issue 20), in one process:
 
@@ -13,7 +14,21 @@ Drives the core the way the Spark writers do (issue 20), in one process:
 * a micro-batch is one batch of a ``StreamSink`` (two attempts), committed
   with its batch id;
 * every ``--maintain-every`` jobs (default 50), compaction and gc run as an
-  operator would run them (``gc(chain_age_s=0)``, with the expirations given).
+  operator would run them (``gc(chain_age_s=0)``, with the expirations given);
+* with ``--keyed``, every task writes every partition (as a Spark job with
+  keys does); with ``--idempotent``, a job is instead one run of a short-lived
+  idempotent producer (a cron job or CLI: one new producer id per run) that
+  writes every partition, and there are no micro-batches.
+
+A job's tasks run through ``run_tasks``: the one place to switch them onto the
+Spark writer's own code (its pooled transactional ids) once the core has it.
+
+Load-independent counts come first (docs: the issue's "flat bytes"): on the
+local backend (``--fsync`` as in production), every storage call is counted,
+split into what the jobs write and what maintenance writes.  Per window and
+per job: storage operations, bytes written, objects created and deleted, for
+jobs and maintenance apart, with wall time beside; at the end, last window
+against the second.
 
 For each window of ``--window`` jobs (default 1,000) it prints: job p50 and
 p95 and micro-batch p50 (ms), the time a fresh ``Log`` (no caches: what a
@@ -28,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections import Counter
 import shutil
 import statistics
 import subprocess
@@ -42,6 +58,8 @@ import msgpack  # noqa: E402
 
 from txlog import Log, SharedTransaction, StreamSink  # noqa: E402
 from txlog.admin.gc import MIN_DEAD_AGE_S  # noqa: E402
+from txlog.storage.contract import DEFAULT_PART_BYTES  # noqa: E402
+from txlog.storage.local import LocalStorage  # noqa: E402
 
 TOPIC = "soak"
 TIMEOUT_MS = 60_000
@@ -64,18 +82,87 @@ def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
-def batch_job(log: Log, attempts: int, records: int, partitions: int, next_attempt: int) -> int:
-    job = SharedTransaction.start(log, "batch", TIMEOUT_MS)
+class CountingStorage(LocalStorage):
+    """The local backend, counting what every call costs, by ``phase`` ("jobs",
+    "maintenance", or None: not counted): operations per method, bytes written,
+    objects created and deleted.  None of it depends on the machine's load."""
+
+    def __init__(self, root: str, fsync: bool) -> None:
+        super().__init__(root, fsync=fsync)
+        self.phase: str | None = None
+        self.counts: dict[str, Counter] = {"jobs": Counter(), "maintenance": Counter()}
+
+    def _count(self, **kinds: int) -> None:
+        if self.phase is not None:
+            self.counts[self.phase].update(kinds)
+
+    def publish_if_absent(self, path: str, data: bytes) -> bool:
+        done = super().publish_if_absent(path, data)
+        self._count(ops=1, written=len(data) if done else 0, created=int(done))
+        return done
+
+    def publish_stream_if_absent(self, path: str, chunks, size: int,  # noqa: ANN001
+                                 part_bytes: int = DEFAULT_PART_BYTES) -> bool:
+        done = super().publish_stream_if_absent(path, chunks, size, part_bytes)
+        self._count(ops=1, written=size if done else 0, created=int(done))
+        return done
+
+    def delete(self, path: str) -> None:
+        super().delete(path)
+        self._count(ops=1, deleted=1)
+
+
+def _counted_reads() -> None:
+    for name in ("read", "read_prefix", "read_buffer", "read_range", "exists", "list",
+                 "list_times"):
+        def counted(self, *args, _name=name, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            self._count(ops=1, reads=1)
+            return getattr(LocalStorage, _name)(self, *args, **kwargs)
+        setattr(CountingStorage, name, counted)
+
+
+_counted_reads()
+
+
+def _partition_of(task: int, r: int, partitions: int, keyed: bool) -> int:
+    """Keyed: record r of every task goes to partition r (every task writes every
+    partition); else a task writes one partition."""
+    return (task + r) % partitions if keyed else task % partitions
+
+
+def run_tasks(log: Log, job: SharedTransaction, attempts: int, records: int, partitions: int,
+              next_attempt: int, keyed: bool) -> tuple[list, int]:
+    """One job's task attempts, each joining ``job`` with a fresh attempt id (as the
+    Spark batch writer does today): the members to commit, and the last attempt number.
+    The hook for the pooled ids of the Spark writer: run its task code here instead."""
     members = []
     for task in range(attempts):
         next_attempt += 1
         producer = job.join(log, f"{task}-{next_attempt}")
         for r in range(records):
-            producer.send(TOPIC, b"x" * 100, partition=task % partitions)
+            producer.send(TOPIC, b"x" * 100, key=b"k%d" % r if keyed else None,
+                          partition=_partition_of(task, r, partitions, keyed))
         members.append(producer.prepare_transaction())
         producer.close()
+    return members, next_attempt
+
+
+def batch_job(log: Log, attempts: int, records: int, partitions: int, next_attempt: int,
+              keyed: bool = False) -> int:
+    job = SharedTransaction.start(log, "batch", TIMEOUT_MS)
+    members, next_attempt = run_tasks(log, job, attempts, records, partitions, next_attempt,
+                                      keyed)
     job.commit(log, members)
     return next_attempt
+
+
+def idempotent_run(log: Log, records: int, partitions: int) -> None:
+    """One run of a short-lived idempotent producer: a new producer id, every partition."""
+    producer = log.producer(linger_ms=0)
+    for r in range(records * partitions):
+        producer.send(TOPIC, b"x" * 100, key=b"k%d" % r, partition=r % partitions)
+    producer.flush()
+    producer.close()
 
 
 def micro_batch(log: Log, sink: StreamSink, batch_id: int, records: int, partitions: int,
@@ -85,7 +172,7 @@ def micro_batch(log: Log, sink: StreamSink, batch_id: int, records: int, partiti
     for task in range(2):
         next_attempt += 1
         producer = job.join(log, f"s{task}-{next_attempt}")
-        for r in range(records):
+        for _ in range(records):
             producer.send(TOPIC, b"y" * 100, partition=(batch_id + task) % partitions)
         members.append(producer.prepare_transaction())
         producer.close()
@@ -102,15 +189,39 @@ def fresh_lso_ms(root: str, partitions: int, storage_options: dict | None) -> fl
 
 
 def largest_state(log: Log, partitions: int) -> tuple[int, int]:
-    """The largest snapshot a partition's state makes (fields and producer entries, as a
-    snapshot file holds them), and the largest fields alone (what a reader of the log
-    reads: format.md 3.1)."""
+    """The largest full snapshot a partition's state makes (fields and every producer
+    entry, as a segment holds them), and the largest fields alone (what a reader of the
+    log reads: format.md 3.1)."""
     sizes = []
     for p in range(partitions):
-        fields, entries = log.partition(TOPIC, p).state().snapshot_parts()
+        fields, entries = log.partition(TOPIC, p).state().snapshot_parts(full=True)
         packed = len(msgpack.packb(fields))
         sizes.append((packed + len(entries), packed))
     return max(s[0] for s in sizes), max(s[1] for s in sizes)
+
+
+COUNTED = ("ops", "reads", "written", "created", "deleted")
+
+
+def _print_counts(window: tuple[int, dict[str, Counter], float], jobs: int) -> None:
+    """Per job over the window: what the jobs and what maintenance cost, and wall time."""
+    n, counts, wall = window
+    print(f"  counts/job to {n}: " + "; ".join(
+        f"{phase} " + " ".join(f"{k} {counts[phase][k] / jobs:,.1f}" for k in COUNTED)
+        for phase in ("jobs", "maintenance")) + f"; wall {wall / jobs * 1000:.1f} ms/job",
+        flush=True)
+
+
+def _compare_counts(second: tuple[int, dict[str, Counter], float],
+                    last: tuple[int, dict[str, Counter], float]) -> None:
+    """The flat-bytes criterion: last window against the second, per kind and phase."""
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:.3f}x" if b else ("1.000x" if not a else "inf")
+
+    for phase in ("jobs", "maintenance"):
+        print(f"last window / second window, {phase}: " + ", ".join(
+            f"{k} {ratio(last[1][phase][k], second[1][phase][k])}" for k in COUNTED))
+    print(f"last window / second window, wall: {ratio(last[2], second[2])}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,8 +247,16 @@ def main(argv: list[str] | None = None) -> int:
                              "of its own (shorten the expirations: moto lists by scanning "
                              "its whole bucket)")
     parser.add_argument("--plot", help="write a PNG plot here (needs matplotlib)")
+    parser.add_argument("--keyed", action="store_true",
+                        help="every task writes every partition (records are keyed)")
+    parser.add_argument("--idempotent", action="store_true",
+                        help="a job is one run of a new idempotent producer (no transactions, "
+                             "no micro-batches)")
+    parser.add_argument("--fsync", action="store_true", help="fsync every publish (local)")
     args = parser.parse_args(argv)
     micro_batches = args.jobs if args.micro_batches is None else args.micro_batches
+    if args.idempotent:
+        micro_batches = 0
 
     tmp = None if args.root or args.s3 else tempfile.mkdtemp(prefix="txlog-soak-")
     options = None
@@ -155,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
         root, options = server.root(), server.storage_options
     else:
         root = args.root or str(Path(tmp) / "log")
-    log = Log(root, fsync=False, storage_options=options)
+    counting = None if args.s3 else CountingStorage(root, args.fsync)
+    log = Log(counting if counting is not None else root, fsync=False,
+              storage_options=options)
     log.create_topic(TOPIC, args.partitions,
                      {"producer.id.expiration.ms": args.producer_id_expiration_ms})
     sink = StreamSink("stream", TIMEOUT_MS, query_id="soak-query")
@@ -173,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
               "largest fields B")
     print(" | ".join(header))
     rows = []
+    counted: list[tuple[int, dict[str, Counter], float]] = []  # per window, and wall s
+    window_started = time.perf_counter()
     job_ms: list[float] = []
     mb_ms: list[float] = []
     attempt = 0
@@ -182,19 +305,35 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(max(0.0, next_start - time.perf_counter()))
             next_start = time.perf_counter() + args.pace_ms / 1000
         t0 = time.perf_counter()
-        attempt = batch_job(log, args.attempts, args.records, args.partitions, attempt)
+        if counting is not None:
+            counting.phase = "jobs"
+        if args.idempotent:
+            idempotent_run(log, args.records, args.partitions)
+        else:
+            attempt = batch_job(log, args.attempts, args.records, args.partitions, attempt,
+                                args.keyed)
         job_ms.append((time.perf_counter() - t0) * 1000)
         if n <= micro_batches:
             t0 = time.perf_counter()
             attempt = micro_batch(log, sink, n - 1, args.records, args.partitions, attempt)
             mb_ms.append((time.perf_counter() - t0) * 1000)
+        if counting is not None:
+            counting.phase = "maintenance"
         if n % args.maintain_every == 0:
             log.compact(TOPIC)
             # Shared decisions are kept for decision_age_s (Kafka's transactional.id
             # expiration, by default): shortened with the ids' expiration.
             log.gc(chain_age_s=0, temp_age_s=0, txn_id_expiration_ms=args.txn_id_expiration_ms,
                    decision_age_s=args.txn_id_expiration_ms / 1000)
+        if counting is not None:
+            counting.phase = None
         if n % args.window == 0:
+            if counting is not None:
+                counted.append((n, {k: Counter(v) for k, v in counting.counts.items()},
+                                time.perf_counter() - window_started))
+                for c in counting.counts.values():
+                    c.clear()
+                _print_counts(counted[-1], args.window)
             state_bytes, fields_bytes = largest_state(log, args.partitions)
             row = (n, statistics.median(job_ms), _pct(job_ms, 0.95),
                    statistics.median(mb_ms) if mb_ms else float("nan"),
@@ -206,7 +345,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row[0]} | {row[1]:.1f} | {row[2]:.1f} | {row[3]:.1f} | {row[4]:.1f} | "
                   f"{row[5]} | {row[6]} | {row[7]} | {row[8]}", flush=True)
             job_ms, mb_ms = [], []
+            window_started = time.perf_counter()
     print(f"total {time.perf_counter() - started:.0f} s")
+    if len(counted) >= 3:
+        _compare_counts(counted[1], counted[-1])
     if len(rows) >= 3:
         second, last = rows[1], rows[-1]
         print("last window / second window: " + ", ".join(

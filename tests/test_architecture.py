@@ -195,6 +195,8 @@ UPWARD_IMPORTS = {
     ("txlog.exactly_once.shared_transaction", "txlog.api.log"): PUBLIC_SIGNATURE,
     ("txlog.exactly_once.stream_sink", "txlog.api.log"): PUBLIC_SIGNATURE,
     ("txlog.exactly_once.app_versions", "txlog.api.log"): PUBLIC_SIGNATURE,
+    ("txlog.exactly_once.id_pool", "txlog.api.log"):
+        "passes the Log on to SharedTransaction's (begin_job); its own steps take log.services",
 }
 # The layers below the Log, and those above it that only pass a Log on: they hold the Root.
 ROOT_HOLDERS = ("txlog.clients", "txlog.exactly_once", "txlog.admin", "txlog.kafka", "txlog.spark")

@@ -184,6 +184,7 @@ def test_open_transaction_offsets_isolation_and_listing(root, capsys):
                        "events-0,events-2"]
 
     txn.commit_transaction()
+    txn.flush()  # Complete, written behind the decision
     code, out, _ = run(capsys, "--root", root, "consume", "events", "--partition", "0",
                        "--from-beginning")
     assert out.splitlines() == ["before", "pending", "after"]

@@ -14,8 +14,7 @@ import pytest
 
 from txlog import Log
 from txlog.clients.consumer import Consumer
-from txlog.clients.producer import (DEFAULT_BATCH_SIZE, DEFAULT_DATA_OBJECT_BYTES,
-                                    DEFAULT_LINGER_MS, Producer)
+from txlog.clients.producer import DEFAULT_LINGER_MS, Producer
 from txlog.clients.producer_settings import check_producer_settings
 from txlog.clients.settings import Setting, Settings, any_value, at_least, name_of, one_of
 from txlog.errors import InvalidConfigError, InvalidNameError
@@ -107,8 +106,8 @@ def test_is_int_means_an_int_and_not_a_bool() -> None:
 # --- the native producer: its table, and Producer itself ----------------------------------
 
 PRODUCER_DEFAULTS: dict[str, Any] = dict(
-    compression=None, compression_type=None, batch_size=DEFAULT_BATCH_SIZE,
-    data_object_bytes=DEFAULT_DATA_OBJECT_BYTES, linger_ms=DEFAULT_LINGER_MS,
+    compression=None, compression_type=None, batch_size=None,
+    data_object_bytes=None, linger_ms=DEFAULT_LINGER_MS,
     transactional_id=None, enable_idempotence=True, metrics_num_samples=2,
     metrics_sample_window_ms=30000)
 

@@ -132,14 +132,16 @@ def test_joining_and_ending_go_through_the_coordinator(services) -> None:  # typ
     manager.begin(None)
     assert manager.decision_id == manager.plain_decision_id()
     assert manager.new_partitions([TP, ("t", 1)]) == [TP, ("t", 1)]
-    manager.add_partitions([TP])
+    manager.add_partitions([TP])  # sent from a thread, settled before any write
     assert manager.new_partitions([TP, ("t", 1)]) == [("t", 1)]
+    manager.settle_joins()
     meta = services.coordinator.metadata("tx")
     assert meta.state == TxnState.ONGOING and meta.partitions == (TP,)
     manager.take_sequence(TP, 1)
     manager.end(commit=True)
     assert manager.state is ClientState.READY and manager.sequences == {}
     assert (manager.producer_id, manager.epoch) == (pid, epoch + 1)  # a marker closed the epoch
+    assert manager.settle_completion()  # the roll-forward behind the decision
     assert services.coordinator.metadata("tx").state == TxnState.COMPLETE_COMMIT
     manager.begin(None)
     manager.end(commit=False)  # nothing joined: nothing to decide, the epoch stays
@@ -152,8 +154,9 @@ def test_a_newer_instance_fences_the_older_one(services) -> None:  # type: ignor
     old = transactional(services)
     old.begin(None)
     transactional(services)  # InitProducerId again: the old epoch is fenced
-    with pytest.raises(ProducerFencedError):
-        old.add_partitions([TP])
+    old.add_partitions([TP])
+    with pytest.raises(ProducerFencedError):  # learnt where the join is settled
+        old.settle_joins()
     assert isinstance(old.fatal, ProducerFencedError)
     with pytest.raises(ProducerFencedError):
         old.check_can_abort()

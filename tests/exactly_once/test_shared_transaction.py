@@ -120,6 +120,7 @@ def test_an_orphan_another_process_is_rolling_forward_is_marked_before_the_end_r
     orphan.send(T, b"x", partition=0)
     orphan.flush()
     orphan.send(T, b"late", partition=1)  # joined partition 1; waits in the buffer
+    orphan._transactions.settle_joins()  # the join is sent from a thread: let it land first
     log.coordinator.end_shared_transaction(job.decision_id, [member], True)
     other = Log(log.storage)  # the sweep: PrepareAbort published, no marker yet
     txn_id = orphan.transactional_id
@@ -441,7 +442,8 @@ def test_a_commit_whose_marker_write_fails_once_is_retried_and_succeeds(
     job = SharedTransaction.start(log, "job", TIMEOUT_MS)
     members = [write(job, log, "0-0", 0, ["a"]), write(job, log, "1-0", 1, ["b"])]
     failing_markers[0] = 1
-    assert job.commit(log, members).commit
+    assert job.commit(log, members).commit  # at the decision; the markers follow behind
+    assert job.wait_completed()
     assert failing_markers[0] == 0  # the failure did happen
     assert visible(log, 0) == ["a"] and visible(log, 1) == ["b"]
     assert stable_everywhere(log) and ongoing(log, "job") == []
@@ -453,8 +455,9 @@ def test_a_commit_whose_markers_keep_failing_says_the_records_are_committed(
     job = SharedTransaction.start(log, "job", TIMEOUT_MS)
     members = [write(job, log, "0-0", 0, ["a"]), write(job, log, "1-0", 1, ["b"])]
     failing_markers[0] = -1
+    assert job.commit(log, members).commit  # at the decision; the markers follow behind
     with pytest.raises(CommittedButIncompleteError) as raised:
-        job.commit(log, members)
+        job.wait_completed()
     first_line = str(raised.value).splitlines()[0]
     assert "COMMITTED" in first_line and "must not be written again" in first_line
     # Readers see the records already: the decision is the commit point.
@@ -492,7 +495,9 @@ def test_gc_deletes_a_finished_jobs_attempt_chains_at_once_and_zombies_stay_out(
     members = [write(job, log, f"{p}-1", p, [f"a{p}"]) for p in range(2)]
     orphan = join_and_write(job, log, "2-1", 2, ["orphan"])
     orphan.send(T, b"late", partition=2)  # buffered: the zombie's batch after the end
+    orphan._transactions.settle_joins()  # its AddPartitionsToTxn (sent from a thread) first
     job.commit(log, members)
+    job.wait_completed()  # the members' Complete versions, behind the decision
     report = log.gc()
     assert report.count("transactional id chains (finished job attempts)") > 0
     assert [t for t in log.coordinator.transactional_ids() if t.startswith("etl-")] == []
@@ -529,4 +534,30 @@ def test_gc_never_deletes_the_chain_of_an_attempt_id_a_running_job_re_uses(
     assert log.coordinator.metadata("s-0-0").state == TxnState.ONGOING
     second.commit(log, [producer.prepare_transaction()])
     assert visible(log, 0) == ["first", "second"]
+    assert stable_everywhere(log)
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_an_attempt_joining_a_decided_job_leaves_nothing_open(topic_log: Log,
+                                                              commit: bool) -> None:
+    """A killed task's worker or a late speculative loser joins after the job was decided
+    and its index listed.  Its send fails, no partition changes, and after gc with every
+    age at 0 no chain of the job is Ongoing.  Fails without `_join`'s check of a standing
+    decision on opening (the id goes Ongoing under the decided job and stays so)."""
+    log = topic_log
+    job = SharedTransaction.start(log, "late", TIMEOUT_MS)
+    member = write(job, log, "0-0-0", 0, ["a"])
+    (job.commit if commit else job.abort)(log, [member])
+    job.wait_completed()  # the markers land behind the decision; count ends after them
+    ends = [log.partition(T, p).end_offset() for p in range(3)]
+    straggler = job.join(log, "1-0-1")
+    with pytest.raises(TxlogError):  # refused by the coordinator, or else the partition
+        straggler.send(T, b"late", partition=1)
+        straggler.flush()
+    straggler.close()
+    assert [log.partition(T, p).end_offset() for p in range(3)] == ends
+    log.gc(chain_age_s=0, decision_age_s=0, temp_age_s=0, data_age_s=0,
+           txn_id_expiration_ms=0)
+    assert ongoing(log, "late") == []
+    assert visible(log, 0) == (["a"] if commit else [])
     assert stable_everywhere(log)

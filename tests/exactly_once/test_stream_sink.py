@@ -117,6 +117,7 @@ def test_crash_after_the_decision_before_its_completion(root: str, monkeypatch) 
     assert run_tasks(sink, log, job, 0) == []
     job = sink.begin_batch()
     sink.commit_batch(log, job, 1, run_tasks(sink, log, job, 1))
+    job.wait_completed()  # its markers, written behind the decision
     assert values(root) == expected(0, 1)
     assert_nothing_hangs(root)
 
@@ -319,6 +320,7 @@ def test_the_sink_members_chain_outlives_its_batch_so_offsets_survive_a_slow_clo
     log, sink = new_run(root)
     job = sink.begin_batch()
     assert sink.commit_batch(log, job, 0, run_tasks(sink, log, job, 0))
+    job.wait_completed()  # the members' Complete versions, behind the decision
     log.gc()  # the attempts' chains go:
     assert [t for t in log.coordinator.transactional_ids() if t != sink.sink_id] == []
     clock.now_ms -= 60_000  # the next driver's clock is a minute behind

@@ -29,7 +29,6 @@ from txlog.errors import CorruptBatchError
 from txlog.format.batch import (CLAIM_BIT, HEADER_READ_SIZE, MAX_CLAIM_HEADER_SIZE,
                                 MAX_CLAIM_PARTS, MAX_PARTS_HEADER_SIZE, PARTS_BIT, BatchHeader,
                                 check_claim, decode_header, encode_header)
-from txlog.clients import producer as producer_module
 from txlog.clients import sender as sender_module
 from txlog.clients import transaction_manager as transaction_manager_module
 from txlog.partition import appender
@@ -369,26 +368,6 @@ def test_thirty_two_writers_killed_at_random_lose_nothing_and_gc_keeps_what_clai
     log.gc(data_age_s=0, temp_age_s=0)
     assert os.listdir(data) == [] and claimed() == set()
     assert visible() == seen
-
-
-def test_the_spark_writer_sizes_data_objects_for_a_task() -> None:
-    from txlog.errors import InvalidConfigError
-    from txlog.spark.options import WriteOptions
-    from txlog.spark.writer import TASK_DATA_OBJECT_BYTES, TxlogBatchWriter
-
-    def config(path: str, **extra: str) -> dict:
-        options = WriteOptions.parse({"path": path, "topic": "t", **extra}, False)
-        writer = TxlogBatchWriter.__new__(TxlogBatchWriter)
-        writer.options = options
-        return writer._producer_config()
-
-    # Larger than the core producer's default, on every store (fewer PUTs, fewer fsyncs).
-    assert TASK_DATA_OBJECT_BYTES > producer_module.DEFAULT_DATA_OBJECT_BYTES
-    assert config("/tmp/x")["data_object_bytes"] == TASK_DATA_OBJECT_BYTES
-    assert config("s3://b/x")["data_object_bytes"] == TASK_DATA_OBJECT_BYTES
-    assert config("s3://b/x", dataObjectBytes="4m")["data_object_bytes"] == 4 << 20
-    with pytest.raises(InvalidConfigError, match="dataObjectBytes"):
-        config("/tmp/x", dataObjectBytes="2g")
 
 
 def test_data_object_bytes_bounds_what_a_producer_stages(memlog: Log) -> None:

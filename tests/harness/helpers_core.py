@@ -524,18 +524,28 @@ def crash_after_the_decision(monkeypatch, decision_id: str) -> Iterator[None]:
     from txlog.transactions.ending import TransactionEnder
 
     original = TransactionEnder.complete
+    original_roll_forward = TransactionEnder.roll_forward
 
     def dies_after_the_decision(self, transactional_id, only_decision=None):
         if self.store.decision(decision_id) is not None:
             raise Crash()
         return original(self, transactional_id, only_decision)
 
+    def dies_before_rolling_forward(self, transactional_id, decided):
+        # EndTxn starts the roll-forward in a thread right after its decision:
+        # dying there is dying between the decision and the markers.
+        if decided == decision_id:
+            raise Crash()
+        return original_roll_forward(self, transactional_id, decided)
+
     monkeypatch.setattr(TransactionEnder, "complete", dies_after_the_decision)
+    monkeypatch.setattr(TransactionEnder, "roll_forward", dies_before_rolling_forward)
     try:
         with pytest.raises(Crash):
             yield
     finally:
         monkeypatch.setattr(TransactionEnder, "complete", original)
+        monkeypatch.setattr(TransactionEnder, "roll_forward", original_roll_forward)
 
 
 class ManualClock:

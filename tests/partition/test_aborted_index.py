@@ -68,7 +68,7 @@ def test_reads_below_the_compacted_end_filter_aborted_transactions_from_the_segm
     log.compact("t", upto_lag=7)
     assert len(segment_files(tmp_path, "t", 0)) > 4
     snapshot = _snapshot_of_newest_segment(tmp_path)
-    assert snapshot["v"] == 4 and snapshot["aborted"] == [] and \
+    assert snapshot["v"] == 5 and snapshot["aborted"] == [] and \
         snapshot["aborted_from"] == snapshot["end"]
     fresh = Log(tmp_path)
     for s in starts:
@@ -119,7 +119,7 @@ def test_logs_whose_snapshots_carry_the_whole_history_stay_readable(
     version 3 ones after them, read as one log."""
     new_fields = StateManager.snapshot_fields
 
-    def old_fields(self, state, last_base, anchor, aborted_from):
+    def old_fields(self, state, last_base, anchor, aborted_from, full=False):
         fields = state.to_dict()
         del fields["aborted_from"]
         return {"v": 2, "topic_id": self.topic_id, "last": [last_base, anchor], **fields}
@@ -135,7 +135,7 @@ def test_logs_whose_snapshots_carry_the_whole_history_stay_readable(
     end = log.end_offset("t", 0)
     expected = {s: _committed(Log(tmp_path), s) for s in range(0, end, 4)}
     log.compact("t")
-    assert _snapshot_of_newest_segment(tmp_path)["v"] == 4
+    assert _snapshot_of_newest_segment(tmp_path)["v"] == 5
     for s, records in expected.items():
         assert _committed(Log(tmp_path), s) == records, s
 

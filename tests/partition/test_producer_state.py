@@ -418,11 +418,13 @@ def test_v4_a_fresh_lso_reads_no_producer_entries_and_an_append_reads_them_once(
     batch(7, transactional=True)
     opened = part.end_offset() - 1
     log.compact("t")
-    for pid in range(2000, 2000 + SNAPSHOT_INTERVAL + 2):  # and a snapshot file after it
+    for pid in range(2000, 2000 + 2 * SNAPSHOT_INTERVAL + 2):  # and snapshot files after it
         batch(pid)
     part.state()
     snaps = _snapshots(root)
-    assert snaps and snaps[-1].stat().st_size > 20_000
+    # A delta of the 128 producers since the compaction (~8 KB), not the ~25 KB before it.
+    assert snaps and 2 * SNAPSHOT_HEAD_READ > snaps[-1].stat().st_size > SNAPSHOT_HEAD_READ
+    segment = "topics/t/0/segments/00000000000000000000.segment"
 
     counting = _RangeCounting(LocalStorage(str(root)))
     fresh = Log(counting)
@@ -437,11 +439,12 @@ def test_v4_a_fresh_lso_reads_no_producer_entries_and_an_append_reads_them_once(
     zombie = PartitionLog(counting, "t", 0, topic_id)
     with pytest.raises(InvalidProducerEpochError):
         zombie.append(BatchHeader(base_offset=0, record_count=1, producer_id=1005, producer_epoch=2), b"x")
-    assert [p for p, _, _ in counting.ranges] == [str(snaps[-1].relative_to(root))]
+    # The delta's section (it may hold 1005: its ids go up to 2129), then the base's.
+    assert [p for p, _, _ in counting.ranges] == [str(snaps[-1].relative_to(root)), segment]
     again = zombie.append(BatchHeader(base_offset=0, record_count=1, base_timestamp=10, max_timestamp=20,
                                       producer_id=1010, producer_epoch=3, base_sequence=0),
                           b"x")
-    assert again.duplicate and len(counting.ranges) == 1  # decoded from the same read
+    assert again.duplicate and len(counting.ranges) == 2  # decoded from the same reads
 
 
 def test_v4_reads_version_3_snapshot_files(tmp_path: Path) -> None:

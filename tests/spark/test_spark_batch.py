@@ -16,6 +16,7 @@ from chispa import assert_df_equality  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.types import IntegerType, StructField, StructType  # noqa: E402
 
+from conftest import LARGE  # noqa: E402
 from helpers_core import wait_for  # noqa: E402
 from spark_io import read, write  # noqa: E402
 from txlog import Log  # noqa: E402
@@ -410,3 +411,46 @@ def test_jobs_in_reused_workers_see_partitions_topics_and_roots_made_since(spark
     back = read(spark, root, subscribe="events")
     assert back.count() == 1_001
     assert back.select("value").distinct().count() == 1_001
+
+
+def fail_first_attempt_of_task_0(batches):
+    """A mapInArrow function: task 0's first attempt fails after passing its rows on (the
+    writer joined the job and may have sent them), so Spark retries it."""
+    from pyspark import TaskContext
+
+    yield from batches
+    ctx = TaskContext.get()
+    if ctx.partitionId() == 0 and ctx.attemptNumber() == 0:
+        raise RuntimeError("task 0's first attempt fails on purpose")
+
+
+@pytest.mark.parametrize("jobs", [3, pytest.param(200, marks=LARGE)], ids=["3", "200"])
+@pytest.mark.parametrize("options", [{"transactional.id.prefix": "etl"}, {}],
+                         ids=["prefix", "pooled"])
+def test_many_jobs_with_retried_tasks_leave_ids_and_producers_bounded(spark, root, options,
+                                                                      jobs):
+    """Every job has task 0 retried, and every task writes every partition (keyed rows).
+    The jobs re-use their attempts' ids, so after the first job neither the coordinator's
+    chains nor the partitions' producer entries grow (gc between jobs keeps them).  Fails
+    with the attempt keyed by taskAttemptId (a new id, and producer, per attempt)."""
+    df = rows(spark, 400, partitions=2)
+    retried = df.mapInArrow(fail_first_attempt_of_task_0, df.schema)
+    log = Log(root)
+
+    def counts():
+        ids = [t for t in log.coordinator.transactional_ids() if t.startswith(("spark-", "etl"))]
+        return sorted(ids), sum(len(log.partition("events", p).state().producers)
+                                for p in range(4))
+
+    seen = set()
+    for _ in range(jobs):
+        write(retried, root, topic="events", **options)
+        log.gc(chain_age_s=0, decision_age_s=0, temp_age_s=0)
+        ids, entries = counts()
+        seen.add((tuple(ids), entries))
+    assert len(seen) == 1
+    # Task 0's two attempts and task 1's; the failed attempt sent nothing (it failed
+    # while the writer still gathered its rows), the others wrote every partition.
+    assert len(ids) == 3 and entries == 2 * 4
+    assert read(spark, root, subscribe="events").count() == jobs * 400
+    assert hanging(log) == []

@@ -144,17 +144,17 @@ def test_timestamp_column_of_another_type_is_refused(spark, root):
 def test_producer_settings_reach_the_producer():
     from txlog.clients.producer import DEFAULT_BATCH_SIZE
     from txlog.spark.options import WriteOptions
-    from txlog.spark.writer import TASK_DATA_OBJECT_BYTES, TxlogBatchWriter
+    from txlog.spark.writer import TxlogBatchWriter
 
     def config(**options):
         opts = WriteOptions.parse({"path": "/p", "topic": "t", **options}, streaming=False)
         return TxlogBatchWriter(opts, None)._producer_config()
 
-    local = {"data_object_bytes": TASK_DATA_OBJECT_BYTES}  # a task's data objects
-    assert config() == {"compression": "zstd", **local}
+    # Sizes not given are the core's, for the store the task opens (test_store_defaults.py).
+    assert config() == {"compression": "zstd"}
     assert config(**{"kafka.compression.type": "lz4", "kafka.linger.ms": "50",
                      "kafka.batch.size": "65536"}) == \
-        {"compression": "lz4", "batch_size": 65536, "linger_ms": 50, **local}
+        {"compression": "lz4", "batch_size": 65536, "linger_ms": 50}
     # max.request.size bounds the batch, whether batch.size is given or left at its default.
     assert config(**{"kafka.max.request.size": "4096"})["batch_size"] == 4096
     assert config(**{"kafka.max.request.size": str(DEFAULT_BATCH_SIZE * 2)})["batch_size"] == \

@@ -443,6 +443,21 @@ def test_write_all_options():
         checkpoint_location="/ck")
 
 
+def test_the_pool_size_is_for_batch_writes_without_a_prefix():
+    assert WriteOptions.parse({"path": "/p", "transactionalIdPoolSize": "3"},
+                              streaming=False).transactional_id_pool_size == 3
+    assert WriteOptions.parse({"path": "/p"}, streaming=False).transactional_id_pool_size == 8
+    for bad in ("0", "1025", "x"):
+        write_fails({"path": "/p", "transactionalIdPoolSize": bad}, False,
+                    "option 'transactionalIdPoolSize'")
+    write_fails({"path": "/p", "transactionalIdPoolSize": "3", "transactional.id.prefix": "q"},
+                False, "option 'transactionalIdPoolSize'", "cannot go with")
+    write_fails({"path": "/p", "transactionalIdPoolSize": "3", "txnAppId": "a",
+                 "txnVersion": "1"}, False, "option 'transactionalIdPoolSize'", "txnAppId")
+    write_fails({"path": "/p", "transactionalIdPoolSize": "3", "checkpointLocation": "/ck"},
+                True, "option 'transactionalIdPoolSize'", "batch writes only")
+
+
 def test_group_id_is_for_streaming_queries_with_a_checkpoint():
     write_fails({"path": "/p", "transactional.id.prefix": "q", "groupId": "g"}, True,
                 "option 'groupId'", "checkpointLocation")

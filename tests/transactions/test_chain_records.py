@@ -234,12 +234,12 @@ def test_ending_gives_the_versions_it_gave(monkeypatch) -> None:
     at(monkeypatch, meta(META_PREPARE_COMMIT).update_ms)
     assert msgpack.packb(meta(META_WITH_OFFSETS).prepared(True).to_dict()) == META_PREPARE_COMMIT
     at(monkeypatch, meta(META_COMPLETE_COMMIT).update_ms)
-    assert msgpack.packb(meta(META_PREPARE_COMMIT).completed(0, 1).to_dict()) == \
+    assert msgpack.packb(meta(META_PREPARE_COMMIT).completed(0, 1, True).to_dict()) == \
         META_COMPLETE_COMMIT
     at(monkeypatch, meta(META_PREPARE_ABORT).update_ms)
     assert msgpack.packb(meta(META_SECOND_TXN).prepared(False).to_dict()) == META_PREPARE_ABORT
     at(monkeypatch, meta(META_COMPLETE_ABORT).update_ms)
-    assert msgpack.packb(meta(META_PREPARE_ABORT).completed(0, 2).to_dict()) == \
+    assert msgpack.packb(meta(META_PREPARE_ABORT).completed(0, 2, False).to_dict()) == \
         META_COMPLETE_ABORT
     at(monkeypatch, meta(META_DEAD).update_ms)
     assert msgpack.packb(meta(META_COMPLETE_ABORT).dead().to_dict()) == META_DEAD
@@ -262,7 +262,7 @@ def test_fencing_and_bumping_change_what_they_name(monkeypatch) -> None:
 @pytest.mark.parametrize("raw, transition", [
     (META_DEAD, TransactionMetadata.dead),
     (META_INIT, lambda m: m.prepared(True)),
-    (META_SECOND_TXN, lambda m: m.completed(0, 2)),
+    (META_INIT, lambda m: m.completed(0, 1, True)),  # a plain Ongoing one may: 4.2
     (META_COMPLETE_ABORT, lambda m: m.fenced("x")),
 ])
 def test_transitions_refuse_what_the_state_table_refuses(raw, transition) -> None:

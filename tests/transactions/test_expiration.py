@@ -108,6 +108,7 @@ def test_zombie_whose_entry_expired_is_still_fenced(tmp_path, clock):
     zombie.send(T, b"z0", partition=0)
     zombie.flush()
     zombie.send(T, b"z1", partition=1)  # partition 1 joins the transaction; nothing written
+    zombie._transactions.settle_joins()  # the join is sent from a thread: let it land first
     # A new instance fences it: ABORT markers (epoch + 1) in both partitions.
     other = _log(tmp_path)
     successor = other.producer(transactional_id="z")
@@ -148,6 +149,7 @@ def _commit(producer, values: list[bytes], partition: int = 0,
     if offsets:
         producer.send_offsets_to_transaction(offsets, "g")
     producer.commit_transaction()
+    producer.flush()  # until Complete, written behind the decision (protocol.md 4.5)
 
 
 def test_stale_process_cannot_revive_a_deleted_transactional_id(tmp_path, clock):
@@ -200,8 +202,9 @@ def test_a_producer_whose_id_expired_under_it_aborts_and_starts_again(tmp_path, 
         admin.gc(chain_age_s=3600, txn_id_expiration_ms=TXN_EXPIRY_MS)
         assert admin.coordinator.metadata("x").state.value == "Dead"
     producer.begin_transaction()
+    producer.send(T, b"lost", partition=0)  # joins in a thread: the error comes with the write
     with pytest.raises(InvalidPidMappingError, match="expired while producer"):
-        producer.send(T, b"lost", partition=0)
+        producer.flush()
     with pytest.raises(InvalidPidMappingError):
         producer.commit_transaction()
     producer.abort_transaction()
@@ -223,8 +226,9 @@ def test_a_producer_whose_id_expired_is_fenced_if_another_took_it(tmp_path, cloc
     other = admin.producer(transactional_id="x")
     other.init_transactions()
     producer.begin_transaction()
+    producer.send(T, b"lost", partition=0)  # joins in a thread: the error comes with the write
     with pytest.raises(ProducerFencedError):  # the id maps to the other instance now
-        producer.send(T, b"lost", partition=0)
+        producer.flush()
     with pytest.raises(ProducerFencedError):
         producer.abort_transaction()
     _commit(other, [b"other"])
@@ -242,8 +246,9 @@ def test_restarting_an_expired_id_never_fences_a_newer_instance(tmp_path, clock)
     admin = _log(tmp_path)
     _expire_and_delete(admin, clock, "x")
     producer.begin_transaction()
+    producer.send(T, b"lost", partition=0)  # joins in a thread: the error comes with the write
     with pytest.raises(InvalidPidMappingError):
-        producer.send(T, b"lost", partition=0)
+        producer.flush()
     other = admin.producer(transactional_id="x")
     other.init_transactions()
     with pytest.raises(ProducerFencedError, match="another instance took it"):
@@ -372,6 +377,7 @@ def test_requests_of_a_job_do_not_grow_with_earlier_jobs(tmp_path):
             orphan.flush()
         counter.count, listed = 0, counter.listed
         job.commit(log, members)
+        job.wait_completed()  # its roll-forward, behind the decision, counts too
         costs.append((job_no, start_cost, counter.count))
         for directory in listed + counter.listed:
             assert directory not in (TXN_DIR, DECISION_DIR), directory

@@ -34,11 +34,13 @@ def test_old_instance_never_adopts_newer_identity(log: Log, monkeypatch) -> None
 
     monkeypatch.setattr(type(log.coordinator.ender), "complete", complete_after_race)
     a.commit_transaction()  # its decision stands: the records are committed
+    a.flush()  # its roll-forward, where the race happens (behind the decision)
     assert log.read("t", 0).column("value").to_pylist() == [b"a1"]
     assert (a.producer_id, a.epoch) != raced["new"]
     with pytest.raises(ProducerFencedError):
         a.begin_transaction()
         a.send("t", b"zombie", partition=0)
+        a.flush()
     assert log.read("t", 0, isolation_level="read_uncommitted").column(
         "value").to_pylist() == [b"a1"]
 

@@ -170,6 +170,7 @@ def test_each_transaction_ends_with_a_bumped_epoch_carried_by_its_markers(
         producer.commit_transaction()
     else:
         producer.abort_transaction()
+    producer.flush()  # the roll-forward behind the decision (docs/protocol.md 4.5)
 
     meta = log.coordinator.metadata("bump")
     assert meta.state == (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT)
@@ -183,6 +184,7 @@ def test_each_transaction_ends_with_a_bumped_epoch_carried_by_its_markers(
     producer.begin_transaction()
     producer.send(TOPIC, b"c", partition=0)
     producer.commit_transaction()
+    producer.flush()
     assert markers(log, 0)[-1] == (pid, epoch + 2, COMMIT)
     assert log.coordinator.metadata("bump").epoch == epoch + 2
 
@@ -197,6 +199,7 @@ def test_late_zombie_append_with_the_old_epoch_is_rejected(log: Log) -> None:
     log.create_topic(TOPIC, 1)
     producer = open_txn(log, "zombie", [(0, b"x"), (0, b"y")])
     producer.commit_transaction()
+    producer.flush()  # the markers, written behind the decision
     part = log.partition(TOPIC, 0)
     old = next(b.header for b in raw_batches(log, 0) if not b.header.is_control)
     assert old.is_transactional and old.producer_epoch == producer.epoch - 1
@@ -280,6 +283,7 @@ def test_epoch_exhaustion_rotates_to_a_new_producer_id(log: Log) -> None:
     producer.begin_transaction()
     producer.send(TOPIC, b"first-of-the-new-id", partition=0)
     producer.commit_transaction()
+    producer.flush()  # its Complete, behind the decision, before the chain is edited below
     assert committed_values(log, 0) == [b"last-of-the-epochs", b"first-of-the-new-id"]
 
     # InitProducerId itself rotates when the current epoch is the last usable one.
@@ -346,6 +350,7 @@ def test_end_without_an_open_transaction_is_an_invalid_state(log: Log) -> None:
     producer = open_txn(log, "twice", [(0, b"v")])
     member = producer._transactions.member()
     producer.commit_transaction()
+    producer.flush()  # the roll-forward behind the decision, which bumps the epoch
     # The same (producer id, epoch) asking again is now stale: its epoch was bumped.
     with pytest.raises(ProducerFencedError):
         log.coordinator.end_transaction(member, commit=True)
@@ -449,6 +454,7 @@ def test_idle_transactional_id_expires_and_restarts_with_a_new_producer_id(log: 
     idle.begin_transaction()
     idle.send(TOPIC, b"i", partition=0)
     idle.commit_transaction()
+    idle.flush()  # Complete, behind the decision
     busy = open_txn(log, "busy", [(0, b"b")])
     done_ms = log.coordinator.metadata("idle").update_ms
     wait_until(lambda: now_ms() > max(done_ms, log.coordinator.metadata("busy").update_ms),
@@ -510,8 +516,9 @@ def _crash_after_decision(log: Log, commit: bool, crash_point: str
 
     ``after_decision``: the decision object exists, nothing else (no marker,
     metadata Ongoing).  ``after_first_marker``: the roll-forward had begun
-    (metadata Prepare*; the markers go to all partitions at once, those of
-    partitions 0 and 2 landed) and died writing partition 1's.
+    (the markers go to all partitions at once, those of partitions 0 and 2
+    landed; the metadata is still Ongoing, as a plain producer's transaction
+    has no Prepare* version, protocol.md 4.2) and died writing partition 1's.
     """
     log.create_topic(TOPIC, 3)
     sends = [(0, b"d0"), (1, b"d1"), (2, b"d2"), (0, b"d0b")]
@@ -526,8 +533,7 @@ def _crash_after_decision(log: Log, commit: bool, crash_point: str
         log.partition(TOPIC, 1).append_marker = die
         with pytest.raises(OSError):
             log.coordinator.complete("crashy")
-        assert log.coordinator.metadata("crashy").state == (
-            TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT)
+        assert log.coordinator.metadata("crashy").state == TxnState.ONGOING
     return meta, [v for _, v in sends]
 
 
@@ -587,6 +593,7 @@ def test_duplicate_marker_changes_nothing(log: Log) -> None:
     producer = open_txn(log, "dup", [(0, b"v")])
     pid, epoch = producer.producer_id, producer.epoch
     producer.commit_transaction()
+    producer.flush()  # its own roll-forward first
     part = log.partition(TOPIC, 0)
     before = [(b.header, b.marker) for b in raw_batches(log, 0)]
     for kind in (True, False):
@@ -600,15 +607,18 @@ def test_duplicate_marker_changes_nothing(log: Log) -> None:
 def test_no_record_can_join_a_transaction_after_its_decision(log: Log, monkeypatch) -> None:
     """A commit whose roll-forward failed must not leave the transaction open to writes.
 
-    The decision is published, then completing it fails (a storage error).
-    If the producer starts its next transaction it reuses the same (producer
-    id, epoch) and so the same decision id: AddPartitionsToTxn must refuse,
-    or records written after the commit point would be committed too -- and
-    an abort of that "next" transaction would silently commit them.
+    The decision is published, then completing it fails (a storage error) in
+    the roll-forward behind the commit.  The producer's next transaction runs
+    under the next epoch and so the next decision id, and its first
+    AddPartitionsToTxn completes the first transaction before it joins: records
+    written after the commit point are never committed with it, and an abort of
+    the next transaction aborts only them.  A request under the committed
+    decision itself is refused.
     """
     log.create_topic(TOPIC, 2)
     producer = open_txn(log, "flaky", [(0, b"first")])
     coordinator = log.coordinator
+    member = producer._transactions.member()
     real_complete = coordinator.ender.complete
     calls = []
 
@@ -619,18 +629,17 @@ def test_no_record_can_join_a_transaction_after_its_decision(log: Log, monkeypat
         return real_complete(txn_id, only_decision)
 
     monkeypatch.setattr(coordinator.ender, "complete", failing_complete)
-    with pytest.raises(OSError):
-        producer.commit_transaction()
-    decision = coordinator.decision(coordinator.metadata("flaky").decision_id)
+    producer.commit_transaction()  # returns at the decision
+    decision = coordinator.decision(member.decision_id)
     assert decision is not None and decision.commit
-    monkeypatch.setattr(coordinator.ender, "complete", real_complete)
-
     producer.begin_transaction()
+    producer.send(TOPIC, b"after-the-commit-point", partition=1)
+    producer.abort_transaction()
+    assert calls[0] == "flaky" and len(calls) >= 2  # failed behind, then completed again
+    monkeypatch.setattr(coordinator.ender, "complete", real_complete)
     with pytest.raises((InvalidTxnStateError, ProducerFencedError,
                         ConcurrentTransactionsError)):
-        producer.send(TOPIC, b"after-the-commit-point", partition=1)
-    assert all_values(log, 1) == []
-    # The decided transaction was rolled forward and a new instance carries on.
+        coordinator.add_partitions(member, [(TOPIC, 1)])
     assert markers(log, 0)[-1][2] == COMMIT
     again = txn_producer(log, "flaky")
     again.begin_transaction()
@@ -653,6 +662,7 @@ def test_lso_is_stuck_at_the_first_offset_of_an_open_transaction(log: Log) -> No
     writer.begin_transaction()
     writer.send(TOPIC, b"before", partition=0)
     writer.commit_transaction()
+    writer.flush()  # its marker, behind the decision
     first_open = log.end_offset(TOPIC, 0)
 
     blocker = open_txn(log, "blocker", [(0, b"open-1")])
@@ -671,6 +681,7 @@ def test_lso_is_stuck_at_the_first_offset_of_an_open_transaction(log: Log) -> No
     assert consumer.end_offsets() == {(TOPIC, 0): first_open}
 
     blocker.abort_transaction()
+    blocker.flush()  # its marker, behind the decision
     assert log.last_stable_offset(TOPIC, 0) == log.end_offset(TOPIC, 0)
     assert [r.value for r in consumer.poll()] == [b"after"]
     assert committed_values(log, 0) == [b"before", b"after"]
@@ -697,6 +708,7 @@ def test_read_uncommitted_sees_everything_except_control_batches(log: Log) -> No
             txn.commit_transaction()
         elif kind == "abort":
             txn.abort_transaction()
+    txn.flush()  # the last one's marker, behind its decision
     control_offsets = {b.header.base_offset for b in raw_batches(log, 0) if b.header.is_control}
     assert len(control_offsets) == 2
 
@@ -978,6 +990,7 @@ def test_transactional_producer_misuse_is_refused(log: Log) -> None:
     with pytest.raises(OutOfOrderSequenceError):
         bad.commit_transaction()
     bad.abort_transaction()
+    bad.flush()
     assert all_values(log, 0) == [b"ok"] and committed_values(log, 0) == []
     assert [m[2] for m in markers(log, 0)] == [ABORT]
 
@@ -1007,6 +1020,7 @@ def test_commit_overtaken_by_a_new_instance_leaves_the_old_one_fenced(log: Log,
 
     monkeypatch.setattr(coordinator.ender, "complete", complete_after_takeover)
     old.commit_transaction()
+    old.flush()  # its roll-forward, where the new instance starts (behind the decision)
     monkeypatch.setattr(coordinator.ender, "complete", real_complete)
     new = successor[0]
     assert committed_values(log, 0) == [b"committed-by-old"]
@@ -1015,6 +1029,7 @@ def test_commit_overtaken_by_a_new_instance_leaves_the_old_one_fenced(log: Log,
     with pytest.raises(ProducerFencedError):
         old.begin_transaction()
         old.send(TOPIC, b"zombie", partition=1)
+        old.flush()
     new.begin_transaction()
     new.send(TOPIC, b"new", partition=1)
     new.commit_transaction()

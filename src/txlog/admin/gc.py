@@ -5,14 +5,16 @@ each kind has its own reason why that holds while writers run
 (docs/protocol.md, section 8):
 
 * the chains of finished participants of shared transactions (a job's task
-  attempts), at once (docs/protocol.md 5.3, exactly_once/shared_transaction.py);
+  attempts), at once (docs/protocol.md 5.3, exactly_once/shared_transaction.py),
+  but for the ids the batch writer re-uses from job to job (5.4), which
+  expire as idle ids do;
 * transactional ids idle longer than ``txn_id_expiration_ms`` (Kafka's
   transactional.id.expiration.ms) are moved to Dead, and the chains of ids
   Dead for longer than ``chain_age_s`` (at least ``MIN_DEAD_AGE_S``) are
   deleted whole (docs/protocol.md, 4.10, says why a stale process can
   neither revive nor fork them);
 * old versions of version chains (transaction metadata, group offsets,
-  leases): a chain is read at its newest version, which always stays, and
+  leases, the slots of prefix pools): a chain is read at its newest version, which always stays, and
   a version goes only once its successor is older than ``chain_age_s``, so
   a process that read a version and is about to publish the next still
   finds its predecessor unless it stalled that long (storage/chain.py checks after
@@ -49,7 +51,7 @@ from ..errors import CorruptBatchError
 from ..format.batch import HEADER_READ_SIZE, decode_header, is_data_object_path
 from ..partition.appender import CLAIM_WINDOW_S
 from ..storage.paths import (BATCH_SUFFIX, BLOCK_DIR, DATA_DIR, DECISION_DIR, GROUP_DIR,
-                             LEASE_DIR, MEMBERS_DIR, TOPICS_DIR, TXN_DIR, VERSION_DIGITS,
+                             LEASE_DIR, MEMBERS_DIR, POOL_DIR, TOPICS_DIR, TXN_DIR, VERSION_DIGITS,
                              batch_path, generations_dir, heartbeats_dir, named_offsets,
                              partition_dir, topic_dir)
 from ..exactly_once.shared_transaction import delete_finished_attempt
@@ -107,6 +109,10 @@ def collect(root: Root, chain_age_s: float = DEFAULT_CHAIN_AGE_S,
     for group in storage.list(GROUP_DIR):
         _trim_chain(root, f"{GROUP_DIR}/{group}", "time_ms", chain_age_s, now_ms, report,
                     "group offset versions")
+    for base in storage.list(POOL_DIR):
+        for slot in storage.list(f"{POOL_DIR}/{base}"):
+            _trim_chain(root, f"{POOL_DIR}/{base}/{slot}", "time_ms", chain_age_s, now_ms,
+                        report, "prefix pool versions")
     for group in storage.list(MEMBERS_DIR):
         _trim_chain(root, generations_dir(group), "time_ms", chain_age_s, now_ms, report,
                     "group generation versions")

@@ -35,6 +35,7 @@ from ..storage.contract import Storage
 from ..transactions import groups as group_offsets
 from ..transactions.coordinator import TransactionCoordinator
 from ..transactions.group_members import reset_offsets_if_inactive
+from ..transactions.stable_offsets import stable_offsets
 from ..transactions.producer_ids import ProducerIdAllocator
 
 
@@ -211,7 +212,7 @@ class Log:
     def committed(self, group_id: str, partitions: list[tuple[str, int]] | None = None
                   ) -> dict[tuple[str, int], int]:
         """The group's committed offsets (only those of committed transactions)."""
-        return group_offsets.committed_offsets(self.services.storage, group_id, partitions)
+        return stable_offsets(self.services.coordinator, group_id, partitions)
 
     def groups(self) -> list[str]:
         """Every consumer group with committed offsets (a stream sink's groups included)."""

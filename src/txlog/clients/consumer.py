@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from .. import clock
 from ..errors import IllegalStateError, InvalidConfigError, OffsetOutOfRangeError
 from ..partition.isolation import READ_COMMITTED, check_isolation_level
-from ..transactions.groups import commit_offsets, committed_offsets
+from ..transactions.groups import commit_offsets
+from ..transactions.stable_offsets import stable_offsets
 from .metrics import (DEFAULT_NUM_SAMPLES, DEFAULT_SAMPLE_WINDOW_MS, METRIC_SETTINGS,
                       PREFIX_SETTING, ConsumerSensors, MetricConfig)
 from .positions import lag_after_read, offset_for_timestamp, read_limit
@@ -144,7 +145,7 @@ class Consumer:
 
     def _initial_position(self, tp: TopicPartition) -> int:
         if self.group_id is not None:
-            committed = committed_offsets(self._root.storage, self.group_id, [tp])
+            committed = stable_offsets(self._root.coordinator, self.group_id, [tp])
             if tp in committed:
                 return committed[tp]
         return self._reset_position(tp, IllegalStateError(
@@ -183,7 +184,7 @@ class Consumer:
     def committed(self, topic: str, partition: int) -> int | None:
         if self.group_id is None:
             raise IllegalStateError("committed() needs a group_id")
-        return committed_offsets(self._root.storage, self.group_id, [(topic, partition)]).get(
+        return stable_offsets(self._root.coordinator, self.group_id, [(topic, partition)]).get(
             (topic, partition))
 
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:

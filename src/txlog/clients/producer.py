@@ -28,7 +28,8 @@ from ..format.batch import compression_attribute
 from .accumulator import (FutureRecordMetadata, RecordAccumulator, as_bytes, batch_runs,
                           by_partition, normalise_table, runs)
 from .metrics import DEFAULT_NUM_SAMPLES, DEFAULT_SAMPLE_WINDOW_MS, MetricConfig
-from .producer_settings import DEFAULT_COMPRESSION, check_producer_settings
+from .producer_settings import (DEFAULT_COMPRESSION, LOCAL_DEFAULTS, check_producer_settings,
+                                store_defaults)
 from .partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from .sender import Sender
 from .transaction_manager import ClientState, TransactionManager
@@ -38,10 +39,10 @@ if TYPE_CHECKING:
     from ..partition.appender import AppendResult
     from ..transactions.metadata import TransactionMember
 
-DEFAULT_BATCH_SIZE = 1 << 20  # bytes; each batch is one claim, so larger than Kafka's 16 KiB
-# Bytes of payload a producer gathers (over all partitions) into one data object
-# before writing it; flush(), commit and future.get() write what there is sooner.
-DEFAULT_DATA_OBJECT_BYTES = 8 << 20
+# Bytes per batch where the store's default does not apply (txlog.kafka's producer,
+# the Spark writer's max.request.size bound); larger than Kafka's 16 KiB, because each
+# batch is part of a claim, and the claims of one flush are what a write costs.
+DEFAULT_BATCH_SIZE = LOCAL_DEFAULTS.batch_size
 DEFAULT_LINGER_MS = 5
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 
@@ -71,12 +72,12 @@ class Producer:
     def __init__(self, log: Log, *, enable_idempotence: bool = True,
                  transactional_id: str | None = None,
                  transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
-                 batch_size: int = DEFAULT_BATCH_SIZE, linger_ms: int = DEFAULT_LINGER_MS,
+                 batch_size: int | None = None, linger_ms: int = DEFAULT_LINGER_MS,
                  compression: str | None = DEFAULT_COMPRESSION,
                  key_serializer: Callable[[Any], bytes] | None = None,
                  value_serializer: Callable[[Any], bytes] | None = None,
                  compression_type: str | None = None,
-                 data_object_bytes: int = DEFAULT_DATA_OBJECT_BYTES,
+                 data_object_bytes: int | None = None,
                  metrics_num_samples: int = DEFAULT_NUM_SAMPLES,
                  metrics_sample_window_ms: int = DEFAULT_SAMPLE_WINDOW_MS,
                  allow_auto_create_topics: bool = True) -> None:
@@ -90,8 +91,13 @@ class Producer:
         self._compression_bits = compression_attribute(compression)
         services = log.services
         self._services = services
-        self.batch_size = batch_size
-        self.data_object_bytes = data_object_bytes
+        # What the caller leaves out of the settings that depend on the store, the
+        # store's defaults fill in (clients/producer_settings.py, docs/clients.md).
+        defaults = store_defaults(services.storage)
+        self._send_table_waits = defaults.send_table_waits
+        self.batch_size = defaults.batch_size if batch_size is None else batch_size
+        self.data_object_bytes = defaults.data_object_bytes if data_object_bytes is None \
+            else data_object_bytes
         self.linger_ms = linger_ms
         self.enable_idempotence = enable_idempotence
         self.transactional_id = transactional_id
@@ -106,7 +112,8 @@ class Producer:
         self._transactions = TransactionManager(services, transactional_id,
                                                 transaction_timeout_ms, enable_idempotence)
         self._sender = Sender(services, self._transactions, self._partitioner,
-                              self._compression, self._compression_bits, data_object_bytes,
+                              self._compression, self._compression_bits,
+                              self.data_object_bytes,
                               MetricConfig(metrics_num_samples, metrics_sample_window_ms))
 
     # --- introspection -------------------------------------------------------------
@@ -180,7 +187,8 @@ class Producer:
         return future
 
     def send_table(self, topic: str, table: pa.Table | pa.RecordBatch,
-                   partition: int | None = None, *, wait: bool = True) -> list[SentBatch]:
+                   partition: int | None = None, *, wait: bool | None = None
+                   ) -> list[SentBatch]:
         """Send a whole Arrow table: the bulk path of the Spark writer.
 
         Columns: ``value`` (binary or string, required, may be null), and
@@ -200,12 +208,15 @@ class Producer:
 
         Batches gather into data objects of ``data_object_bytes``; with
         ``wait=False`` the last, partly filled one stays staged for the next
-        call, ``flush()`` or the commit (fewer, larger writes: the Spark
-        writer's way), a full one is written behind while the call returns
-        (docs/protocol.md 1.1: its failure is raised by the next call that
-        writes), and the returned list fills as the call's batches are
-        written, by this call or a later one.
+        call, ``flush()`` or the commit (fewer, larger writes), a full one is
+        written behind while the call returns (docs/protocol.md 1.1: its
+        failure is raised by the next call that writes), and the returned
+        list fills as the call's batches are written, by this call or a later
+        one.  ``wait=None`` is the store's default: True on local disk and in
+        memory, False on an object store (docs/clients.md).
         """
+        if wait is None:
+            wait = self._send_table_waits
         self._transactions.check_can_send("send_table()")
         records, chosen, sizes = normalise_table(table, clock.now_ms())
         highest = partition if partition is not None else \
@@ -334,7 +345,13 @@ class Producer:
             self._sender.write_staged()
 
     def flush(self, timeout: float | None = None) -> None:
-        """Publish every pending batch; raises the first error a batch met."""
+        """Publish every pending batch; raises the first error a batch met.  Outside a
+        transaction, also waits for the last commit's roll-forward and raises its error."""
+        self._publish_pending()
+        if self._transactions.state is not ClientState.IN_TRANSACTION:
+            self._transactions.settle_completion()
+
+    def _publish_pending(self) -> None:
         first_error: BaseException | None = None
         for tp in self._accumulator.partitions():
             try:
@@ -349,16 +366,24 @@ class Producer:
             raise first_error
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush and close.  An open transaction is left for its coordinator (or timeout)."""
+        """Flush and close.  An open transaction is left for its coordinator (or timeout).
+
+        The last transaction's roll-forward (markers, offsets, Complete*) is waited for
+        up to ``timeout`` seconds and its error raised; one still running after that
+        goes on in its thread, which the interpreter joins at exit, and should the
+        process die first, the next reader or writer of its partitions rolls it forward
+        (docs/clients.md, "Commit and close")."""
         transactions = self._transactions
         if transactions.state is ClientState.CLOSED:
             return
         try:
             if transactions.fatal is None and not (
                     self.transactional_id and transactions.state is ClientState.IN_TRANSACTION):
-                self.flush()
+                self._publish_pending()
             else:  # nothing more is written, but what is on its way is let finish
                 self._sender.settle_behind(raise_error=False)
+                transactions.settle_joins(raise_error=False)
+            transactions.settle_completion(timeout)
         finally:
             transactions.close()
 
@@ -398,6 +423,7 @@ class Producer:
         self._transactions.add_offsets(offsets, group_id, member_id, generation)
 
     def commit_transaction(self) -> None:
+        self._transactions.settle_joins(raise_error=False)  # a failed join is raised below
         self._transactions.check_can_commit()
         try:
             self.flush()
@@ -411,6 +437,7 @@ class Producer:
         self._transactions.end(commit=True)
 
     def abort_transaction(self) -> None:
+        self._transactions.settle_joins(raise_error=False)  # what failed decides the abort
         self._transactions.check_can_abort()
         # Its claims land before the markers, or would be refused by the bumped epoch.
         self._sender.settle_behind(raise_error=False)

@@ -166,6 +166,8 @@ class Sender:
             self.settle_behind()
         except BaseException as exc:  # the other partitions' staged batches still go
             first_error = exc
+        if self.staged:
+            self._transactions.settle_joins()  # no byte before AddPartitionsToTxn
         staged, self.staged, self.staged_bytes = self.staged, [], 0
         if staged:
             self._sent(staged, _timed_publish(self._services.storage, staged))
@@ -184,6 +186,8 @@ class Sender:
         settled, and its first failure raised, by the next write, flush or decision
         (docs/protocol.md, section 1.1)."""
         self.settle_behind()
+        if self.staged:
+            self._transactions.settle_joins()  # no byte before AddPartitionsToTxn
         staged, self.staged, self.staged_bytes = self.staged, [], 0
         if staged:
             self.behind = (staged, _write_pool().submit(_timed_publish,

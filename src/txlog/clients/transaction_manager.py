@@ -11,22 +11,29 @@ and tells it what a failed append means.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, wait
 from contextlib import contextmanager
 from enum import Enum
 from typing import TYPE_CHECKING
 
 from ..errors import (CommitFailedError, IllegalStateError, InvalidConfigError,
-                      InvalidPidMappingError, ProducerFencedError)
+                      InvalidPidMappingError, InvalidTxnStateError, ProducerFencedError)
 from ..format.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from ..storage.names import validate_name
+from ..storage.pools import shared_pool
 from ..transactions.metadata import TransactionMember, plain_decision_id
 from ..transactions.groups import check_offsets, register_transactional_offsets
 from .membership import check_generation
 
 if TYPE_CHECKING:
     from ..root.root import Root
+
+logger = logging.getLogger(__name__)
+
+JOIN_THREADS = 8  # AddPartitionsToTxn requests of all producers of a process running at once
 
 # How often a producer looks for expired or decided-but-unfinished transactions
 # holding back a partition it writes to (there is no coordinator timer).
@@ -83,6 +90,10 @@ class TransactionManager:
         self.partitions: set[tuple[str, int]] = set()
         self.has_offsets = False
         self._expiry_checked: dict[tuple[str, int], float] = {}
+        # The previous transaction's roll-forward (its decision id and future) and the
+        # AddPartitionsToTxn requests still running, oldest last (docs/protocol.md 4.5).
+        self.completion: tuple[str, Future] | None = None
+        self.joining: Future[None] | None = None
         if enable_idempotence and transactional_id is None:
             self.producer_id = services.producer_ids.next_id()
             self.epoch = 0
@@ -177,6 +188,11 @@ class TransactionManager:
             raise IllegalStateError("the producer is closed")
         if self.state is _S.IN_TRANSACTION:
             raise IllegalStateError("init_transactions() during a transaction")
+        self.settle_joins(raise_error=False)
+        try:
+            self.settle_completion()
+        except Exception:  # InitProducerId completes the transaction again, or raises
+            self.completion = None
         self.producer_id, self.epoch = self._services.coordinator.init_producer_id(
             txn_id, self.transaction_timeout_ms)
         self.sequences.clear()
@@ -203,10 +219,64 @@ class TransactionManager:
 
     def add_partitions(self, new: list[tuple[str, int]]) -> None:
         """AddPartitionsToTxn before any byte reaches a partition, so that whoever
-        ends or fences this transaction knows to mark it."""
-        with self._abortable_on_expiry():
-            self._services.coordinator.add_partitions(self.member(), new)
+        ends or fences this transaction knows to mark it.
+
+        Sent in a thread, after the requests before it and the previous transaction's
+        Complete* (the metadata chain has one head): the caller stages its records
+        meanwhile, and the sender settles it (``settle_joins``) before it writes."""
+        member = self.member()
+        previous, completion = self.joining, self.completion
         self.partitions.update(new)
+        self.joining = shared_pool("txlog-join", JOIN_THREADS).submit(
+            self._join, previous, completion, member, new)
+
+    def _join(self, previous: Future[None] | None, completion: tuple[str, Future] | None,
+              member: TransactionMember, new: list[tuple[str, int]]) -> None:
+        """One AddPartitionsToTxn, in a join thread: it touches no state of this object."""
+        if previous is not None:
+            previous.result()
+        if completion is not None:
+            self._completed(member.transactional_id, *completion)
+        self._services.coordinator.add_partitions(member, new)
+
+    def settle_joins(self, raise_error: bool = True) -> None:
+        """Wait for the AddPartitionsToTxn requests in flight; a failure poisons the
+        transaction (fenced: the producer; otherwise abortable)."""
+        joining, self.joining = self.joining, None
+        if joining is None:
+            return
+        try:
+            joining.result()
+        except BaseException as exc:
+            self.fatal = self.fatal or exc
+            if raise_error:
+                raise
+
+    def _completed(self, transactional_id: str, decision_id: str, future: Future) -> None:
+        """Wait for a roll-forward; if it failed, complete the transaction here, so that
+        its error is raised to this producer's caller if it persists."""
+        wait([future])
+        if future.exception() is not None:
+            logger.warning("completing transaction %r of %r failed in the background (%s); "
+                           "trying again", decision_id, transactional_id, future.exception())
+            self._services.coordinator.complete(transactional_id, only_decision=decision_id)
+
+    def settle_completion(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` for the previous transaction's roll-forward (markers,
+        offsets, Complete*); raises what stops it.  False if it is still running."""
+        if self.completion is None:
+            return True
+        decision_id, future = self.completion
+        done, _ = wait([future], timeout)
+        if not done:
+            return False
+        self.completion = None
+        try:
+            self._completed(self.require_transactional(), decision_id, future)
+        except BaseException:
+            self.completion = (decision_id, future)  # the next call tries again
+            raise
+        return True
 
     @contextmanager
     def _abortable_on_expiry(self) -> Iterator[None]:
@@ -221,26 +291,30 @@ class TransactionManager:
     def add_offsets(self, offsets: dict[tuple[str, int], int], group_id: str,
                     member_id: str | None, generation: int | None) -> None:
         """AddOffsetsToTxn + TxnOffsetCommit, fenced by the consumer's generation when
-        it has one (Producer.send_offsets_to_transaction says how)."""
+        it has one (Producer.send_offsets_to_transaction says how).  Registered in the
+        group first, with or without a generation, so that an offset fetch that meets
+        the transaction decided but not applied rolls it forward (stable_offsets.py)."""
         if generation == -1 and not member_id:
             generation = member_id = None  # Kafka's UNKNOWN_GENERATION_ID: no fencing
-        if generation is not None or member_id is not None:
-            check_offsets(offsets)
-            if generation is None:
-                raise InvalidConfigError("send_offsets_to_transaction: member_id needs a "
-                                         "generation (the consumer's group metadata)")
-            member = self.member()
-            try:
+        check_offsets(offsets)
+        if generation is None and member_id is not None:
+            raise InvalidConfigError("send_offsets_to_transaction: member_id needs a "
+                                     "generation (the consumer's group metadata)")
+        self.settle_joins()
+        self.settle_completion()
+        member = self.member()
+        try:
+            if generation is not None:
                 check_generation(self._services, group_id, member_id, generation)
-                register_transactional_offsets(
-                    self._services.storage, group_id, member.transactional_id,
-                    (member.producer_id, member.epoch), generation, member_id or "",
-                    list(offsets))
-            except CommitFailedError as exc:
-                self.fatal = exc  # abortable: commit_transaction() raises it, abort clears it
-                raise
+            register_transactional_offsets(
+                self._services.storage, group_id, member.transactional_id,
+                (member.producer_id, member.epoch), -1 if generation is None else generation,
+                member_id or "", list(offsets))
+        except CommitFailedError as exc:
+            self.fatal = exc  # abortable: commit_transaction() raises it, abort clears it
+            raise
         with self._abortable_on_expiry():
-            self._services.coordinator.add_offsets(self.member(), group_id, offsets)
+            self._services.coordinator.add_offsets(member, group_id, offsets)
         self.has_offsets = True
 
     def plain_decision_id(self) -> str:
@@ -255,18 +329,29 @@ class TransactionManager:
                 "log.coordinator.end_shared_transaction(); a member cannot commit alone")
 
     def end(self, commit: bool) -> None:
-        """EndTxn, unless nothing joined the transaction (then nothing is decided)."""
+        """EndTxn, unless nothing joined the transaction (then nothing is decided).
+
+        Returns once the decision is durable; the roll-forward runs on, and the next
+        request on the id's chain waits for it (``settle_completion``)."""
+        self.settle_joins(raise_error=commit)
+        self.settle_completion()
         member = self.member()
         self.transition(_S.READY)
         try:
             if not self.partitions and not self.has_offsets:
                 return
-            self.producer_id, self.epoch = self._services.coordinator.end_transaction(
-                member, commit)
-            self.sequences.clear()
+            ending = self._services.coordinator.end_transaction(member, commit)
         except ProducerFencedError as exc:
             self.fatal = exc
             raise
+        except InvalidTxnStateError:
+            if commit:
+                raise
+            self.sequences.clear()  # an abort whose every join failed: nothing is open, and
+            return  # the staged batches' sequences were never used
+        self.producer_id, self.epoch = ending.producer_id, ending.epoch
+        self.completion = (member.decision_id, ending.completion)
+        self.sequences.clear()
 
     def check_can_abort(self) -> None:
         self.require_transactional()
@@ -308,6 +393,7 @@ class TransactionManager:
         """Hand this producer's part to a shared transaction's coordinator, which bumps
         the id's epoch when it ends it: this instance cannot go on without a new
         InitProducerId."""
+        self.settle_joins()
         self.transition(_S.PREPARED)
         return self.member()
 

@@ -24,7 +24,10 @@ job, so that the Spark layer only maps Spark's calls onto them:
 * the metadata chain of a finished participant is deleted by the next gc
   at once (``delete_finished_attempt``), not kept for
   ``transactional.id.expiration.ms`` and a Dead floor: a job leaves its
-  decision behind, not one chain per attempt (docs/protocol.md 5.3);
+  decision behind, not one chain per attempt (docs/protocol.md 5.3); but
+  the ids of Spark's batch attempts (``attempt_key``) are the same in every
+  job of a prefix and stay, so the next job bumps their epochs instead of
+  creating producers (5.4, and ``id_pool`` for jobs without a prefix);
 * a running participant keeps the job's lease fresh, and members of a
   shared transaction time out only when the lease has gone stale, so a job
   longer than its timeout still commits while one whose driver died is
@@ -34,10 +37,13 @@ job, so that the Spark layer only maps Spark's calls onto them:
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from functools import partial
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -50,6 +56,7 @@ from ..transactions.metadata import (COMPLETE, PREPARED, Decision, TransactionMe
 from ..errors import CommittedButIncompleteError, InvalidConfigError, TransactionAbortedError
 from ..storage.names import validate_name
 from ..storage.paths import TXN_DIR, job_dir
+from ..storage.pools import shared_pool
 from ..clients.producer import Producer
 from ..root.root import Root
 
@@ -66,6 +73,26 @@ MAX_PREFIX_LENGTH = 200
 # twice as long each time (about 6 s in all), before the job is told it failed.
 COMPLETE_ATTEMPTS = 7
 COMPLETE_FIRST_BACKOFF_S = 0.1
+JOB_END_THREADS = 4  # committed jobs of a process rolled forward at once
+
+# Roll-forwards of jobs this process committed, by decision id (``wait_completed``).
+_FINISHING: dict[str, Future[None]] = {}
+_FINISHING_LOCK = threading.Lock()
+
+
+def _forget_if_done(decision_id: str, finishing: Future[None]) -> None:
+    """A job rolled forward is forgotten; one that gave up is kept for ``wait_completed``
+    (and was logged as an error)."""
+    if finishing.exception() is None:
+        with _FINISHING_LOCK:
+            if _FINISHING.get(decision_id) is finishing:
+                del _FINISHING[decision_id]
+
+
+def _job_end_pool() -> ThreadPoolExecutor:
+    """Threads that wait for a committed job's members and then drop its index entries;
+    apart from the coordinator's roll-forward threads, on which they wait."""
+    return shared_pool("txlog-job-end", JOB_END_THREADS)
 
 
 def check_prefix(prefix: str) -> str:
@@ -94,10 +121,7 @@ class SharedTransaction:
     @classmethod
     def start(cls, log: Log, prefix: str, timeout_ms: int) -> SharedTransaction:
         """A new job: a fresh decision id; leftovers of earlier jobs of ``prefix`` are ended."""
-        check_prefix(prefix)
-        job = cls(prefix, f"{prefix}.{uuid.uuid4().hex}", timeout_ms)
-        job.end_leftovers(log)
-        return replace(job, lease_ms=log.services.coordinator.renew_lease(job.decision_id))
+        return begin_job(log, prefix, fresh_decision_id(prefix), timeout_ms)
 
     def describing(self, log: Log, topics: Iterable[str]) -> SharedTransaction:
         """This job, carrying the current descriptions of ``topics`` to its tasks."""
@@ -164,26 +188,84 @@ class SharedTransaction:
     def commit(self, log: Log, members: list[TransactionMember]) -> Decision:
         """Commit exactly ``members``; raises unless every one of them is committed.
 
-        Once the COMMIT decision stands the records are committed, whatever
-        fails afterwards: a failure while rolling it forward (markers, group
-        offsets) is retried with backoff rather than reported as a failed
-        job, which a user would run again and so duplicate.  Should it keep
-        failing, the error says the records are committed.
+        Returns once the COMMIT decision is durable: from then on the records
+        are committed, whatever fails afterwards.  Every member is rolled
+        forward at once behind it (markers, group offsets, Complete*), then
+        the job's index entries go; a failure there is retried with backoff
+        rather than reported as a failed job, which a user would run again
+        and so duplicate.  ``wait_completed`` waits for it and raises what
+        stopped it (CommittedButIncompleteError, which says the records are
+        committed); a process killed meanwhile leaves it to whoever meets the
+        transaction next (docs/protocol.md 4.5).
         """
         root = log.services
+        try:
+            decision, completion = root.coordinator.decide_shared_transaction(
+                self.decision_id, members, True)
+        except TransactionAbortedError:
+            raise  # DecisionConflictError among them: nothing is committed
+        except Exception:
+            if not self._commit_stands(root, members):
+                raise  # undecided, or unknowable: the caller's failure, as before
+            standing = root.coordinator.decision(self.decision_id)
+            assert standing is not None
+            decision, completion = standing, None
+        if not decision.commit:
+            raise TransactionAbortedError(
+                f"job transaction {self.decision_id!r} was aborted before it could commit "
+                f"({decision.reason or 'aborted'})")
+        self._fence_orphans(root, members)
+        finishing = _job_end_pool().submit(self._finish, root, members, completion)
+        with _FINISHING_LOCK:
+            _FINISHING[self.decision_id] = finishing
+        finishing.add_done_callback(partial(_forget_if_done, self.decision_id))
+        return decision
+
+    def _fence_orphans(self, root: Root, members: list[TransactionMember]) -> None:
+        """End the job's attempts that are not members (speculation losers, failed
+        attempts) before the commit returns: one still running then meets its ABORT
+        markers, at the epoch after its own, wherever it joined, and never lands a batch
+        once the job is over (protocol.md 5, "The job index").  Rare; the listing is the
+        commit's one request beyond the decision."""
+        named = {m.transactional_id for m in members}
+        for txn_id in root.storage.list(job_dir(self.prefix, self.decision_id)):
+            if txn_id not in named:
+                root.coordinator.complete(txn_id, only_decision=self.decision_id)
+
+    def wait_completed(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` for this process's roll-forward of the committed job;
+        raises CommittedButIncompleteError if it gave up.  False if still running."""
+        with _FINISHING_LOCK:
+            finishing = _FINISHING.get(self.decision_id)
+        if finishing is None:
+            return True
+        done, _ = wait([finishing], timeout)
+        if not done:
+            return False
+        with _FINISHING_LOCK:
+            if _FINISHING.get(self.decision_id) is finishing:
+                del _FINISHING[self.decision_id]
+        finishing.result()
+        return True
+
+    def _finish(self, root: Root, members: list[TransactionMember],
+                completion: Future[None] | None) -> None:
+        """Behind a standing COMMIT: every member complete, then the job's index entries."""
         delay = COMPLETE_FIRST_BACKOFF_S
         for attempt in range(1, COMPLETE_ATTEMPTS + 1):
             try:
-                decision = root.coordinator.end_shared_transaction(self.decision_id, members,
-                                                                   True)
+                if completion is not None and attempt == 1:
+                    completion.result()
+                else:
+                    for m in members:
+                        root.coordinator.complete(m.transactional_id,
+                                                  only_decision=self.decision_id)
                 _end_job(root, self.prefix, self.decision_id, None)
-                break
-            except TransactionAbortedError:
-                raise  # DecisionConflictError among them: nothing is committed
+                return
             except Exception as exc:
-                if not self._commit_stands(root, members):
-                    raise  # undecided, or unknowable: the caller's failure, as before
                 if attempt == COMPLETE_ATTEMPTS:
+                    logger.error("job transaction %s is committed, but completing it failed "
+                                 "%d times: %s", self.decision_id, attempt, exc)
                     raise CommittedButIncompleteError(
                         f"the job's records are COMMITTED and must not be written again: the "
                         f"COMMIT decision of job transaction {self.decision_id!r} stands, but "
@@ -196,11 +278,6 @@ class SharedTransaction:
                                "retrying in %.1f s", self.decision_id, exc, delay)
                 time.sleep(delay)
                 delay *= 2
-        if not decision.commit:
-            raise TransactionAbortedError(
-                f"job transaction {self.decision_id!r} was aborted before it could commit "
-                f"({decision.reason or 'aborted'})")
-        return decision
 
     def _commit_stands(self, root: Root, members: list[TransactionMember]) -> bool:
         try:
@@ -234,6 +311,35 @@ class SharedTransaction:
         """
         end_open_jobs(log.services, self.prefix, "left open by an earlier job of its prefix",
                       keep=self.decision_id)
+
+
+def fresh_decision_id(prefix: str) -> str:
+    return f"{prefix}.{uuid.uuid4().hex}"
+
+
+def begin_job(log: Log, prefix: str, decision_id: str, timeout_ms: int) -> SharedTransaction:
+    """Job ``decision_id`` of ``prefix`` begun: leftovers of the prefix's earlier jobs are
+    ended and the lease is renewed (``SharedTransaction.start``, or a pooled prefix's
+    job, id_pool.py, whose decision id was recorded in the pool before)."""
+    check_prefix(prefix)
+    job = SharedTransaction(prefix, decision_id, timeout_ms)
+    job.end_leftovers(log)
+    return replace(job, lease_ms=log.services.coordinator.renew_lease(decision_id))
+
+
+def attempt_key(partition: int, attempt: int) -> str:
+    """The participant key of a Spark task attempt, the same in every job of a prefix.
+
+    Within a stage attempt no two attempts of a task share it (Spark numbers
+    them, speculative copies included), and across jobs it is re-used, so a
+    prefix's ids stay as many as its jobs' attempts: InitProducerId bumps the
+    epoch of the id's producer instead of creating one (protocol.md 5.4).
+    """
+    return f"r{partition}-{attempt}"
+
+
+# Transactional ids keyed by ``attempt_key``: their chains stay between jobs.
+_REUSED_ID = re.compile(r"-r\d+-\d+\Z")
 
 
 def _end_job(root: Root, prefix: str, decision_id: str, reason: str | None) -> list[str]:
@@ -294,6 +400,10 @@ def delete_finished_attempt(root: Root, transactional_id: str) -> list[str]:
       chain that moved on (an id re-used by the next job, as Spark's
       streaming writer does with ``<partition>-<attempt number>``) is left
       alone; a plain producer's chain (its decision is its own) is too;
+    * the id is not one the batch writer re-uses from job to job (``attempt_key``):
+      deleting it would give its next job's attempt a new producer id, and every
+      partition it writes an entry more, until producer ids expire; it stays until
+      ``transactional.id.expiration.ms`` as Kafka keeps an idle id;
     * the Prepare* version carried no group offsets: a chain restarted
       without a tombstone takes the restarting process's clock as its
       incarnation, which only the Dead rule (4.10) orders after a deleted
@@ -309,6 +419,8 @@ def delete_finished_attempt(root: Root, transactional_id: str) -> list[str]:
     """
     storage = root.storage
     directory = f"{TXN_DIR}/{validate_name(transactional_id, 'transactional id')}"
+    if _REUSED_ID.search(transactional_id):
+        return []
     names = sorted(n for n in storage.list(directory) if n.isdigit())
     if len(names) < 2 or int(names[-2]) + 1 != int(names[-1]):
         return []  # a lone version (trimmed): its offsets cannot be seen, keep it

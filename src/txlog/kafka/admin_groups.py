@@ -17,6 +17,7 @@ from .. import clock
 from ..errors import TxlogError, UnknownGroupError
 from ..root.root import Root
 from ..transactions import groups as group_offsets
+from ..transactions.stable_offsets import stable_offsets
 from ..transactions.group_members import (GroupMembership, group_state_name, live_members,
                                           reset_offsets_if_inactive)
 from .admin_topics import NODE, TopicAdmin, as_kafka_error
@@ -104,7 +105,7 @@ class GroupAdmin(TopicAdmin):
         with translated():
             for group_id, partitions in group_specs.items():
                 wanted = None if partitions is None else [tuple(tp) for tp in partitions]
-                offsets = group_offsets.committed_offsets(self._root.storage, group_id, wanted)
+                offsets = stable_offsets(self._root.coordinator, group_id, wanted)
                 out[group_id] = {TopicPartition(*tp): OffsetAndMetadata(o, "", -1)
                                  for tp, o in sorted(offsets.items())}
         return out

@@ -35,7 +35,7 @@ from ..errors import UnknownTopicError
 from ..integers import is_int
 from ..partition.isolation import READ_COMMITTED
 from ..root.root import Root
-from ..transactions.groups import committed_offsets
+from ..transactions.stable_offsets import stable_offsets
 from .config import CONSUMER_CONFIG, Codec, codec, open_log, resolve
 from .errors import (IllegalStateError, KafkaConfigurationError, KafkaError, translated,
                      translating)
@@ -434,7 +434,7 @@ class KafkaConsumer:
         """The group's committed offset for the partition, or None."""
         group_id = self._require_group()
         tp = _check_tp(partition)
-        offset = committed_offsets(self._root.storage, group_id, [(tp.topic, tp.partition)]).get(
+        offset = stable_offsets(self._root.coordinator, group_id, [(tp.topic, tp.partition)]).get(
             (tp.topic, tp.partition))
         if offset is None:
             return None

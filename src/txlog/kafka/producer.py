@@ -259,7 +259,9 @@ class KafkaProducer:
 
         An open transaction is left to its coordinator, which aborts it after
         ``transaction_timeout_ms`` unless a new instance of the same
-        transactional_id aborts it first (init_transactions).
+        transactional_id aborts it first (init_transactions).  The last
+        commit's markers are waited for up to ``timeout`` (docs/clients.md,
+        "Commit and close").
         """
         if self._closed:
             return
@@ -275,7 +277,7 @@ class KafkaProducer:
                                     "secs")
         try:
             with translated():
-                self._core.close()
+                self._core.close(timeout)
         finally:
             self._lock.release()
             with self._outstanding_lock:

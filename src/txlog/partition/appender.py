@@ -188,10 +188,12 @@ class Appender:
                 state, proof = self._try_state(first, continuing)
                 guessed, first = first, False
                 try:
-                    # The producer entries are read before anything is published, so that
-                    # applying the batch afterwards (an expiry among them) needs no read.
-                    state.producers.load()
                     step = prepare(state)
+                    if isinstance(step, _Slot):
+                        # What applying the batch will read is read before it is published
+                        # (an expiry): afterwards a read could fail with the batch in the log.
+                        # A producer id above every id of a section never reads it.
+                        state.ready(step.header)
                 except TxlogError:
                     if guessed:
                         continue

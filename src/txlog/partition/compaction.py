@@ -87,8 +87,10 @@ def compact(states: StateManager, max_bytes: int = DEFAULT_SEGMENT_BYTES,
     # The segment's own aborted section lists the transactions aborted in it; its
     # snapshot lists none (each segment's section holds its own: reader.py).
     anchor = bytes(memoryview(states.cache.load(last_ref, ANCHOR_BYTES))[:ANCHOR_BYTES])
+    # The one place every entry is rewritten (Kafka's snapshot at segment roll): the
+    # deltas written after it build on this section (format.md 3.2).
     fields = states.snapshot_fields(end_state, last_header.base_offset, anchor,
-                                    end_state.end_offset)
+                                    end_state.end_offset, full=True)
     head = encode_segment_head(states.topic_id, start, [(h, n) for h, n, _ in run],
                                end_state.end_offset, end_state.aborted, fields, clock.now_ms())
     total = len(head) + size

@@ -66,6 +66,7 @@ class ProducerEntry:
     # Batches applied before the snapshot section that may hold this producer's older
     # entry was read: (header, control, clock), folded onto it when read (ProducerEntries).
     pending: list[tuple[BatchHeader, ControlRecord | None, int]] | None = None
+    base_cutoff: int = 0  # the cutoff when it became pending: its base row counts if after
 
     @property
     def last_seq(self) -> int:
@@ -171,6 +172,8 @@ BATCH_ROW = np.dtype([("first_seq", ">i4"), ("last_seq", ">i4"), ("record_count"
 # Reads the entries section of the snapshot a state was loaded from (its bytes, checked
 # by the state): called only when an entry the state has not decoded is needed.
 EntriesLoader = Callable[[], "bytes | memoryview"]
+# Makes the loader of the base section a delta snapshot names, from its checked fields.
+BaseLoader = Callable[[dict[str, int]], EntriesLoader]
 
 
 class _Columns:
@@ -198,6 +201,9 @@ class _Columns:
         txid = self.txids[t0:t0 + int(row["txid_length"])].decode()
         return ProducerEntry(int(row["producer_id"]), int(row["epoch"]), batches, -1, "", txid,
                              int(row["last_timestamp"]), int(row["last_append"]))
+
+    def max_pid(self) -> int:
+        return int(self.pids[-1]) if len(self.pids) else -1
 
     def min_append(self) -> int:
         alive = self.rows["last_append"][self.alive]
@@ -307,45 +313,153 @@ def _entries_part(entries: list[ProducerEntry]) -> tuple[np.ndarray, np.ndarray,
     return rows, brows, b"".join(txids)
 
 
+class _Base:
+    """The producer entries section of the segment a state's entries were last written in
+    full (format.md 3.2): a delta snapshot's entries are the changes since it.
+
+    Read only when an entry that may be in it is needed.  Its rows are never
+    expired in place: a row counts only while its last append is after the
+    state's cutoff (``take`` and ``part`` check it), which is the entry's fate
+    in a full fold, since a full fold drops exactly the entries idle for the
+    expiration at every step and the clock never runs backwards.  So an expiry
+    never reads it, and neither does an append for a producer id above
+    ``max_pid``.
+    """
+
+    def __init__(self, loader: EntriesLoader, count: int, max_pid: int, end: int,
+                 descriptor: dict[str, int]) -> None:
+        self.loader, self.count, self.max_pid, self.end = loader, count, max_pid, end
+        self.descriptor = descriptor  # how a delta snapshot names it (its "base" field)
+        self.columns: _Columns | None = None
+        self.hidden: set[int] = set()  # ids taken, superseded or dropped before it was read
+
+    def may_hold(self, pid: int) -> bool:
+        """Whether ``pid`` may have a row here, without reading the section."""
+        if pid > self.max_pid:
+            return False
+        if self.columns is None:
+            return pid not in self.hidden
+        return self.columns.find(pid) >= 0
+
+    def read(self) -> _Columns:
+        if self.columns is None:
+            columns = _Columns.parse(self.loader(), self.count, self.end)
+            if self.hidden:
+                columns.alive &= ~np.isin(columns.pids, np.fromiter(self.hidden, np.int64))
+                self.hidden.clear()
+            self.columns = columns
+        return self.columns
+
+    def hide(self, pids: np.ndarray) -> None:
+        """Rows of these ids no longer count: a newer layer holds them, or they went."""
+        if self.columns is None:
+            self.hidden.update(int(p) for p in pids)
+        else:
+            self.columns.alive &= ~np.isin(self.columns.pids, pids)
+
+    def take(self, pid: int, cutoff: int) -> ProducerEntry | None:
+        """The row of ``pid`` decoded, if it counts at ``cutoff``; either way it is hidden
+        from now on (the caller keeps the entry, or its producer starts anew)."""
+        if not self.may_hold(pid):
+            return None
+        columns = self.read()
+        i = columns.find(pid)
+        if i < 0:
+            return None
+        columns.alive[i] = False
+        if int(columns.rows["last_append"][i]) <= cutoff:
+            return None
+        return columns.entry(i)
+
+    def part(self, cutoff: int) -> tuple[np.ndarray, np.ndarray, bytes]:
+        """The rows that count at ``cutoff``, as an encode part."""
+        columns = self.read()
+        keep = columns.alive & (columns.rows["last_append"].astype(np.int64) > cutoff)
+        return columns.rows[keep], columns.batches, columns.txids
+
+
 class ProducerEntries:
     """The producer entries of a state: a mapping by producer id, decoded on demand.
 
-    A state loaded from a version 4 snapshot holds its open transactions'
-    entries decoded and the others as an undecoded section (``_Columns``),
-    read through ``loader`` only when an entry that may be in it is needed:
-    by an append's checks (``get``), an expiry that may drop some, or a new
-    snapshot.  A batch applied before then, by a producer the state has not
-    decoded, starts a *pending* entry that records the batches applied
-    (``ProducerEntry.pending``): a section entry is never in a transaction,
-    so the pending entry alone knows everything about the producer's
-    transaction, and when the section is read the recorded batches are
-    folded onto the section's entry, giving exactly the entry a full fold
-    would have (docs/protocol.md, section 1.2).
+    Three layers, newest first: the decoded entries (``_hot``: every open
+    transaction's among them), the *top* section (a delta snapshot's changes,
+    or a full section of a state with no base), and the *base* section
+    (``_Base``: the newest segment's, read when loaded from that segment or
+    named by a delta).  A row of a lower layer counts only if no upper layer
+    holds its producer.  A section is read through its loader only when an
+    entry that may be in it is needed: by an append's checks (``get``), an
+    expiry that may drop some of the top's, or a new snapshot.  A batch applied
+    before then, by a producer the state has not decoded, starts a *pending*
+    entry that records the batches applied (``ProducerEntry.pending``): a
+    section entry is never in a transaction, so the pending entry alone knows
+    everything about the producer's transaction, and when the section is read
+    the recorded batches are folded onto the section's entry, giving exactly
+    the entry a full fold would have (docs/protocol.md, section 1.2).
     """
 
     def __init__(self) -> None:
         self._hot: dict[int, ProducerEntry] = {}
         self._columns: _Columns | None = None
         self._loader: EntriesLoader | None = None
-        self._count = 0  # entries in the unread section
-        self._min_append = _NEVER  # the oldest last append in the unread section
+        self._count = 0  # entries in the unread top section
+        self._min_append = _NEVER  # the oldest last append in the unread top section
+        self._max_pid = _NEVER  # the largest producer id in it (unknown: _NEVER)
         self._end = 0
-        self._removed: set[int] = set()  # ids removed before the section was read
+        self._removed: set[int] = set()  # ids removed before the top section was read
+        self.base: _Base | None = None
+        # Entries last appended at or before it have expired (the state's clock minus the
+        # expiration, after its last batch): what a base row is checked against.
+        self.cutoff = -_NEVER
 
-    def attach(self, loader: EntriesLoader, count: int, min_append: int, end: int) -> None:
-        """Back this mapping with an unread section of ``count`` entries."""
+    def attach(self, loader: EntriesLoader, count: int, min_append: int, end: int,
+               max_pid: int = _NEVER) -> None:
+        """Back this mapping with an unread top section of ``count`` entries."""
         self._loader, self._count, self._min_append, self._end = loader, count, min_append, end
+        self._max_pid = max_pid
 
-    def attach_columns(self, columns: _Columns) -> None:
-        self._columns, self._loader, self._count = columns, None, 0
+    def attach_base(self, base: _Base) -> None:
+        """Put ``base`` under the top section; the decoded entries hide its rows."""
+        self.base = base
+        base.hide(np.fromiter(self._hot, np.int64, len(self._hot)))
+
+    def top_as_base(self, descriptor: dict[str, int]) -> None:
+        """Make the unread top section the base (a state loaded from a segment, whose
+        section ``descriptor`` names for the deltas written from this state)."""
+        assert self._loader is not None and self.base is None
+        base = _Base(self._loader, self._count, self._max_pid, self._end, descriptor)
+        self._loader, self._count, self._min_append, self._max_pid = None, 0, _NEVER, _NEVER
+        self.attach_base(base)
+
+    def rebase(self, base: _Base, since: int) -> None:
+        """Build the next deltas on ``base``, a newer segment's section that ends within
+        this state's prefix, its clock ``since``: the top and the decoded entries keep
+        only what was appended at or after it (the others are in ``base`` as they are
+        here, pending ones folded, since the clock orders the log; an open transaction
+        stays whatever its age)."""
+        self._load_top()
+        if self._columns is not None:
+            self._columns.alive &= self._columns.rows["last_append"].astype(np.int64) >= since
+        self._hot = {pid: e for pid, e in self._hot.items()
+                     if e.in_transaction or e.last_append >= since}
+        self.base = base
+        hidden = [np.fromiter(self._hot, np.int64, len(self._hot))]
+        if self._columns is not None:
+            hidden.append(self._columns.pids[self._columns.alive])
+        base.hide(np.concatenate(hidden))
 
     @property
     def unread(self) -> bool:
-        """Whether some entries are still only in the unread section."""
-        return self._loader is not None
+        """Whether some entries are still only in an unread section."""
+        return self._loader is not None or (self.base is not None and self.base.columns is None)
 
     def load(self) -> None:
-        """Read and check the section (OSError if its object is gone, ValueError if damaged)."""
+        """Read and check every section (OSError if an object is gone, ValueError if
+        damaged)."""
+        self._load_top()
+        if self.base is not None:
+            self.base.read()
+
+    def _load_top(self) -> None:
         if self._loader is None:
             return
         columns = _Columns.parse(self._loader(), self._count, self._end)
@@ -353,55 +467,67 @@ class ProducerEntries:
             columns.alive &= ~np.isin(columns.pids, np.fromiter(self._removed, np.int64))
             self._removed.clear()
         self._columns, self._loader, self._count = columns, None, 0
+        if self.base is not None:
+            self.base.hide(columns.pids)
         for entry in list(self._hot.values()):
-            if entry.pending is not None:
+            if entry.pending is not None and columns.find(entry.producer_id) >= 0:
                 self._resolve(entry)
 
     def _resolve(self, entry: ProducerEntry) -> ProducerEntry:
-        """Fold a pending entry's batches onto the section's entry of its producer."""
+        """Fold a pending entry's batches onto the stored entry of its producer."""
+        pid = entry.producer_id
+        if self._loader is not None and pid <= self._max_pid and pid not in self._removed:
+            self._load_top()  # resolves the entry if the top holds it
+            if entry.pending is None:
+                return self._hot[pid]
         pending, entry.pending = entry.pending, None
-        if self._loader is not None:
-            entry.pending = pending
-            self.load()
-            return self._hot[entry.producer_id]
-        base = self._take(entry.producer_id)
+        base = self._take(pid, entry.base_cutoff)
         if base is None or pending is None:
             return entry
         for header, control, clock in pending:
             _fold(base, header, control, clock)
-        self._hot[entry.producer_id] = base
+        self._hot[pid] = base
         return base
 
-    def _take(self, pid: int) -> ProducerEntry | None:
-        """The section's entry of ``pid`` decoded (and from now on kept decoded), if any."""
+    def _take(self, pid: int, cutoff: int) -> ProducerEntry | None:
+        """The stored entry of ``pid`` decoded (and from now on kept decoded), if any."""
         columns = self._columns
-        if columns is None:
-            return None
-        i = columns.find(pid)
-        if i < 0:
-            return None
-        columns.alive[i] = False
-        return columns.entry(i)
+        if columns is not None:
+            i = columns.find(pid)
+            if i >= 0:
+                columns.alive[i] = False
+                return columns.entry(i)
+        if self.base is not None:
+            return self.base.take(pid, cutoff)
+        return None
 
     def get(self, pid: int, default: ProducerEntry | None = None) -> ProducerEntry | None:
         entry = self._hot.get(pid)
         if entry is not None:
             return self._resolve(entry) if entry.pending is not None else entry
-        if self._loader is not None and pid not in self._removed:
-            self.load()
-        entry = self._take(pid)
+        if self._loader is not None and pid <= self._max_pid and pid not in self._removed:
+            self._load_top()
+        entry = self._take(pid, self.cutoff)
         if entry is None:
             return default
         self._hot[pid] = entry
         return entry
 
     def peek(self, pid: int) -> tuple[ProducerEntry | None, bool]:
-        """The entry of ``pid`` without reading the section, and whether it may be there."""
+        """The entry of ``pid`` without reading a section, and whether one may hold it."""
         entry = self._hot.get(pid)
         if entry is not None:
             return entry, False
         if self._loader is not None:
-            return None, pid not in self._removed
+            if pid <= self._max_pid and pid not in self._removed:
+                return None, True
+        elif self._columns is not None and self._columns.find(pid) >= 0:
+            return self.get(pid), False
+        base = self.base
+        if base is None:
+            return None, False
+        if base.columns is None:
+            return None, base.may_hold(pid)
         return self.get(pid), False
 
     def __getitem__(self, pid: int) -> ProducerEntry:
@@ -424,6 +550,8 @@ class ProducerEntries:
             i = self._columns.find(pid)
             if i >= 0:
                 self._columns.alive[i] = False
+        if self.base is not None:
+            self.base.hide(np.array([pid], np.int64))
 
     def __contains__(self, pid: object) -> bool:
         return isinstance(pid, int) and self.get(pid) is not None
@@ -435,14 +563,31 @@ class ProducerEntries:
         """The entries decoded so far (every entry with an open transaction among them)."""
         return list(self._hot.values())
 
+    def _resolved(self) -> None:
+        """Every pending entry folded onto its stored one (reads what may hold them)."""
+        for entry in list(self._hot.values()):
+            if entry.pending is not None:
+                self._resolve(entry)
+
     def _all(self) -> dict[int, ProducerEntry]:
         self.load()
-        columns = self._columns
-        if columns is not None:
-            for i in np.flatnonzero(columns.alive):
+        self._resolved()
+        for columns, keep in self._stored():
+            for i in np.flatnonzero(keep):
                 self._hot[int(columns.pids[i])] = columns.entry(int(i))
-            columns.alive[:] = False
+            columns.alive[keep] = False
         return self._hot
+
+    def _stored(self) -> list[tuple[_Columns, np.ndarray]]:
+        """The read sections with the rows of theirs that count (upper layers hidden)."""
+        found = []
+        if self._columns is not None:
+            found.append((self._columns, self._columns.alive.copy()))
+        if self.base is not None and self.base.columns is not None:
+            base = self.base.columns
+            found.append((base, base.alive & (base.rows["last_append"].astype(np.int64)
+                                              > self.cutoff)))
+        return found
 
     def items(self):  # noqa: ANN201 - a dict view
         """Every entry, decoded (tools and tests; nothing on a data path)."""
@@ -467,10 +612,16 @@ class ProducerEntries:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def expire(self, cutoff: int) -> int:
-        """Drop entries idle since ``cutoff`` or before; the oldest last append left."""
+    def ready_for_expiry(self, cutoff: int) -> None:
+        """Read the top section if an expiry at ``cutoff`` may drop some of its entries
+        (so that applying a batch, after its publish, reads nothing)."""
         if self._loader is not None and self._min_append <= cutoff:
-            self.load()
+            self._load_top()
+
+    def expire(self, cutoff: int) -> int:
+        """Drop entries idle since ``cutoff`` or before; the oldest last append left (of
+        the decoded entries and the top section: the base's rows expire by ``cutoff``)."""
+        self.ready_for_expiry(cutoff)
         due = self._min_append if self._loader is not None else _NEVER
         for pid in [pid for pid, e in self._hot.items()
                     if not e.in_transaction and e.last_append <= cutoff]:
@@ -484,23 +635,35 @@ class ProducerEntries:
             due = min(due, columns.min_append())
         return due
 
-    def encode(self) -> tuple[list[ProducerEntry], bytes, int, int]:
-        """(open-transaction entries, the section of all others, its entry count, their
-        oldest last append).  Afterwards the state holds the new section, decoded as
-        arrays, and only the open transactions' entries as objects: what a process
-        touched since is folded into arrays once per snapshot, not kept decoded."""
-        self.load()
+    def encode(self, full: bool) -> tuple[list[ProducerEntry], bytes, int, int, int]:
+        """(open-transaction entries, the section of the others, its entry count, their
+        oldest last append, their largest producer id).
+
+        With a base and not ``full``, the section is a delta: only the entries
+        changed since the base (format.md 3.2), and the base stays unread.
+        Otherwise it holds every entry.  Afterwards (unless a full section was
+        asked of a state with a base, which is left as it was) the state holds
+        the new section as its top, decoded as arrays, and only the open
+        transactions' entries as objects: what a process touched since is
+        folded into arrays once per snapshot, not kept decoded."""
+        self._load_top()
+        if full:
+            self.load()
+        self._resolved()
         opened = [e for e in self._hot.values() if e.in_transaction]
         closed = [e for e in self._hot.values() if not e.in_transaction]
         parts = [_entries_part(closed)]
         if self._columns is not None:
             parts.append(self._columns.kept(np.fromiter(self._hot, np.int64, len(self._hot))))
+        if full and self.base is not None:
+            parts.append(self.base.part(self.cutoff))
         data = _Columns.encode(parts)
         count = _ENTRIES_HEAD.unpack_from(data, 0)[1]
         columns = _Columns.parse(data, count, 1 << 62)
-        self._columns = columns
-        self._hot = {e.producer_id: e for e in opened}
-        return opened, data, count, columns.min_append()
+        if not (full and self.base is not None):
+            self._columns = columns
+            self._hot = {e.producer_id: e for e in opened}
+        return opened, data, count, columns.min_append(), columns.max_pid()
 
 
 def _check_first_batch(header: BatchHeader,
@@ -638,6 +801,7 @@ class ProducerState:
                 entry = self.producers[pid] = ProducerEntry(pid, header.producer_epoch)
                 if maybe_unread:
                     entry.pending = []
+                    entry.base_cutoff = self.producers.cutoff
             if entry.pending is not None:
                 entry.pending.append((header, control, self.clock))
             aborted_first = _fold(entry, header, control, self.clock)
@@ -651,6 +815,16 @@ class ProducerState:
         self.end_offset = header.next_offset
         if self.clock >= self._next_expiry:
             self._expire()
+        self.producers.cutoff = self.clock - self.expiration_ms
+
+    def ready(self, header: BatchHeader) -> None:
+        """Read what applying ``header`` will need, before it is published: the top
+        section's entries, if the expiry it makes due may drop some (applying never
+        reads the base: its rows expire by the cutoff, ProducerEntries)."""
+        clock = max(self.clock, header.append_time if header.append_time >= 0
+                    else header.max_timestamp)
+        if header.is_idempotent and clock >= self._next_expiry:
+            self.producers.ready_for_expiry(clock - self.expiration_ms)
 
     def _expire(self) -> None:
         """Drop entries idle for the expiration or longer (Kafka's removeExpiredProducers).
@@ -682,30 +856,40 @@ class ProducerState:
         return {"end": self.end_offset, "producers": producers, "aborted": aborted,
                 "aborted_from": self.aborted_from, "clock": self.clock, "appended": appended}
 
-    def snapshot_parts(self) -> tuple[dict[str, Any], bytes]:
-        """The state as a version 4 snapshot: msgpack-ready fields holding what a reader
+    def snapshot_parts(self, full: bool = False) -> tuple[dict[str, Any], bytes]:
+        """The state as a version 5 snapshot: msgpack-ready fields holding what a reader
         of the log needs (the open transactions, the aborted list, the clock), and the
-        producer entries section that only an append's checks read (format.md 3.1)."""
-        opened, data, count, min_append = self.producers.encode()
+        producer entries section that only an append's checks read (format.md 3.1).
+
+        Unless ``full``, a state with a base (the segment it was loaded from, or
+        the one its delta snapshot named) writes a delta: the entries changed
+        since the base, and a ``base`` field naming it (format.md 3.2)."""
+        delta = not full and self.producers.base is not None
+        opened, data, count, min_append, max_pid = self.producers.encode(full)
         fields = {
             "end": self.end_offset, "clock": self.clock,
             "aborted": [[a.producer_id, a.first_offset, a.last_offset] for a in self.aborted],
             "aborted_from": self.aborted_from,
             "open": [_entry_fields(e) + [e.last_append] for e in opened],
             "entries": {"count": count, "length": len(data), "crc": crc32c.crc32c(data),
-                        "min_append": min_append if min_append < _NEVER else -1}}
+                        "min_append": min_append if min_append < _NEVER else -1,
+                        "max_pid": max_pid}}
+        if delta:
+            assert self.producers.base is not None
+            fields["base"] = dict(self.producers.base.descriptor)
         return fields, data
 
     @classmethod
     def _from_parts(cls, obj: dict, end: int, expiration_ms: int,
-                    entries: EntriesLoader | None) -> ProducerState:
-        """A version 4 state: its open entries decoded, the others left unread."""
+                    entries: EntriesLoader | None, base: BaseLoader | None) -> ProducerState:
+        """A version 4 or 5 state: its open entries decoded, the others left unread."""
         state = cls(end, expiration_ms)
         described, opened = obj.get("entries"), obj.get("open")
         if not isinstance(described, dict) or not isinstance(opened, list):
             raise ValueError("entries must be a map and open an array")
         count, length, crc, min_append = (_int(described.get(k), f"entries {k}") for k in
                                           ("count", "length", "crc", "min_append"))
+        max_pid = _int(described.get("max_pid", _NEVER), "entries max_pid")
         for item in opened:
             if not isinstance(item, list) or len(item) != 8:
                 raise ValueError("an open producer entry must have 8 fields")
@@ -728,9 +912,12 @@ class ProducerState:
                 return data
 
             state.producers.attach(checked, count, min_append if min_append >= 0 else _NEVER,
-                                   end)
+                                   end, max_pid)
+        if "base" in obj:
+            state.producers.attach_base(_base_from(obj["base"], end, base))
         state._aborted_from_fields(obj)
         state.clock = _int(obj.get("clock"), "clock")
+        state.producers.cutoff = state.clock - expiration_ms
         due = min((e.last_append for e in state.producers.decoded() if not e.in_transaction),
                   default=_NEVER)
         if count:
@@ -740,12 +927,14 @@ class ProducerState:
 
     @classmethod
     def from_dict(cls, obj: Any, expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-                  entries: EntriesLoader | None = None) -> ProducerState:
+                  entries: EntriesLoader | None = None,
+                  base: BaseLoader | None = None) -> ProducerState:
         """Rebuild a state, refusing (ValueError) anything that is not one.
 
         Snapshots are only a cache and may be damaged in ways a checksum
         does not catch (a valid checksum over garbage): every field is
         checked for type and range, so garbage is rejected, not trusted.
+        ``base`` reads the section a delta's ``base`` field names.
         """
         if not isinstance(obj, dict):
             raise ValueError("producer state is not a map")
@@ -753,7 +942,7 @@ class ProducerState:
         if end < 0:
             raise ValueError("negative end offset")
         if "entries" in obj:
-            return cls._from_parts(obj, end, expiration_ms, entries)
+            return cls._from_parts(obj, end, expiration_ms, entries, base)
         state = cls(end, expiration_ms)
         producers, aborted = obj.get("producers"), obj.get("aborted")
         if not isinstance(producers, list) or not isinstance(aborted, list):
@@ -801,6 +990,7 @@ class ProducerState:
         self.clock = _int(clock, "clock") if clock is not None else max(last.values(), default=-1)
         for pid, at in last.items():
             self.producers[pid].last_append = at
+        self.producers.cutoff = self.clock - self.expiration_ms
         self._next_expiry = _NEVER
         for e in self.producers.values():
             if not e.in_transaction:
@@ -845,6 +1035,23 @@ def _entry_from(item: Any, end: int) -> ProducerEntry:
             raise ValueError(f"batch of producer {pid} outside the prefix")
         metas.append(meta)
     return ProducerEntry(pid, epoch, metas, txn_first, decision, txn_id, last_ts)
+
+
+BASE_FIELDS = ("segment", "at", "length", "crc", "count", "max_pid", "end")
+
+
+def _base_from(described: Any, end: int, base: BaseLoader | None) -> _Base:
+    """The base section a delta's ``base`` field names (format.md 3.2), checked, unread."""
+    if not isinstance(described, dict) or set(described) != set(BASE_FIELDS):
+        raise ValueError(f"base must be a map of {', '.join(BASE_FIELDS)}")
+    fields = {k: _int(described[k], f"base {k}") for k in BASE_FIELDS}
+    if min(fields["segment"], fields["at"], fields["length"], fields["count"]) < 0 or \
+            not fields["segment"] < fields["end"] <= end:
+        raise ValueError("base names no section before the snapshot's end")
+    if base is None:
+        raise ValueError("a delta snapshot, but nothing to read its base with")
+    max_pid = fields["max_pid"] if fields["max_pid"] >= 0 or not fields["count"] else _NEVER
+    return _Base(base(fields), fields["count"], max_pid, fields["end"], fields)
 
 
 def _int(value: Any, what: str) -> int:

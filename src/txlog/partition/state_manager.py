@@ -44,8 +44,11 @@ ANCHOR_BYTES = 8  # magic + header checksum of a batch
 # transactions whose marker is at or after ``aborted_from`` (format.md, section 3)
 # 4: the producer entries not in a transaction move to a section of their own, read only
 # when an append needs one (format.md, sections 3 and 3.1)
-SNAPSHOT_FORMAT = 4
-SNAPSHOT_FORMATS_READ = (2, 3, 4)  # a version 2 snapshot's aborted list is complete
+# 5: the entries section says its largest producer id, and a snapshot file may be a delta:
+# the entries changed since the base section of a segment that its ``base`` field names
+# (format.md, section 3.2); a segment's section is always full
+SNAPSHOT_FORMAT = 5
+SNAPSHOT_FORMATS_READ = (2, 3, 4, 5)  # a version 2 snapshot's aborted list is complete
 # A version 4 snapshot file is a frame (format/snapshot_frame.py): this much is read
 # first (the fields of a few dozen open transactions), the entries only when an append
 # needs one.
@@ -333,8 +336,18 @@ class StateManager:
                                           "truncated)", url, base)
             return data
         try:
-            return head, self.state_from_fields(fields, head.end_offset,
-                                                partial(entries, at) if at is not None else None)
+            if isinstance(fields, dict) and "base" in fields:
+                raise ValueError("a segment's producer entries are never a delta")
+            state = self.state_from_fields(fields, head.end_offset,
+                                           partial(entries, at) if at is not None else None)
+            if at is not None and state.producers.unread:
+                # Deltas written from this state name this section as their base.
+                assert isinstance(described, dict)
+                state.producers.top_as_base({
+                    "segment": head.base_offset, "at": at, "end": head.end_offset,
+                    **{k: described[k] for k in ("length", "crc", "count")},
+                    "max_pid": described.get("max_pid", -1)})
+            return head, state
         except ValueError as exc:
             raise CorruptSegmentError(f"segment snapshot unusable: {exc}",
                                       self.cache.url(head.path), base) from None
@@ -409,20 +422,25 @@ class StateManager:
         return state, anchor
 
     def state_from_fields(self, obj: object, end: int,
-                          entries: Callable[[int], bytes | memoryview] | None = None
-                          ) -> ProducerState:
+                          entries: Callable[[int], bytes | memoryview] | None = None,
+                          snapshot: int | None = None) -> ProducerState:
         """The state a snapshot's fields hold, refusing (ValueError) anything else.
 
-        A version 4 snapshot's entries stay unread: ``entries(length)`` reads
-        them when an append first needs one (then OSError if they are gone).
+        A version 4 or 5 snapshot's entries stay unread: ``entries(length)``
+        reads them when an append first needs one (then OSError if they are
+        gone), and so does a delta's base (then SnapshotGone if its segment
+        is gone or changed, and the snapshot file at ``snapshot`` is skipped
+        from then on).
         """
         if not isinstance(obj, dict) or obj.get("v") not in SNAPSHOT_FORMATS_READ:
             raise ValueError(f"not a version {' or '.join(map(str, SNAPSHOT_FORMATS_READ))} "
                              "snapshot")
-        if obj.get("v") in (3, 4) and "aborted_from" not in obj:
+        if obj.get("v") in (3, 4, 5) and "aborted_from" not in obj:
             raise ValueError(f"a version {obj.get('v')} snapshot without aborted_from")
-        if (obj.get("v") == 4) != ("entries" in obj):
-            raise ValueError("only a version 4 snapshot has an entries section")
+        if (obj.get("v") in (4, 5)) != ("entries" in obj):
+            raise ValueError("only a version 4 or 5 snapshot has an entries section")
+        if obj.get("v") != 5 and "base" in obj:
+            raise ValueError("only a version 5 snapshot has a base")
         if obj.get("topic_id") != self.topic_id:
             raise ValueError(f"it belongs to topic id {obj.get('topic_id')!r}, not "
                              f"{self.topic_id!r} (the topic was re-created)")
@@ -432,17 +450,41 @@ class StateManager:
         if entries is not None and type(length) is int:
             def loader() -> bytes | memoryview:
                 return entries(length)
-        state = ProducerState.from_dict(obj, self.producer_expiration_ms, loader)
+        state = ProducerState.from_dict(obj, self.producer_expiration_ms, loader,
+                                        partial(self._base_entries, snapshot))
         if state.end_offset != end:
             raise ValueError(f"it ends at {state.end_offset}, not at {end}")
         return state
+
+    def _base_entries(self, snapshot: int | None, base: dict[str, int]
+                      ) -> Callable[[], bytes | memoryview]:
+        """The loader of the segment section a delta snapshot names (format.md 3.2).
+
+        The segment may be gone (retention, or a merge that renamed it) or
+        another one under its name (a merge into its base): its checksum tells.
+        Either way the delta is useless from now on; the state is loaded again,
+        from an older snapshot or the newest segment."""
+        path = self.cache.segment_path(base["segment"])
+
+        def read() -> bytes | memoryview:
+            try:
+                data = memoryview(self.storage.read_range(path, base["at"], base["length"]))
+            except FileNotFoundError:
+                data = memoryview(b"")
+            if len(data) != base["length"] or crc32c.crc32c(data) != base["crc"]:
+                if snapshot is not None:
+                    self._bad_snapshots.add(snapshot)
+                raise SnapshotGone(f"the segment section {self.cache.url(path)} that a delta "
+                                   "snapshot's producer entries build on is gone or changed")
+            return data
+        return read
 
     def new_state(self) -> ProducerState:
         """The state of the empty prefix, with this topic's producer expiry."""
         return ProducerState(expiration_ms=self.producer_expiration_ms)
 
     def snapshot_fields(self, state: ProducerState, last_base: int, anchor: bytes,
-                        aborted_from: int) -> bytes:
+                        aborted_from: int, full: bool = False) -> bytes:
         """A snapshot, framed (format.md 3.1): its fields, then its producer entries
         section; a snapshot file holds these bytes, and so does a segment's snapshot
         section (encode_segment takes them as they are).  Its aborted list starts
@@ -450,8 +492,10 @@ class StateManager:
         aborted before it are in the aborted sections of segments that end at or before
         it, which is where a reader looks for them (reader.py), so no snapshot carries
         the whole history.  The fields hold the open transactions' entries only; the
-        others are in the section, which readers of the log never read (format.md 3.1)."""
-        fields, entries = state.snapshot_parts()
+        others are in the section, which readers of the log never read (format.md 3.1):
+        all of them when ``full`` (a segment's), else only those changed since the
+        state's base if it has one (a delta, format.md 3.2)."""
+        fields, entries = state.snapshot_parts(full)
         start = max(state.aborted_from, aborted_from)
         fields["aborted"] = [a for a in fields["aborted"] if a[2] >= start]
         fields["aborted_from"] = start
@@ -489,9 +533,9 @@ class StateManager:
             obj = msgpack.unpackb(data[4:])
         else:
             raise ValueError("checksum mismatch (or truncated)")
-        if not isinstance(obj, dict) or (obj.get("v") == 4) != (entries is not None):
-            raise ValueError("a version 4 snapshot must be framed, and only it")
-        state = self.state_from_fields(obj, offset, entries)
+        if not isinstance(obj, dict) or (obj.get("v") in (4, 5)) != (entries is not None):
+            raise ValueError("a version 4 or 5 snapshot must be framed, and only it")
+        state = self.state_from_fields(obj, offset, entries, offset)
         last = obj.get("last")
         if not (isinstance(last, list) and len(last) == 2 and type(last[0]) is int
                 and isinstance(last[1], bytes) and len(last[1]) == ANCHOR_BYTES):
@@ -502,6 +546,23 @@ class StateManager:
             raise ValueError(f"the log has no batch at {base} ending at {offset} with the "
                              "recorded checksum")
         return state, _Anchor(base, self.cache.batch_path(base), anchor)
+
+    def _rebase(self, state: ProducerState) -> None:
+        """Move ``state``'s base to the newest segment if a compaction made a newer one
+        within its prefix since it was loaded (its anchor outlived the compaction), so that
+        its deltas hold what changed since that segment, not since an older one
+        (docs/protocol.md 2.8).  A listing per snapshot, and one read of the segment's
+        head once per compaction."""
+        base = state.producers.base
+        if base is None or base.end >= self.cache.compacted_end(refresh=True):
+            return
+        bases = self.cache.list_segments()
+        try:
+            head, newest = self.segment_state(bases[-1])
+        except (FileNotFoundError, CorruptSegmentError):
+            return  # the old base serves as well; a reload will tell what happened
+        if newest.producers.base is not None and base.end < head.end_offset <= state.end_offset:
+            state.producers.rebase(newest.producers.base, newest.clock)
 
     def _write_snapshot(self, state: ProducerState) -> bool:
         """Publish a snapshot; it is only a cache, so failing to write one is harmless.
@@ -515,6 +576,7 @@ class StateManager:
         # Segments cover everything before the compacted end as this process listed it
         # (at most the true one): the list can start there.
         try:
+            self._rebase(state)
             data = self.snapshot_fields(state, anchor.base, anchor.data,
                                         self.cache.compacted_end())
             # Right before publishing: a topic re-created since the refresh is

@@ -37,6 +37,7 @@ from typing import Any, Literal
 from ..clients.producer_settings import DEFAULT_COMPRESSION
 from ..clients.settings import Kind, Setting, Settings
 from ..errors import InvalidConfigError, InvalidNameError
+from ..exactly_once.id_pool import DEFAULT_POOL_SIZE, MAX_POOL_SIZE
 from ..integers import is_int
 from ..storage.secrets import is_secret_option
 from ..storage.names import validate_name
@@ -78,7 +79,7 @@ _WRITE_NAMES = (
     "path", "topic", "deliveryGuarantee", "transactional.id.prefix", "transaction.timeout.ms",
     "createTopics", "numPartitions", "compression", "batch.size", "groupId",
     "checkpointLocation", "takeOverFrom", "queryName", "txnAppId", "txnVersion",
-    "dataObjectBytes",
+    "dataObjectBytes", "transactionalIdPoolSize",
 )
 # Spark Kafka source options that mean nothing without a Kafka cluster; a
 # pipeline moved from format("kafka") may still carry them.
@@ -678,6 +679,8 @@ class WriteOptions:
     # Payload bytes a task gathers into one data object (over all partitions); None: the
     # writer's default for the store (writer.py).
     data_object_bytes: int | None = None
+    # Concurrent batch jobs without a transactional.id.prefix per pool (exactly_once.id_pool).
+    transactional_id_pool_size: int = DEFAULT_POOL_SIZE
 
     @staticmethod
     def parse(options: Mapping[str, str], streaming: bool) -> WriteOptions:
@@ -693,6 +696,7 @@ class WriteOptions:
         _check_progress(opts, value, streaming)
         app_id, version = _txn(opts, streaming, guarantee)
         prefix = value["transactional.id.prefix"]
+        _check_pool_size(value, prefix, app_id, streaming)
         if app_id is not None and prefix is None:
             from ..exactly_once.app_versions import default_prefix
 
@@ -721,6 +725,7 @@ class WriteOptions:
             linger_ms=value["kafka.linger.ms"],
             max_request_size=value["kafka.max.request.size"],
             data_object_bytes=value["dataObjectBytes"],
+            transactional_id_pool_size=value["transactionalIdPoolSize"] or DEFAULT_POOL_SIZE,
         )
 
 
@@ -751,9 +756,27 @@ _WRITE = Settings(
         "must be between 1 byte and 1g (each task holds about twice this in memory), "
         "got {raw!r}"))),
     Setting("createTopics", _boolean),
+    Setting("transactionalIdPoolSize", _ranged(_long("a positive integer"), 1, MAX_POOL_SIZE,
+                                               f"must be from 1 to {MAX_POOL_SIZE}, got "
+                                               "{raw!r}")),
 )
 _TXN_VERSION = _ranged(_long("a non-negative integer"), 0, math.inf,
                        "must be a non-negative integer, got {raw!r}")
+
+
+def _check_pool_size(value: dict[str, Any], prefix: str | None, app_id: str | None,
+                     streaming: bool) -> None:
+    """The pool serves batch jobs that name no prefix of their own: anywhere else the
+    option would be silently meaningless."""
+    if value["transactionalIdPoolSize"] is None:
+        return
+    if streaming:
+        raise _fail("transactionalIdPoolSize", "applies to batch writes only (a stream sink "
+                                               "re-uses the ids of its own prefix)")
+    if prefix is not None or app_id is not None:
+        raise _fail("transactionalIdPoolSize", "cannot go with transactional.id.prefix or "
+                                               "txnAppId: a job with a prefix of its own "
+                                               "owns it and takes no pooled one")
 
 
 def _check_transactional(value: dict[str, Any]) -> None:

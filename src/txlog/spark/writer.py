@@ -3,15 +3,19 @@
 Spark runs ``create`` (through ``DataSource.writer``) on the driver, pickles
 the writer to every task, and calls ``commit`` or ``abort`` on a fresh
 unpickled copy with the tasks' messages.  The rules (fresh decision id per
-job, one transactional id per attempt, orphans and leftovers ended, the
-lease) are the core's ``SharedTransaction``; this module maps Spark's calls
-onto it and turns Spark's Arrow batches into the columns the producer takes.
+job, one transactional id per live attempt, re-used from job to job, orphans
+and leftovers ended, the lease, the pool of prefixes for jobs that name none)
+are the core's ``SharedTransaction`` and ``id_pool``; this module maps Spark's
+calls onto them and turns Spark's Arrow batches into the columns the producer
+takes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,7 +33,8 @@ from ..api.log import Log
 from ..root.root import Root
 from ..clients.producer import DEFAULT_BATCH_SIZE, Producer
 from ..exactly_once.app_versions import AppVersions
-from ..exactly_once.shared_transaction import SharedTransaction
+from ..exactly_once.id_pool import PoolLease, start_pooled_job
+from ..exactly_once.shared_transaction import SharedTransaction, attempt_key
 from ..exactly_once.stream_sink import StreamSink, query_prefix
 from .checkpoint import query_id, source_offsets
 from .options import WriteOptions
@@ -82,13 +87,6 @@ def check_input_schema(schema: StructType, options: WriteOptions) -> None:
             "no topic to write to: set option 'topic' or give the DataFrame a 'topic' column")
 
 
-# A task's data objects: large enough that the request count per MB stays small on an
-# object store (each PUT costs a round trip) and that local disk pays few fsyncs, small
-# enough that a task's memory stays about twice this plus what it coalesces from Spark
-# (docs/spark.md).  Kafka's producer buffers up to buffer.memory, also 32 MiB.
-TASK_DATA_OBJECT_BYTES = 32 << 20
-
-
 class _Sending:
     """Turning Spark's Arrow batches into bulk sends: shared by the batch and stream writers."""
 
@@ -105,7 +103,10 @@ class _Sending:
             config["batch_size"] = batch_size
         if self.options.linger_ms is not None:
             config["linger_ms"] = self.options.linger_ms
-        config["data_object_bytes"] = self.options.data_object_bytes or TASK_DATA_OBJECT_BYTES
+        # The data objects' size and whether a send waits are the core's, chosen for the
+        # store (clients/producer_settings.py), unless dataObjectBytes says otherwise.
+        if self.options.data_object_bytes is not None:
+            config["data_object_bytes"] = self.options.data_object_bytes
         return config
 
     def _write_idempotent(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
@@ -137,7 +138,10 @@ class _Sending:
     def _send_all(self, root: Root, producer: Producer, iterator: Iterator[pa.RecordBatch]) -> int:
         def send(batch: pa.Table) -> None:
             for topic, table in self._by_topic(root, batch):
-                # Staged until a data object's worth has gathered (prepare/close write the rest).
+                # Staged until a data object's worth has gathered (prepare/close write the
+                # rest), on every store: a task's sends are pieces of one stream that only
+                # its prepare hands over, and nothing reads their offsets, so none waits
+                # (waiting, each piece would be a data object of its own).
                 producer.send_table(topic, table, wait=False)
 
         # The producer encodes one merged batch in a thread while this one takes the
@@ -185,11 +189,13 @@ class TxlogBatchWriter(_Sending, DataSourceArrowWriter):
     """
 
     def __init__(self, options: WriteOptions, job: SharedTransaction | None,
-                 app: AppVersions | None = None, skip: bool = False) -> None:
+                 app: AppVersions | None = None, skip: bool = False,
+                 lease: PoolLease | None = None) -> None:
         self.options = options
         self.job = job
         self.app = app
         self.skip = skip
+        self.lease = lease  # the pooled prefix the job holds, given no prefix of its own
 
     @classmethod
     def create(cls, options: WriteOptions, schema: StructType,
@@ -207,13 +213,17 @@ class TxlogBatchWriter(_Sending, DataSourceArrowWriter):
             log = _open(options)
             job = app.start(log, options.txn_version)
             return cls(options, _described(job, log, options), app, skip=job is None)
-        job = None
-        if options.delivery_guarantee == EXACTLY_ONCE:
-            prefix = options.transactional_id_prefix or f"spark-{uuid.uuid4().hex[:12]}"
-            log = _open(options)
-            job = _described(SharedTransaction.start(log, prefix, options.transaction_timeout_ms),
-                             log, options)
-        return cls(options, job)
+        if options.delivery_guarantee != EXACTLY_ONCE:
+            return cls(options, None)
+        log = _open(options)
+        if options.transactional_id_prefix is not None:  # the prefix's owner, one job at a time
+            job = SharedTransaction.start(log, options.transactional_id_prefix,
+                                          options.transaction_timeout_ms)
+            return cls(options, _described(job, log, options))
+        job, lease = start_pooled_job(log, pool_base(options.topic),
+                                      options.transactional_id_pool_size,
+                                      options.transaction_timeout_ms)
+        return cls(options, _described(job, log, options), lease=lease)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
         from pyspark import TaskContext
@@ -225,24 +235,43 @@ class TxlogBatchWriter(_Sending, DataSourceArrowWriter):
         if self.job is None:
             return self._write_idempotent(iterator)
         ctx = TaskContext.get()
-        # One transactional id per attempt (taskAttemptId is unique in the
-        # application): fencing or aborting one attempt never touches another.
-        key = f"{ctx.partitionId()}-{ctx.taskAttemptId()}" if ctx else uuid.uuid4().hex
+        # One transactional id per live attempt of the job, the same ones in every job
+        # of the prefix: fencing or aborting one attempt never touches another, and
+        # the ids stay as many as the job's attempts (protocol.md 5.4).  PySpark does
+        # not give the stage attempt: should a stage re-attempt's task meet a zombie of
+        # the attempt before on its id, it fences it, which aborts the job (it fails;
+        # nothing is committed), as a stream writer's batch does.
+        key = attempt_key(ctx.partitionId(), ctx.attemptNumber()) if ctx else uuid.uuid4().hex
         return self._write_in(self.job, key, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.job is None:
             return
         log = _open(self.options)
-        if self.app is not None:
-            assert self.options.txn_version is not None
-            self.app.commit(log, self.job, self.options.txn_version, _members(messages))
-        else:
-            self.job.commit(log, _members(messages))
+        with self._releasing(log):
+            if self.app is not None:
+                assert self.options.txn_version is not None
+                self.app.commit(log, self.job, self.options.txn_version, _members(messages))
+            else:
+                self.job.commit(log, _members(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.job is not None:
-            self.job.abort(_open(self.options), _members(messages))
+            log = _open(self.options)
+            with self._releasing(log):
+                self.job.abort(log, _members(messages))
+
+    @contextmanager
+    def _releasing(self, log: Log) -> Iterator[None]:
+        """Free the pooled prefix once the job has ended.  A commit that raised frees it
+        too: Spark then aborts, which finds the decision standing, and a driver that dies
+        first leaves the slot to be taken once the job's timeout has passed."""
+        try:
+            yield
+        finally:
+            if self.lease is not None and self.job is not None and \
+                    log.services.coordinator.decision(self.job.decision_id) is not None:
+                self.lease.release(log.services)
 
 
 class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
@@ -443,6 +472,16 @@ def _described(job: SharedTransaction | None, log: Log,
     """``job`` carrying its topic's description to the tasks, read once here on the driver
     (with a ``topic`` column instead, each task describes the topics its rows name)."""
     return job if job is None or options.topic is None else job.describing(log, [options.topic])
+
+
+def pool_base(topic: str | None) -> str:
+    """The base of the prefix pool of jobs that name no prefix: one per topic (with a
+    ``topic`` column, one for all such jobs), so a topic's concurrent jobs share it."""
+    if topic is None:
+        return "spark"
+    # A topic name may be longer than a prefix may (MAX_PREFIX_LENGTH): such a one is hashed.
+    return f"spark-{topic}" if len(topic) <= 120 else \
+        f"spark-{hashlib.sha256(topic.encode()).hexdigest()[:32]}"
 
 
 def _open(options: WriteOptions) -> Log:

@@ -37,7 +37,9 @@ class Storage(ABC):
 
     url: str
     # Each request waits on a network round trip: worth overlapping several (readers
-    # fetch ahead); local and in-memory requests are cheaper than a thread hand-off.
+    # fetch ahead), and worth fewer, larger writes (the producer's defaults for such a
+    # store, clients/producer_settings.py); local and in-memory requests are cheaper
+    # than a thread hand-off.
     remote: bool = False
 
     @abstractmethod

@@ -153,6 +153,8 @@ MEMBERS_DIR = "coordinator/members"  # per group: a generation chain and heartbe
 BLOCK_DIR = "coordinator/producer-ids"  # one object per allocated block of producer ids
 # Shared transactions' participants, by prefix and job: <prefix>/<decision id>/<transactional id>
 JOB_DIR = "coordinator/jobs"
+# Pooled job prefixes, by base prefix: a version chain per slot naming the job holding it
+POOL_DIR = "coordinator/pools"
 VERSION_DIGITS = 20
 
 
@@ -164,6 +166,11 @@ def version_path(directory: str, version: int) -> str:
 def job_dir(prefix: str, decision_id: str | None = None) -> str:
     """The unfinished jobs of ``prefix``, or the participants of one of its jobs."""
     return f"{JOB_DIR}/{prefix}" if decision_id is None else f"{JOB_DIR}/{prefix}/{decision_id}"
+
+
+def pool_slot_dir(base: str, slot: int | None = None) -> str:
+    """The slots of the prefix pool of ``base``, or the lease chain of one slot."""
+    return f"{POOL_DIR}/{base}" if slot is None else f"{POOL_DIR}/{base}/{slot}"
 
 
 def block_path(block: int) -> str:

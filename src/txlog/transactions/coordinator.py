@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextvars
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from .. import clock
@@ -32,10 +33,10 @@ from ..integers import is_int
 from ..format.batch import BatchHeader
 from ..partition.producer_state import OpenTransaction, ProducerState
 from ..storage.names import validate_name
-from .ending import TransactionEnder
+from .ending import Ending, TransactionEnder
 from .groups import check_offsets
 from .metadata import (PREPARED, Decision, TransactionMember, TransactionMetadata,
-                       TxnState as S, check_member)
+                       TxnState as S, check_member, plain_decision_id)
 from .store import CoordinatorStore
 from .sweeps import HangingTransaction, Sweeps
 
@@ -202,14 +203,21 @@ class TransactionCoordinator:
     def _join(self, member: TransactionMember, partitions: list[tuple[str, int]],
               offsets: dict[str, dict[tuple[str, int], int]]) -> None:
         """Move to (or stay in) Ongoing with more partitions and/or pending offsets."""
-        expired = False
-        decided = False
+        expired = decided = opened = False
+        shared = member.decision_id != plain_decision_id(member.producer_id, member.epoch)
 
         def step(current: TransactionMetadata | None) -> TransactionMetadata | None:
-            nonlocal expired, decided
-            expired = decided = False  # a guessed run's findings are not kept (chain.update)
+            nonlocal expired, decided, opened
+            expired = decided = opened = False  # a guessed run's findings are not kept
             meta = check_member(current, member)
             now = clock.now_ms()
+            if meta.state != S.ONGOING and shared:
+                # A late participant (a killed task's worker, a speculative loser) must
+                # not open a transaction under a job already decided (protocol.md 4.4).
+                decided = self.store.decision(member.decision_id) is not None
+                opened = not decided
+                if decided:
+                    return None
             if meta.state == S.ONGOING:
                 if meta.decision_id != member.decision_id:
                     raise InvalidTxnStateError(
@@ -228,6 +236,8 @@ class TransactionCoordinator:
             return meta.joined(member, partitions, offsets, now)
 
         self.store.update(member.transactional_id, step, guess_own_head=True)
+        if opened and self.store.decision(member.decision_id) is not None:
+            decided = True  # decided between the check and the publish: end it here
         if decided:
             self.ender.complete(member.transactional_id, only_decision=member.decision_id)
             raise InvalidTxnStateError(
@@ -252,13 +262,22 @@ class TransactionCoordinator:
 
     # --- EndTxn ---------------------------------------------------------------------------------
 
-    def end_transaction(self, member: TransactionMember, commit: bool) -> tuple[int, int]:
-        """EndTxn for a producer's own transaction; returns its next (producer id, epoch)."""
+    def end_transaction(self, member: TransactionMember, commit: bool) -> Ending:
+        """EndTxn for a producer's own transaction, answered once the decision is durable:
+        its outcome, the producer's next (producer id, epoch), and the roll-forward
+        (markers, group offsets, Complete*) running behind it (docs/protocol.md 4.5)."""
         return self.ender.end_transaction(member, commit)
+
+    def decide_shared_transaction(self, decision_id: str, members: list[TransactionMember],
+                                  commit: bool) -> tuple[Decision, Future[None]]:
+        """``end_shared_transaction``, answered once the decision is durable: every member
+        is completed at once behind the returned future (its error: the first member's
+        that failed)."""
+        return self.ender.end_shared_transaction(decision_id, members, commit)
 
     def end_shared_transaction(self, decision_id: str, members: list[TransactionMember],
                                commit: bool) -> Decision:
-        """Decide a multi-producer transaction once, then complete each member.
+        """Decide a multi-producer transaction once, then complete every member at once.
 
         Safe to call again and in any order: the first decision stands.  An
         ABORT request returns the standing decision, whatever it is (Spark
@@ -269,7 +288,9 @@ class TransactionCoordinator:
         ``DecisionConflictError``: the caller is never told "committed" for
         records that are not.
         """
-        return self.ender.end_shared_transaction(decision_id, members, commit)
+        decision, completion = self.ender.end_shared_transaction(decision_id, members, commit)
+        completion.result()
+        return decision
 
     # --- completion, fencing, timeouts ---------------------------------------------------------------
 

@@ -11,16 +11,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
 from ..errors import DecisionConflictError, InvalidTxnStateError, TransactionAbortedError
 from ..storage.pools import shared_pool
 from .groups import apply_transactional_offsets
-from .metadata import (COMPLETE, IDLE, PREPARED, Decision, TransactionMember, TransactionMetadata,
-                       TxnState as S, check_member)
+from .metadata import (COMPLETE, IDLE, MAX_EPOCH, PREPARED, Decision, TransactionMember,
+                       TransactionMetadata, TxnState as S, check_member)
 from .store import CoordinatorStore
 
 if TYPE_CHECKING:
@@ -32,12 +33,33 @@ COORDINATOR_LOGGER = "txlog.transactions.coordinator"
 logger = logging.getLogger(COORDINATOR_LOGGER)
 
 MARKER_THREADS = 8  # partitions of one transaction marked at once (protocol.md, 4.6)
+ROLL_FORWARD_THREADS = 8  # decided transactions (members) completed at once behind EndTxn
 
 
 def _marker_pool() -> ThreadPoolExecutor:
     """Threads writing one transaction's markers at once: each partition's marker is an
     independent slot claim, so their requests need not wait on each other."""
     return shared_pool("txlog-marker", MARKER_THREADS)
+
+
+def _roll_forward_pool() -> ThreadPoolExecutor:
+    """Threads completing decided transactions after EndTxn returned (protocol.md 4.5).
+    Separate from the marker pool, whose threads these wait on.  A pool's threads are
+    joined when the interpreter exits, so a process that ends normally finishes its
+    roll-forwards first; one that is killed leaves them to the next reader or writer."""
+    return shared_pool("txlog-roll-forward", ROLL_FORWARD_THREADS)
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What EndTxn answers once its decision is durable: whether this producer's part
+    committed, the identity its next transaction uses, and the roll-forward (markers,
+    group offsets, Complete*) still running behind it."""
+
+    committed: bool
+    producer_id: int
+    epoch: int
+    completion: Future[TransactionMetadata | None]
 
 
 class TransactionEnder:
@@ -51,6 +73,10 @@ class TransactionEnder:
         self.store = store
         self._partition = partition
         self._local = threading.local()  # transactional ids this thread is ending itself
+        self._lock = threading.Lock()
+        # Roll-forwards this process runs behind EndTxn, by transactional id: complete()
+        # waits for one rather than racing it with the same writes.
+        self._running: dict[str, Future[TransactionMetadata | None]] = {}
 
     def _ending(self) -> set[str]:
         ending = getattr(self._local, "ending", None)
@@ -71,8 +97,9 @@ class TransactionEnder:
 
     # --- EndTxn ---------------------------------------------------------------------------------
 
-    def end_transaction(self, member: TransactionMember, commit: bool) -> tuple[int, int]:
-        """EndTxn for a producer's own transaction (``TransactionCoordinator.end_transaction``)."""
+    def end_transaction(self, member: TransactionMember, commit: bool) -> Ending:
+        """EndTxn for a producer's own transaction (``TransactionCoordinator.end_transaction``):
+        returns once the decision is durable, its roll-forward running behind."""
         _, meta = self.store.latest(member.transactional_id)
         meta = check_member(meta, member)
         if meta.state != S.ONGOING:
@@ -81,25 +108,30 @@ class TransactionEnder:
                 f"{'commit' if commit else 'abort'} (state {meta.state.value})")
         decision = self.store.decide(meta.decision_id, commit,
                                      [(member.producer_id, member.epoch)], "EndTxn")
-        with self._owning([member.transactional_id]):
-            final = self.complete(member.transactional_id, only_decision=meta.decision_id)
+        completion = self.roll_forward(member.transactional_id, meta.decision_id)
         committed = decision.commits(member.producer_id, member.epoch)
         if commit and not committed:
+            wait([completion])
             raise TransactionAbortedError(
                 f"transaction of {member.transactional_id!r} was aborted before it could commit "
                 f"({decision.reason or 'aborted'})")
+        if member.epoch + 1 < MAX_EPOCH:
+            # The Complete* version will carry exactly this identity, whoever writes it
+            # (next_identity is a plain bump below MAX_EPOCH): the producer need not wait.
+            return Ending(committed, member.producer_id, member.epoch + 1, completion)
+        final = completion.result()  # a new producer id: only the Complete* version knows it
         if final is not None and final.state in COMPLETE and \
                 final.writes_as(meta.decision_id, member.producer_id, member.epoch):
-            return final.producer_id, final.epoch
+            return Ending(committed, final.producer_id, final.epoch, completion)
         # Someone else finished the transaction and a newer instance has taken the
         # id since: the outcome stands, but this producer keeps its old identity,
         # so its next request is fenced.
-        return member.producer_id, member.epoch
+        return Ending(committed, member.producer_id, member.epoch, completion)
 
     def end_shared_transaction(self, decision_id: str, members: list[TransactionMember],
-                               commit: bool) -> Decision:
-        """Decide a multi-producer transaction once, then complete each member
-        (``TransactionCoordinator.end_shared_transaction``)."""
+                               commit: bool) -> tuple[Decision, Future[None]]:
+        """Decide a multi-producer transaction once, then complete every member at once,
+        behind the returned future (``TransactionCoordinator.end_shared_transaction``)."""
         for m in members:
             if m.decision_id != decision_id:
                 raise InvalidTxnStateError(
@@ -108,26 +140,65 @@ class TransactionEnder:
         decision = self.store.decide(decision_id, commit,
                                      [(m.producer_id, m.epoch) for m in members],
                                      "EndTxn (shared)")
-        with self._owning([m.transactional_id for m in members]):
-            for m in members:
-                self.complete(m.transactional_id, only_decision=decision_id)
+        completion = _all_of([self.roll_forward(m.transactional_id, decision_id)
+                              for m in members])
         if commit:
             left_out = [m.transactional_id for m in members
                         if not decision.commits(m.producer_id, m.epoch)]
             if left_out:
+                wait([completion])
                 standing = "an ABORT" if not decision.commit else "a COMMIT of other members"
                 raise DecisionConflictError(
                     f"decision {decision_id!r} already stands as {standing} "
                     f"({decision.reason or 'no reason recorded'}); the records of "
                     f"{', '.join(map(repr, left_out))} are aborted, not committed",
                     decision_id, left_out)
-        return decision
+        return decision, completion
+
+    # --- roll-forward behind EndTxn -------------------------------------------------------------
+
+    def roll_forward(self, transactional_id: str,
+                     decision_id: str) -> Future[TransactionMetadata | None]:
+        """Complete ``transactional_id``'s decided transaction in a thread; the future
+        holds its final metadata or the error that stopped it (retried by whoever
+        completes it next: every step is idempotent)."""
+        def run() -> TransactionMetadata | None:
+            with self._owning([transactional_id]):
+                return self.complete(transactional_id, only_decision=decision_id)
+
+        try:
+            with self._lock:
+                future = _roll_forward_pool().submit(run)
+                self._running[transactional_id] = future
+        except RuntimeError:  # the interpreter is exiting: its pools take no more work
+            future = Future()
+            try:
+                future.set_result(run())
+            except Exception as exc:
+                future.set_exception(exc)
+            return future
+        future.add_done_callback(partial(self._finished, transactional_id))
+        return future
+
+    def _finished(self, transactional_id: str, future: Future) -> None:
+        with self._lock:
+            if self._running.get(transactional_id) is future:
+                del self._running[transactional_id]
+
+    def settle(self, transactional_id: str) -> None:
+        """Wait for this process's roll-forward of ``transactional_id``, if one runs
+        (its error is its producer's to report; the caller completes it again)."""
+        with self._lock:
+            future = self._running.get(transactional_id)
+        if future is not None and transactional_id not in self._ending():
+            wait([future])
 
     # --- completion ---------------------------------------------------------------------------
 
     def complete(self, transactional_id: str,
                  only_decision: str | None = None) -> TransactionMetadata | None:
         """Roll a decided transaction forward (``TransactionCoordinator.complete``)."""
+        self.settle(transactional_id)
         while True:
             version, meta = self.store.latest(transactional_id)
             if meta is None:
@@ -146,20 +217,23 @@ class TransactionEnder:
                     raise InvalidTxnStateError(
                         f"transactional id {transactional_id!r} was fenced for abort but "
                         f"its decision {meta.decision_id!r} commits it")
+                if meta.state == S.ONGOING and not meta.is_shared:
+                    # A plain producer's decision object says all PrepareCommit would:
+                    # straight to the markers and Complete* (protocol.md 4.6).
+                    return self._finish(version, meta, commits)
                 self.store.publish(version + 1, meta.prepared(commits))  # lost race: reload
                 continue
             if meta.state in PREPARED:
-                return self._finish(version, meta)
+                return self._finish(version, meta, meta.state == S.PREPARE_COMMIT)
             return meta
 
-    def _write_outcome(self, version: int, meta: TransactionMetadata) -> None:
-        """Every marker and, for a commit, group-offset update of a prepared transaction.
+    def _write_outcome(self, version: int, meta: TransactionMetadata, commit: bool) -> None:
+        """Every marker and, for a commit, group-offset update of a decided transaction.
 
         Each is idempotent (2.3, section 9) and all run at once: the decision
         already fixed the outcome, and nothing orders one partition's marker,
         or a group's offsets, after another's (protocol.md 4.6).
         """
-        commit = meta.state == S.PREPARE_COMMIT
 
         def mark(tp: tuple[str, int]) -> None:
             self._partition(*tp).append_marker(
@@ -175,21 +249,27 @@ class TransactionEnder:
         steps: list[Callable[[], None]] = [partial(mark, (topic, p)) for topic, p in meta.partitions]
         if commit:
             steps += [partial(apply, group) for group in meta.pending_offsets]
-        if len(steps) > 1:
-            # Every step ends before this returns or raises (the first error in order):
-            # nothing of this roll-forward is still writing when the caller goes on.
-            futures = [_marker_pool().submit(step) for step in steps]
-            wait(futures)
-            for future in futures:
-                future.result()
-        else:
+        futures = []
+        try:
+            if len(steps) > 1:
+                futures = [_marker_pool().submit(step) for step in steps]
+        except RuntimeError:  # the interpreter is exiting: its pools take no more work
+            futures = []
+        # Every step ends before this returns or raises (the first error in order):
+        # nothing of this roll-forward is still writing when the caller goes on.
+        wait(futures)
+        for future in futures:
+            future.result()
+        if not futures:
             for step in steps:
                 step()
 
-    def _finish(self, version: int, meta: TransactionMetadata) -> TransactionMetadata:
+    def _finish(self, version: int, meta: TransactionMetadata,
+                commit: bool) -> TransactionMetadata:
         """Markers and group offsets, then the Complete* version."""
-        self._write_outcome(version, meta)
-        done = meta.completed(*self.store.next_identity(meta.txn_producer_id, meta.txn_epoch))
+        self._write_outcome(version, meta, commit)
+        done = meta.completed(*self.store.next_identity(meta.txn_producer_id, meta.txn_epoch),
+                              commit)
         if self.store.publish(version + 1, done):
             if meta.transactional_id not in self._ending():
                 logger.info("rolled forward transaction %r of %r (producer %d epoch %d): %s in "
@@ -252,3 +332,27 @@ class TransactionEnder:
                     return
                 continue
             return
+
+
+def _all_of(futures: list[Future]) -> Future[None]:
+    """One future done when all of ``futures`` are, failing with the first error."""
+    joined: Future[None] = Future()
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_: Future) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            joined.set_exception(errors[0])
+        else:
+            joined.set_result(None)
+
+    if not futures:
+        joined.set_result(None)
+    for f in futures:
+        f.add_done_callback(one_done)
+    return joined

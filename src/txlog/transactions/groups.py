@@ -279,6 +279,11 @@ def delete_group(storage: Storage, group_id: str) -> None:
     _update(storage, group_id, lambda group: _existing(group_id, group).tombstone())
 
 
+def read_group(storage: Storage, group_id: str) -> GroupOffsets | None:
+    """The group's newest version (None if it has none)."""
+    return _read(storage, group_id)[1]
+
+
 def committed_offsets(storage: Storage, group_id: str,
                       partitions: list[tuple[str, int]] | None = None
                       ) -> dict[tuple[str, int], int]:
@@ -418,12 +423,15 @@ def register_transactional_offsets(storage: Storage, group_id: str, transactiona
     generation.  Recorded before the offsets join the transaction, so a new
     owner that fences the group afterwards finds the transaction here and
     resolves it (aborts it if undecided) before it reads the offsets.
+    Generation -1 is a send without one (a simple producer's): never refused,
+    recorded so that an offset fetch finds its transaction (stable_offsets.py).
     """
     send = PendingSend(writer[0], writer[1], generation, member_id,
                        tuple(sorted((t, p) for t, p in partitions)))
 
     def step(group: GroupOffsets | None) -> GroupOffsets | None:
-        _refuse_stale(group_id, group, generation, "transactional offset commit")
+        if generation >= 0:
+            _refuse_stale(group_id, group, generation, "transactional offset commit")
         return (group or NO_GROUP).registered(transactional_id, send)
 
     _update(storage, group_id, step)
@@ -444,7 +452,9 @@ def fence_generation(storage: Storage, group_id: str, generation: int,
         group = current or NO_GROUP
         found.clear()
         for tid, send in group.pending.items():
-            if send.generation < generation and wanted & set(send.partitions):
+            # A send without a generation (-1) is a simple producer's: no member's, so
+            # no take-over fences it; an offset fetch rolls it forward (stable_offsets.py).
+            if 0 <= send.generation < generation and wanted & set(send.partitions):
                 found.append((tid, send.producer_id, send.epoch, send.generation))
         if group.generation >= generation:
             return None

@@ -150,11 +150,16 @@ class TransactionMetadata:
         """PrepareEpochFence: the open transaction's producer can no longer end it."""
         return self.transition(S.PREPARE_EPOCH_FENCE, epoch=self.epoch + 1, reason=reason)
 
-    def completed(self, producer_id: int, epoch: int) -> TransactionMetadata:
-        """Complete* after a Prepare*, under the identity after the transaction's."""
-        return self.transition(
-            S.COMPLETE_COMMIT if self.state == S.PREPARE_COMMIT else S.COMPLETE_ABORT,
-            producer_id=producer_id, epoch=epoch, partitions=(), pending_offsets={})
+    def completed(self, producer_id: int, epoch: int, commit: bool) -> TransactionMetadata:
+        """Complete* under the identity after the transaction's: after a Prepare*, or, for
+        a plain producer's transaction, straight after its decided Ongoing version, whose
+        decision object stands in for PrepareCommit (docs/protocol.md 4.2)."""
+        state = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
+        changes: dict[str, Any] = {"producer_id": producer_id, "epoch": epoch,
+                                   "partitions": (), "pending_offsets": {}}
+        if self.state == S.ONGOING and not self.is_shared:
+            return replace(self, state=state, update_ms=clock.now_ms(), **changes)
+        return self.transition(state, **changes)
 
     def dead(self) -> TransactionMetadata:
         """Dead: the id expired; its next InitProducerId starts a new incarnation."""

@@ -45,6 +45,10 @@ class CoordinatorStore:
         # process may live through many jobs (storage/lru.py); a dropped entry is read again.
         self.chains: LruDict[str, VersionChain] = LruDict(CACHED_CHAINS)
         self._decisions: LruDict[str, Decision] = LruDict(CACHED_CHAINS)
+        # Identities whose epochs ran out here, so that a new producer id was taken (as
+        # Kafka does): an id re-used by every job of a pooled prefix gets there after
+        # about 16,000 of its transactions.
+        self.epochs_exhausted = 0
 
     # --- metadata chains ----------------------------------------------------------------------
 
@@ -107,6 +111,7 @@ class CoordinatorStore:
     def next_identity(self, producer_id: int, epoch: int) -> tuple[int, int]:
         """The identity after a bump; a new producer id once the epoch is exhausted."""
         if epoch + 1 >= MAX_EPOCH:
+            self.epochs_exhausted += 1
             return self._next_producer_id(), 0
         return producer_id, epoch + 1
 

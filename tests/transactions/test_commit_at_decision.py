@@ -1,0 +1,167 @@
+"""EndTxn answers at its decision; markers, offsets and Complete follow behind it
+(docs/protocol.md 4.5, 9.7).
+
+The markers of one process's partitions are held back (or made to fail) by
+wrapping that process's partition objects, so that what the caller sees
+before the roll-forward has happened is observable without timing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from txlog import Log, Producer
+from txlog.exactly_once.shared_transaction import SharedTransaction
+from txlog.storage.paths import job_dir
+from txlog.transactions import ending
+from txlog.transactions.groups import read_group
+from txlog.transactions.metadata import TxnState
+
+TOPIC = "events"
+# Decided, not complete: the roll-forward may or may not have published PrepareCommit yet.
+UNFINISHED = (TxnState.ONGOING, TxnState.PREPARE_COMMIT)
+
+
+@contextmanager
+def markers_held(log: Log, partitions: int) -> Iterator[threading.Event]:
+    """Every marker ``log``'s process writes to ``TOPIC``, and every group-offset update
+    its roll-forward makes, waits until the event is set."""
+    release = threading.Event()
+    apply = ending.apply_transactional_offsets
+
+    def held_apply(storage, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if storage is log.services.storage:
+            release.wait()
+        return apply(storage, *args, **kwargs)
+
+    ending.apply_transactional_offsets = held_apply  # type: ignore[assignment]
+    for p in range(partitions):
+        part = log.services.partition(TOPIC, p)
+        original = part.append_marker
+
+        def held(*args, _original=original, **kwargs):  # type: ignore[no-untyped-def]
+            release.wait()
+            return _original(*args, **kwargs)
+
+        part.append_marker = held  # type: ignore[method-assign]
+    try:
+        yield release
+    finally:
+        release.set()
+        ending.apply_transactional_offsets = apply  # type: ignore[assignment]
+        for p in range(partitions):
+            del log.services.partition(TOPIC, p).append_marker
+
+
+def _producer(log: Log, partitions: int) -> Producer:
+    log.create_topic(TOPIC, partitions)
+    producer = log.producer(transactional_id="t")
+    producer.init_transactions()
+    return producer
+
+
+def _commit(producer: Producer, value: bytes) -> None:
+    producer.begin_transaction()
+    producer.send(TOPIC, value, partition=0)
+    producer.commit_transaction()
+
+
+def _state(log: Log, transactional_id: str) -> TxnState:
+    meta = Log(log.root).coordinator.metadata(transactional_id)
+    assert meta is not None
+    return meta.state
+
+
+def test_commit_returns_before_the_markers_and_fetches_roll_it_forward(log: Log) -> None:
+    producer = _producer(log, 2)
+    with markers_held(log, 2) as release:
+        producer.begin_transaction()
+        producer.send(TOPIC, b"a", partition=0)
+        producer.send(TOPIC, b"b", partition=1)
+        producer.send_offsets_to_transaction({("in", 0): 7}, "g")
+        producer.commit_transaction()  # returns although no marker can be written
+        assert _state(log, "t") in UNFINISHED
+        other = Log(log.root)  # another process: nothing of it is held
+        assert [other.read(TOPIC, p).num_rows for p in range(2)] == [1, 1]
+        # The group's offsets were not applied yet; a fetch rolls the commit forward.
+        group = read_group(other.services.storage, "g")
+        assert group is not None and ("in", 0) not in group.offsets and "t" in group.pending
+        assert other.committed("g") == {("in", 0): 7}
+        release.set()
+        producer.flush()  # waits for the roll-forward (here: finds it done by the other)
+    assert _state(log, "t") == TxnState.COMPLETE_COMMIT
+    group = read_group(log.services.storage, "g")
+    assert group is not None and "t" not in group.pending
+
+
+def test_the_next_transaction_stages_while_the_last_one_completes(log: Log) -> None:
+    producer = _producer(log, 1)
+    with markers_held(log, 1) as release:
+        _commit(producer, b"1")
+        producer.begin_transaction()
+        producer.send(TOPIC, b"2", partition=0)  # AddPartitionsToTxn waits behind
+        producer.send(TOPIC, b"3", partition=0)
+        assert _state(log, "t") in UNFINISHED  # the first one's markers wait
+        release.set()
+        producer.commit_transaction()
+    producer.close()
+    assert log.read(TOPIC, 0).column("value").to_pylist() == [b"1", b"2", b"3"]
+    assert _state(log, "t") == TxnState.COMPLETE_COMMIT
+
+
+def test_a_failed_roll_forward_is_raised_to_the_producer(log: Log) -> None:
+    producer = _producer(log, 1)
+    part = log.services.partition(TOPIC, 0)
+
+    def failing(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError("marker write failed")
+
+    part.append_marker = failing  # type: ignore[method-assign]
+    _commit(producer, b"x")  # the decision stands: committed
+    assert Log(log.root).read(TOPIC, 0).num_rows == 1
+    with pytest.raises(OSError, match="marker write failed"):
+        producer.flush()
+    producer.begin_transaction()
+    producer.send(TOPIC, b"y", partition=0)
+    with pytest.raises(OSError, match="marker write failed"):  # its AddPartitionsToTxn
+        producer.commit_transaction()  # waited for the first one's completion, which failed
+    del part.append_marker
+    producer.abort_transaction()  # completes the first one, then aborts (nothing joined)
+    _commit(producer, b"z")
+    producer.close()
+    assert log.read(TOPIC, 0).column("value").to_pylist() == [b"x", b"z"]
+
+
+def test_close_waits_within_its_timeout_and_leaves_the_rest_running(log: Log) -> None:
+    producer = _producer(log, 1)
+    with markers_held(log, 1) as release:
+        _commit(producer, b"x")
+        producer.close(timeout=0)
+        assert _state(log, "t") in UNFINISHED
+        release.set()
+        log.coordinator.complete("t")  # waits for this process's roll-forward
+    assert _state(log, "t") == TxnState.COMPLETE_COMMIT
+
+
+def test_a_shared_commit_returns_at_its_decision(log: Log) -> None:
+    log.create_topic(TOPIC, 2)
+    job = SharedTransaction.start(log, "job", 60_000)
+    with markers_held(log, 2) as release:
+        members = []
+        for p in range(2):
+            producer = job.join(log, str(p))
+            producer.send(TOPIC, f"{p}".encode(), partition=p)
+            members.append(producer.prepare_transaction())
+            producer.close()
+        job.commit(log, members)
+        assert all(_state(log, m.transactional_id) in UNFINISHED for m in members)
+        assert job.wait_completed(timeout=0) is False
+        assert [Log(log.root).read(TOPIC, p).num_rows for p in range(2)] == [1, 1]
+        release.set()
+        assert job.wait_completed() is True
+    assert {_state(log, m.transactional_id) for m in members} == {TxnState.COMPLETE_COMMIT}
+    assert log.services.storage.list(job_dir("job")) == []
