@@ -8,9 +8,10 @@
 Drives the core the way the Spark writers do (issue 20), in one process:
 
 * a batch job is one ``SharedTransaction`` with ``--attempts`` task attempts
-  (default 8), each joining with a fresh attempt id (ids keep growing, as in
-  a long-lived application) and writing ``--records`` records to one
-  partition; the driver commits the members it was handed;
+  (default 8), run as the Spark batch writer runs a job without a prefix: it
+  leases a pooled prefix, each attempt joins under the id the writer gives it
+  (re-used by the slot's next job) and writes ``--records`` records to one
+  partition; the driver commits the members it was handed and frees the slot;
 * a micro-batch is one batch of a ``StreamSink`` (two attempts), committed
   with its batch id;
 * every ``--maintain-every`` jobs (default 50), compaction and gc run as an
@@ -19,9 +20,6 @@ Drives the core the way the Spark writers do (issue 20), in one process:
   keys does); with ``--idempotent``, a job is instead one run of a short-lived
   idempotent producer (a cron job or CLI: one new producer id per run) that
   writes every partition, and there are no micro-batches.
-
-A job's tasks run through ``run_tasks``: the one place to switch them onto the
-Spark writer's own code (its pooled transactional ids) once the core has it.
 
 Load-independent counts come first (docs: the issue's "flat bytes"): on the
 local backend (``--fsync`` as in production), every storage call is counted,
@@ -57,6 +55,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 import msgpack  # noqa: E402
 
 from txlog import Log, SharedTransaction, StreamSink  # noqa: E402
+from txlog.exactly_once.id_pool import DEFAULT_POOL_SIZE, start_pooled_job  # noqa: E402
+from txlog.exactly_once.shared_transaction import attempt_key  # noqa: E402
 from txlog.admin.gc import MIN_DEAD_AGE_S  # noqa: E402
 from txlog.storage.contract import DEFAULT_PART_BYTES  # noqa: E402
 from txlog.storage.local import LocalStorage  # noqa: E402
@@ -132,13 +132,13 @@ def _partition_of(task: int, r: int, partitions: int, keyed: bool) -> int:
 
 def run_tasks(log: Log, job: SharedTransaction, attempts: int, records: int, partitions: int,
               next_attempt: int, keyed: bool) -> tuple[list, int]:
-    """One job's task attempts, each joining ``job`` with a fresh attempt id (as the
-    Spark batch writer does today): the members to commit, and the last attempt number.
-    The hook for the pooled ids of the Spark writer: run its task code here instead."""
+    """One job's task attempts, each joining ``job`` under the id the Spark batch writer
+    gives it (``attempt_key``: the task's partition and attempt number, re-used by the
+    next job of the same pooled prefix): the members to commit, and the attempts so far."""
     members = []
     for task in range(attempts):
         next_attempt += 1
-        producer = job.join(log, f"{task}-{next_attempt}")
+        producer = job.join(log, attempt_key(task, 0))
         for r in range(records):
             producer.send(TOPIC, b"x" * 100, key=b"k%d" % r if keyed else None,
                           partition=_partition_of(task, r, partitions, keyed))
@@ -149,10 +149,13 @@ def run_tasks(log: Log, job: SharedTransaction, attempts: int, records: int, par
 
 def batch_job(log: Log, attempts: int, records: int, partitions: int, next_attempt: int,
               keyed: bool = False) -> int:
-    job = SharedTransaction.start(log, "batch", TIMEOUT_MS)
+    """A batch job as the Spark writer runs one without a prefix: a pooled prefix leased
+    for the job (exactly_once/id_pool.py), its tasks, the commit, the lease freed."""
+    job, lease = start_pooled_job(log, "batch", DEFAULT_POOL_SIZE, TIMEOUT_MS)
     members, next_attempt = run_tasks(log, job, attempts, records, partitions, next_attempt,
                                       keyed)
     job.commit(log, members)
+    lease.release(log.services)
     return next_attempt
 
 
