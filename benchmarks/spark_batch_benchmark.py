@@ -26,7 +26,8 @@ does not judge them.
 Bytes stored by the log and by Parquet, each written once with its defaults, are printed
 beside the read figures.
 
-Run: ``python benchmarks/spark_batch_benchmark.py [--rows N] [--runs K] [--dataset NAME]``.
+Run: ``python benchmarks/spark_batch_benchmark.py [--rows N] [--runs K] [--dataset NAME]
+[--pairs NAME ...]``; ``--pairs`` runs only the pairs named (default: all of PAIRS).
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ from bench_datasets import DATASETS, dataset
 from txlog import Log
 
 PARTITIONS = 4
+# The pairs, in the order they run: exactly-once write against Parquet's and against
+# at-least-once, read against Parquet's, read_committed against read_uncommitted, and
+# write and read against the Python data source floors.
+PAIRS = ("write", "at-least-once", "read", "aborted", "floor-write", "floor-read")
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -76,7 +81,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--dir", help="scratch directory (default: a temporary one)")
     parser.add_argument("--dataset", choices=DATASETS, default="events")
+    parser.add_argument("--pairs", nargs="+", choices=PAIRS, default=PAIRS)
+    parser.add_argument("--driver-memory", default="6g",
+                        help="the driver JVM's heap, which caches the rows (default 6g)")
     args = parser.parse_args()
+    pairs = set(args.pairs)
 
     from pyspark import cloudpickle
 
@@ -85,7 +94,10 @@ def main() -> None:
     # The floor reader builds the dataset's rows in the workers, where benchmarks/ is not
     # on the path: the generators travel with it.
     cloudpickle.register_pickle_by_value(bench_datasets)
-    spark = spark_session("txlog-batch-benchmark", master="local[2]")
+    # The cached rows live in the driver's JVM (local mode): 1M incompressible rows are
+    # 1 GB, beyond Spark's default heap of 1 GiB.
+    spark = spark_session("txlog-batch-benchmark", master="local[2]",
+                          **{"spark.driver.memory": args.driver_memory})
     scratch = args.dir or tempfile.mkdtemp(prefix="txlog-bench-")
     os.makedirs(scratch, exist_ok=True)
     df = _dataframe(spark, args.dataset, args.rows).cache()
@@ -110,9 +122,12 @@ def main() -> None:
         df.write.parquet(fresh("parquet"))
 
     print("== write ==")
-    paired("txlog exactly_once", txlog_write("exactly_once"), "parquet", parquet_write, args.runs)
-    paired("txlog exactly_once", txlog_write("exactly_once"), "txlog at_least_once",
-           txlog_write("at_least_once"), args.runs)
+    if "write" in pairs:
+        paired("txlog exactly_once", txlog_write("exactly_once"), "parquet", parquet_write,
+               args.runs)
+    if "at-least-once" in pairs:
+        paired("txlog exactly_once", txlog_write("exactly_once"), "txlog at_least_once",
+               txlog_write("at_least_once"), args.runs)
 
     print("== read (into noop) ==")
     log_path = fresh("txlog")
@@ -134,40 +149,49 @@ def main() -> None:
     txlog_bytes, parquet_bytes = _stored_bytes(log_path), _stored_bytes(parquet_path)
     print(f"{'bytes stored, txlog':>34}: {txlog_bytes:>13,}\n{'parquet':>34}: {parquet_bytes:>13,}"
           f"\n{'ratio':>34}: {txlog_bytes / parquet_bytes:7.3f}\n")
-    paired("txlog read_committed", txlog_read(log_path, "read_committed"), "parquet",
-           parquet_read, args.runs)
-
-    print("== read_committed vs read_uncommitted, 10% aborted ==")
-    mixed = fresh("txlog")
-    # Aborted records between committed ones: a committed job, an aborted one
-    # (a ninth of the rows, so 10% of the total), another committed job.
-    half = df.limit(args.rows // 2)
-    half.write.format("txlog").mode("append").option("path", mixed).option("topic", "bench") \
-        .save()
-    _write_aborted(df.limit(args.rows // 9), mixed)
-    half.write.format("txlog").mode("append").option("path", mixed).option("topic", "bench") \
-        .save()
-    paired("read_committed", txlog_read(mixed, "read_committed"), "read_uncommitted",
-           txlog_read(mixed, "read_uncommitted"), args.runs)
+    if "read" in pairs:
+        paired("txlog read_committed", txlog_read(log_path, "read_committed"), "parquet",
+               parquet_read, args.runs)
+    if "aborted" in pairs:
+        _aborted_pair(df, args.rows, fresh("txlog"), txlog_read, args.runs)
 
     print("== against the Python data source floor ==")
     spark.dataSource.register(_FloorSource)
-    paired("txlog exactly_once write", txlog_write("exactly_once"), "dropping Python writer",
-           lambda: df.write.format("floor").mode("append").save(), args.runs)
+    if "floor-write" in pairs:
+        paired("txlog exactly_once write", txlog_write("exactly_once"), "dropping Python writer",
+               lambda: df.write.format("floor").mode("append").save(), args.runs)
     rows_per_partition = args.rows // PARTITIONS
-    paired("txlog read_committed", txlog_read(log_path, "read_committed"),
-           "in-memory Python reader",
-           lambda: spark.read.format("floor").option("rows", rows_per_partition)
-           .option("dataset", args.dataset).load()
-           .write.format("noop").mode("overwrite").save(), args.runs)
+    if "floor-read" in pairs:
+        paired("txlog read_committed", txlog_read(log_path, "read_committed"),
+               "in-memory Python reader",
+               lambda: spark.read.format("floor").option("rows", rows_per_partition)
+               .option("dataset", args.dataset).load()
+               .write.format("noop").mode("overwrite").save(), args.runs)
     spark.stop()
     if not args.dir:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _aborted_pair(df: object, rows: int, mixed: str,
+                  txlog_read: Callable[[str, str], Callable[[], object]], runs: int) -> None:
+    print("== read_committed vs read_uncommitted, 10% aborted ==")
+    # Aborted records between committed ones: a committed job, an aborted one
+    # (a ninth of the rows, so 10% of the total), another committed job.
+    half = df.limit(rows // 2)  # type: ignore[attr-defined]
+    half.write.format("txlog").mode("append").option("path", mixed).option("topic", "bench") \
+        .save()
+    _write_aborted(df.limit(rows // 9), mixed)  # type: ignore[attr-defined]
+    half.write.format("txlog").mode("append").option("path", mixed).option("topic", "bench") \
+        .save()
+    paired("read_committed", txlog_read(mixed, "read_committed"), "read_uncommitted",
+           txlog_read(mixed, "read_uncommitted"), runs)
+
+
 def _dataframe(spark: object, name: str, rows: int) -> object:
-    """The rows to write: ``hex`` built by Spark itself as in earlier runs, the other
-    datasets from their Arrow table."""
+    """The rows to write, in two Spark partitions: ``hex`` built by Spark itself as in
+    earlier runs, the other datasets generated in the Python workers, half the rows each
+    (seeds 0 and 1).  A driver-side ``createDataFrame`` of the whole table ran the
+    driver's JVM out of heap at 1M rows of ``incompressible`` (1 GB)."""
     from pyspark.sql import functions as F
 
     if name == "hex":
@@ -175,8 +199,16 @@ def _dataframe(spark: object, name: str, rows: int) -> object:
             F.unhex(F.lpad(F.hex("id"), 16, "0")).alias("key"),
             F.unhex(F.concat(F.lpad(F.hex("id"), 16, "0"), F.repeat(F.lit("ab"), 92)))
             .alias("value"))
-    table = dataset(name, rows).select(["key", "value"])
-    return spark.createDataFrame(table).repartition(2)  # type: ignore[attr-defined]
+    halves = (rows - rows // 2, rows // 2)
+
+    def generate(batches):  # one per Spark partition: the ids 0 and 1 are the seeds
+        for batch in batches:
+            for seed in batch.column("id").to_pylist():
+                table = dataset(name, halves[seed], seed=seed).select(["key", "value"])
+                yield from table.to_batches(max_chunksize=1 << 16)
+
+    return spark.range(2, numPartitions=2).mapInArrow(  # type: ignore[attr-defined]
+        generate, "key binary, value binary")
 
 
 def _stored_bytes(path: str) -> int:

@@ -102,3 +102,24 @@ def test_python_m_java_prints_a_usable_home():
     home = done.stdout.strip()
     assert java.java_major_version(home) in java.SUPPORTED_MAJORS
     assert os.path.isfile(os.path.join(home, "bin", "java"))
+
+
+def test_a_stream_readers_process_imports_no_writer_modules(tmp_path):
+    """Spark starts a Python process for each streaming query's source, which unpickles
+    the data source and builds the stream reader: what that imports is paid per query.
+    The writer, the Kafka clients, the Log, the admin tools and checkpoint files are a
+    writer's.  (The options still import exactly_once.id_pool for the pool's bounds, and
+    with it the producer.)"""
+    script = textwrap.dedent(f"""
+        import pickle, sys
+        from txlog.spark.source import TxlogDataSource
+        source = pickle.loads(pickle.dumps(TxlogDataSource({{"path": {str(tmp_path)!r},
+                                                             "subscribe": "t"}})))
+        source.streamReader(source.schema())
+        print(" ".join(sorted(m for m in sys.modules if m.startswith(("txlog", "fsspec")))))
+    """)
+    loaded = set(run_python(["-c", script]).stdout.split())
+    assert "txlog.spark.stream_reader" in loaded  # the probe saw the reader being built
+    writers = ("txlog.spark.writer", "txlog.spark.checkpoint", "txlog.kafka", "txlog.api.log",
+               "txlog.admin", "fsspec")
+    assert sorted(m for m in loaded for w in writers if m == w or m.startswith(w + ".")) == []

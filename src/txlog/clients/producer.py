@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +28,8 @@ from ..format.batch import compression_attribute
 from .accumulator import (FutureRecordMetadata, RecordAccumulator, as_bytes, batch_runs,
                           by_partition, normalise_table, runs)
 from .metrics import DEFAULT_NUM_SAMPLES, DEFAULT_SAMPLE_WINDOW_MS, MetricConfig
-from .producer_settings import LOCAL_DEFAULTS, check_producer_settings, store_defaults
+from .producer_settings import (DEFAULT_COMPRESSION, LOCAL_DEFAULTS, check_producer_settings,
+                                store_defaults)
 from .partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from .sender import Sender
 from .transaction_manager import ClientState, TransactionManager
@@ -43,11 +44,6 @@ if TYPE_CHECKING:
 # batch is part of a claim, and the claims of one flush are what a write costs.
 DEFAULT_BATCH_SIZE = LOCAL_DEFAULTS.batch_size
 DEFAULT_LINGER_MS = 5
-# Kafka's producer does not compress by default; txlog does, because what a log costs is
-# the bytes it keeps in storage: on JSON events zstd stores about 0.6x Parquet's bytes
-# (lz4 about 1.05x, none about 2.9x: benchmarks/bytes_benchmark.py) in about the same
-# time.  None and "none" still write uncompressed batches.
-DEFAULT_COMPRESSION: Final = "zstd"
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 
 

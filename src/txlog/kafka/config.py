@@ -24,8 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..clients.producer import (DEFAULT_BATCH_SIZE, DEFAULT_COMPRESSION, DEFAULT_LINGER_MS,
-                                DEFAULT_TRANSACTION_TIMEOUT_MS)
+from ..clients.producer import (DEFAULT_BATCH_SIZE, DEFAULT_LINGER_MS, DEFAULT_TRANSACTION_TIMEOUT_MS,
+                               )
+from ..clients.producer_settings import DEFAULT_COMPRESSION
 from ..api.log import Log
 from ..clients.metrics import DEFAULT_NUM_SAMPLES, DEFAULT_SAMPLE_WINDOW_MS, PREFIX_SETTING
 from ..clients.settings import Setting, Settings, any_value

@@ -34,13 +34,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..clients.producer import DEFAULT_COMPRESSION
+from ..clients.producer_settings import DEFAULT_COMPRESSION
 from ..clients.settings import Kind, Setting, Settings
 from ..errors import InvalidConfigError, InvalidNameError
-from ..exactly_once.app_versions import check_app_id, default_prefix
 from ..exactly_once.id_pool import DEFAULT_POOL_SIZE, MAX_POOL_SIZE
 from ..integers import is_int
-from ..kafka.addresses import root_address
 from ..storage.secrets import is_secret_option
 from ..storage.names import validate_name
 from ..storage.schemes import normalised_url
@@ -460,6 +458,10 @@ def _path(opts: _Opts) -> str:
     if raw is None and not opts.keys():
         raise InvalidConfigError(NO_OPTIONS_POINTER)
     if servers is not None:
+        # Imported here: the txlog.kafka package would make every reader's Python process
+        # import the Kafka clients (docs/spark.md, the source's imports).
+        from ..kafka.addresses import root_address
+
         servers = root_address("kafka.bootstrap.servers", servers)
     if raw is None:
         if servers is None:
@@ -696,6 +698,8 @@ class WriteOptions:
         prefix = value["transactional.id.prefix"]
         _check_pool_size(value, prefix, app_id, streaming)
         if app_id is not None and prefix is None:
+            from ..exactly_once.app_versions import default_prefix
+
             prefix = default_prefix(app_id)
         _warn_ignored(opts, "streaming write" if streaming else "batch write",
                       _KAFKA_MAPPED_WRITE)
@@ -837,6 +841,8 @@ def _txn(opts: _Opts, streaming: bool, guarantee: DeliveryGuarantee
     if guarantee != "exactly_once":
         raise _fail("txnAppId", "needs deliveryGuarantee exactly_once: the version commits in "
                                 "the write's transaction, and at_least_once has none")
+    from ..exactly_once.app_versions import check_app_id  # writes only: see _path
+
     try:
         app_id = check_app_id(raw_app.strip())
     except InvalidConfigError as exc:

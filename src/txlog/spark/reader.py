@@ -20,7 +20,6 @@ from ..errors import InvalidConfigError
 from ..integers import is_int
 from ..root.root import Root
 from .options import ReadOptions
-from .worker_logs import worker_log
 
 
 def spark_schema(include_headers: bool) -> StructType:
@@ -202,6 +201,8 @@ def read_ranges(options: ReadOptions, schema: pa.Schema, ranges: Sequence[planni
     """A task's planned ranges as record batches of exactly Spark's ``schema``."""
     if not ranges:
         return
+    from .worker_logs import worker_log  # executors only: it imports the whole Log
+
     root = worker_log(options.path, options.storage_options, create=False).services
     for r in ranges:
         for batch in planning.read_range(root, r, options.isolation_level, options.include_headers):

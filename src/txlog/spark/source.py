@@ -1,4 +1,11 @@
-"""``format("txlog")``: the DataSource Spark instantiates for reads and writes."""
+"""``format("txlog")``: the DataSource Spark instantiates for reads and writes.
+
+Each method imports what it builds.  Spark unpickles this class in every
+Python process that plans or commits for a query (a stream's source runs in
+a process of its own, started for each query), and a reader's process has
+no use for the writer's modules: producer, transactions of jobs, checkpoint
+files (docs/spark.md, the source's imports).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +15,6 @@ from pyspark.sql.types import StructType
 
 from .options import ReadOptions, WriteOptions, check_table_options
 from .reader import TxlogBatchReader, arrow_schema, spark_schema
-from .stream_reader import TxlogStreamReader
-from .writer import TxlogBatchWriter, TxlogStreamWriter
 
 
 class TxlogDataSource(DataSource):
@@ -31,13 +36,19 @@ class TxlogDataSource(DataSource):
         return TxlogBatchReader.create(ReadOptions.parse(self.options, streaming=False), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from .writer import TxlogBatchWriter
+
         return TxlogBatchWriter.create(WriteOptions.parse(self.options, streaming=False), schema,
                                        overwrite)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from .stream_reader import TxlogStreamReader
+
         options = ReadOptions.parse(self.options, streaming=True)
         return TxlogStreamReader(options, arrow_schema(options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from .writer import TxlogStreamWriter
+
         return TxlogStreamWriter.create(WriteOptions.parse(self.options, streaming=True), schema,
                                         overwrite)
