@@ -90,8 +90,9 @@ def test_a_decision_a_transaction_still_follows_stays(log: Log, tmp_path: Path,
         raise RuntimeError("the ender died between its decision and the markers")
 
     monkeypatch.setattr(log.coordinator.ender, "complete", stop_after_deciding)
+    producer.commit_transaction()  # returns at its decision; the roll-forward follows
     with pytest.raises(RuntimeError):
-        producer.commit_transaction()
+        producer.flush()  # which failed: the producer's next call says so
     monkeypatch.setattr(log.coordinator.ender, "complete", real)
     decisions = os.listdir(tmp_path / DECISION_DIR)
     assert len(decisions) == 1

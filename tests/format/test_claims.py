@@ -750,15 +750,18 @@ def test_one_tasks_requests_from_opening_its_log_to_prepare(tmp_path: Path) -> N
     assert txn == [("list", "job-task-0"), ("publish", "00000000000000000000"),
                    ("publish", "00000000000000000001"), ("read", "00000000000000000000"),
                    ("read", "00000000000000000002")], txn
-    assert store.count("read", "coordinator/decisions/") == 1
-    # Besides topic.json: 10 to open and join (11 on an object store: the probe's
+    # The KIP-890 verification's, and the late-joiner rule's two on opening: before the
+    # publish (no transaction opened under a decided job) and after it (decided in between:
+    # ended at once) (protocol.md 4.4).
+    assert store.count("read", "coordinator/decisions/") == 3
+    # Besides topic.json: 12 to open and join (13 on an object store: the probe's
     # verdict), the verification's 2, and per partition 5 (its segments listed at load
     # and after the claim, not before it (1.6), its snapshots listed, the slot's 404,
     # the batch: a flush this small goes inline, without a data object); topic.json
     # once for the description and twice per partition unless shared (1.4: timing
     # decides).
     topic_json = store.count("read", "topics/t/topic.json")
-    assert len(store.calls) - topic_json == 10 + 2 + 4 * 5, \
+    assert len(store.calls) - topic_json == 12 + 2 + 4 * 5, \
         "\n".join(map(str, store.calls))
     assert 1 + 2 <= topic_json <= 1 + 4 * 2
     job.commit(driver, [producer._transactions.member()])

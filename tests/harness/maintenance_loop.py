@@ -127,12 +127,16 @@ def run_writer(args: argparse.Namespace) -> int:
                     producer.send(TOPIC, value.encode(), partition=p)
                     if rng.random() < 0.5:
                         producer.flush()
+                if commit:
+                    producer.commit_transaction()
             except InvalidPidMappingError:
                 # The id expired during the pause and gc retired it (Kafka's abortable
-                # INVALID_PRODUCER_ID_MAPPING): abort, which starts it again.
+                # INVALID_PRODUCER_ID_MAPPING, met by a flush or, as AddPartitionsToTxn
+                # answers behind the sends, by the commit): abort, which starts it again.
                 expired += 1
                 commit = False
-            (producer.commit_transaction if commit else producer.abort_transaction)()
+            if not commit:
+                producer.abort_transaction()
             out.write(json.dumps({"txn": txn, "values": values,
                                   "outcome": "committed" if commit else "aborted"}) + "\n")
             out.flush()

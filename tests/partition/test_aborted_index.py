@@ -39,6 +39,10 @@ def _write(log: Log, rounds: int) -> None:
             short.flush()
             (short.abort_transaction if j % 3 == 1 else short.commit_transaction)()
         (long_txn.abort_transaction if r % 2 else long_txn.commit_transaction)()
+    # A commit returns at its decision: closing waits for the markers behind it, so that
+    # what is compacted next holds no transaction still open.
+    long_txn.close()
+    short.close()
 
 
 def _committed(log: Log, start: int) -> list[tuple[int, bytes]]:

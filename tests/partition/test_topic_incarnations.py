@@ -117,6 +117,7 @@ def test_processes_holding_a_topic_across_delete_and_recreate(tmp_path: Path) ->
     assert "ok" in outcomes["reader"][1]
 
     txn.abort_transaction()
+    txn.close()  # the abort returned at its decision; closing waits for its marker
     fresh = Log(root)
     assert fresh.end_offset("t", 0) == chain[-1].header.next_offset + 1  # + the ABORT marker
     visible = [v.decode() for v in fresh.read("t", 0).column("value").to_pylist()]

@@ -166,8 +166,7 @@ class Sender:
             self.settle_behind()
         except BaseException as exc:  # the other partitions' staged batches still go
             first_error = exc
-        if self.staged:
-            self._transactions.settle_joins()  # no byte before AddPartitionsToTxn
+        self._settle_joins()
         staged, self.staged, self.staged_bytes = self.staged, [], 0
         if staged:
             self._sent(staged, _timed_publish(self._services.storage, staged))
@@ -186,8 +185,7 @@ class Sender:
         settled, and its first failure raised, by the next write, flush or decision
         (docs/protocol.md, section 1.1)."""
         self.settle_behind()
-        if self.staged:
-            self._transactions.settle_joins()  # no byte before AddPartitionsToTxn
+        self._settle_joins()
         staged, self.staged, self.staged_bytes = self.staged, [], 0
         if staged:
             self.behind = (staged, _write_pool().submit(_timed_publish,
@@ -211,6 +209,20 @@ class Sender:
         except BaseException:
             if raise_error:
                 raise
+
+    def _settle_joins(self) -> None:
+        """No byte before AddPartitionsToTxn: wait for the joins of what is staged.  If one
+        failed, the staged batches can never be written: their records fail with it, and
+        count as errors, as a batch the partition refused does."""
+        if not self.staged:
+            return
+        try:
+            self._transactions.settle_joins()
+        except BaseException as exc:
+            for b in self.staged:
+                self.sensors.errors.record(b.header.record_count)
+            self.fail_staged(exc)
+            raise
 
     def fail_staged(self, error: BaseException) -> None:
         """Drop every staged batch, failing its futures with ``error`` (an abort)."""
