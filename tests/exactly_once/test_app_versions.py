@@ -48,7 +48,9 @@ def write(root: str, version: int) -> bool:
     job = writes.start(log, version)
     if job is None:
         return False
-    return writes.commit(log, job, version, write_tasks(log, job, version))
+    committed = writes.commit(log, job, version, write_tasks(log, job, version))
+    job.wait_completed()  # the commit returned at its decision; the markers follow
+    return committed
 
 
 def values(root: str) -> list[str]:

@@ -27,7 +27,8 @@ application (one JVM start), each printing ``<scenario>: {json}``: two queries w
 one prefix (``two-queries``), a deleted checkpoint restarted with startingOffsets
 latest and earliest (``reset-latest``, ``reset-earliest``), a micro-batch that
 fails in every attempt after writing (``failing-batch``), then batch writes whose
-marker writes fail once (``once``) and always (``always``), made to fail by
+marker writes fail once (``once``) and on every try until the test lets them work
+(``always``), made to fail by
 tests/harness/faults/sitecustomize.py (on PYTHONPATH, so in every Python worker too, with
 TXLOG_TEST_MARKER_FAULTS naming a scratch directory).
 
@@ -375,18 +376,33 @@ def commit_faults(spark, log, root: str) -> None:
             error = None
         except Exception as exc:  # noqa: BLE001 - the error is the result
             error = _error_text(exc)
+        # The job returned at its COMMIT decision; its markers are written behind it, by
+        # the Python worker that committed.  Let them fail (once; or twice, so retried)
+        # before marker writes work again.
+        _wait_for_marker_failures(faults, 1 if mode == "once" else 2)
         os.remove(os.path.join(faults, "mode"))  # marker writes work again
+        fresh = Log(root)
+        for transactional_id in fresh.coordinator.transactional_ids():
+            if transactional_id.startswith(f"faults-{mode}"):  # as the next writer would
+                fresh.coordinator.complete(transactional_id)
         failed = sorted(n for n in os.listdir(faults) if n.startswith("failed-"))
         # A read_committed Spark read, after the job and with marker writes working.
         count = spark.read.format("txlog").option("path", root).option("subscribe", topic) \
             .load().count()
-        fresh = Log(root)
         print(f"{mode}: " + json.dumps({
             "error": error, "marker_failures": len(failed), "read": count,
             "lso_and_end": [(fresh.last_stable_offset(topic, p), fresh.end_offset(topic, p))
                             for p in range(2)]}), flush=True)
         for name in failed:
             os.remove(os.path.join(faults, name))
+
+
+def _wait_for_marker_failures(faults: str, at_least: int, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while sum(n.startswith("failed-") for n in os.listdir(faults)) < at_least:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"fewer than {at_least} marker writes failed in {timeout_s} s")
+        time.sleep(0.05)
 
 
 # --- idempotent writes inside foreachBatch ---------------------------------------------------

@@ -126,7 +126,11 @@ def test_bounds_stop_at_lso_under_read_committed_and_at_log_end_otherwise(open_t
     assert read_limit(log.services, T, 0, READ_COMMITTED) == 3
     assert read_limit(log.services, T, 0, READ_UNCOMMITTED) == 7
 
-    tx.commit_transaction()  # the COMMIT marker takes offset 7
+    tx.commit_transaction()
+    # Decided, its marker still to come: the decision resolves the transaction.
+    b = bounds(log.services, T, 0)
+    assert (b.stable, b.end) in ((7, 7), (8, 8))
+    tx.flush()  # and the roll-forward behind the commit: the COMMIT marker takes offset 7
     b = bounds(log.services, T, 0)
     assert (b.stable, b.end) == (8, 8)
     assert read_limit(log.services, T, 0, READ_COMMITTED) == \
@@ -290,6 +294,7 @@ def test_plan_end_is_capped_at_the_lso_and_moves_once_the_transaction_commits(op
     assert values_of(list(read_range(log.services, rng))) == ["p0", "p1", "p2"]
 
     tx.commit_transaction()
+    tx.flush()  # the roll-forward behind the commit: its marker ends the range
     assert ranges_by_tp(plan(log.services, tps, earliest(), latest())) == {(T, 0): (0, 8)}
     (rng,) = plan(log.services, tps, earliest(), latest())
     assert values_of(list(read_range(log.services, rng))) == ["p0", "p1", "p2", "x0", "x1", "p3", "p4"]

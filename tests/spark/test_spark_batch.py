@@ -210,10 +210,14 @@ def test_failed_job_is_invisible_to_read_committed_only(spark, root):
 
 
 def hanging(log):
-    """Transactional ids whose transaction is not finished (what `txlog transactions` flags)."""
+    """Transactional ids whose transaction nobody decided (what `txlog transactions` flags).
+
+    A job's commit returns at its decision and its roll-forward follows (it may still be
+    running in this driver): a decided transaction is rolled forward first, as any reader
+    or writer would, so that only an undecided one counts."""
     done = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
-    return [t for t in log.coordinator.transactional_ids()
-            if log.coordinator.metadata(t).state not in done]
+    states = [(t, log.coordinator.complete(t)) for t in log.coordinator.transactional_ids()]
+    return [t for t, meta in states if meta is not None and meta.state not in done]
 
 
 def hold_partition_1_until(flag):

@@ -83,19 +83,14 @@ def test_a_micro_batch_failing_in_every_attempt_holds_no_partition(sink_safety):
     assert r["visible"] == sorted(f"other{i}" for i in range(10))
 
 
-def test_a_batch_commit_whose_markers_fail_commits_or_says_it_did(sink_safety):
+def test_a_batch_commit_whose_markers_fail_is_committed_and_rolled_forward(sink_safety):
     once, always = sink_safety["once"], sink_safety["always"]
-    # A marker write that fails once is retried: the job reports success.
+    # The job returns at its COMMIT decision: marker writes failing behind it, once or
+    # on every retry until they work again, do not fail it (its records are committed
+    # from the decision on, and a job reported failed would be run again: duplicates).
     assert once["marker_failures"] == 1 and once["error"] is None
-    assert once["read"] == 1_000
-    # One that keeps failing: the job fails, and its error says the records are committed.
-    assert always["marker_failures"] > 1 and always["error"] is not None
-    # Spark wraps it ("Writing job failed", then the Python traceback); txlog's own
-    # message starts with what the user must know.
-    error_line = next(line for line in always["error"].splitlines()
-                      if line.startswith("txlog.errors.CommittedButIncompleteError: "))
-    assert "are COMMITTED and must not be written again" in error_line.split(": ", 1)[1][:120]
-    # They are: a reader sees every one (once anyone rolls the decision forward).
-    assert always["read"] == 1_000
+    assert always["marker_failures"] >= 2 and always["error"] is None
+    # Every record is read once, and once rolled forward nothing holds a partition.
+    assert once["read"] == always["read"] == 1_000
     for lso, end in once["lso_and_end"] + always["lso_and_end"]:
         assert lso == end
