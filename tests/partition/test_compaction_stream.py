@@ -51,6 +51,7 @@ def _write(log: Log, topic: str, value_size: int = 3000) -> None:
         txn.send(topic, value=f"t{j}".encode() * 500, partition=0)
         txn.flush()
         (txn.commit_transaction if j % 2 == 0 else txn.abort_transaction)()
+    txn.close()  # the last abort returned at its decision: its marker lands before what follows
     producer.send(topic, value=b"L" * (value_size * 10), partition=0)  # larger than the buffer
     producer.flush()
     producer.send(topic, value=b"tail", partition=0)
