@@ -18,9 +18,8 @@ from pyspark.sql.types import IntegerType, StructField, StructType  # noqa: E402
 
 from conftest import LARGE  # noqa: E402
 from helpers_core import wait_for  # noqa: E402
-from spark_io import read, write  # noqa: E402
+from spark_io import hanging, read, write  # noqa: E402
 from txlog import Log  # noqa: E402
-from txlog.transactions.metadata import TxnState  # noqa: E402
 from txlog.clients.partitioner import partition_for_key  # noqa: E402
 
 # Python workers cannot import this test module: ship its functions by value.
@@ -207,17 +206,6 @@ def test_failed_job_is_invisible_to_read_committed_only(spark, root):
     log = Log(root)
     for p in range(4):
         assert log.last_stable_offset("events", p) == log.end_offset("events", p)
-
-
-def hanging(log):
-    """Transactional ids whose transaction nobody decided (what `txlog transactions` flags).
-
-    A job's commit returns at its decision and its roll-forward follows (it may still be
-    running in this driver): a decided transaction is rolled forward first, as any reader
-    or writer would, so that only an undecided one counts."""
-    done = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
-    states = [(t, log.coordinator.complete(t)) for t in log.coordinator.transactional_ids()]
-    return [t for t, meta in states if meta is not None and meta.state not in done]
 
 
 def hold_partition_1_until(flag):

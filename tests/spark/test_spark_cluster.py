@@ -29,9 +29,9 @@ if not sys.platform.startswith("linux"):  # the harness reads /proc to find its 
 
 from conftest import HARNESS_DIR  # noqa: E402
 from spark_cluster import StandaloneCluster, standalone_cluster  # noqa: E402
+from spark_io import hanging  # noqa: E402
 
 from txlog import Log  # noqa: E402
-from txlog.transactions.metadata import TxnState  # noqa: E402
 
 JOBS = HARNESS_DIR / "spark_jobs.py"
 ROWS = 10_000
@@ -80,13 +80,6 @@ def store(s3_server) -> Store:
 def cluster(tmp_path_factory, store) -> StandaloneCluster:
     with standalone_cluster(tmp_path_factory.mktemp("cluster"), env=store.env) as started:
         yield started
-
-
-def hanging(log: Log) -> list[str]:
-    """Transactional ids whose transaction is not finished (what `txlog transactions` flags)."""
-    done = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
-    return [t for t in log.coordinator.transactional_ids()
-            if log.coordinator.metadata(t).state not in done]
 
 
 def test_cluster_has_one_worker_with_its_cores(cluster):
