@@ -30,6 +30,8 @@ from ..errors import (InvalidConfigError, InvalidProducerEpochError, InvalidTxnS
 from ..format.batch import (MAX_CLAIM_PARTS, NO_SEQUENCE, TRANSACTIONAL_BIT, BatchHeader,
                             Payload, encode_records)
 from ..partition.appender import DataReference, write_data_object
+from ..partition.state_manager import GUESS_WINDOW_S
+from ..storage.fresh_reads import SharedReads
 from ..storage.pools import shared_pool
 from ..transactions.coordinator import FlushVerification
 from .metrics import MetricConfig, ProducerSensors
@@ -356,10 +358,12 @@ def _publish(storage: Storage, staged: list[_Staged]) -> None:
     for b in staged:
         runs.setdefault(b.tp, []).append(b)
     flush = FlushVerification()  # one KIP-890 check per transaction per flush (2.6.1)
+    reads = SharedReads(GUESS_WINDOW_S)  # one topic.json read before the claims (1.8)
     if len(runs) == 1:
-        flush.run(_claim_run, next(iter(runs.values())))
+        reads.run(flush.run, _claim_run, next(iter(runs.values())))
     else:
-        list(_claim_pool().map(lambda run: flush.run(_claim_run, run), runs.values()))
+        list(_claim_pool().map(lambda run: reads.run(flush.run, _claim_run, run),
+                               runs.values()))
 
 
 def _claim_run(run: list[_Staged]) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import msgpack
 
 from ..storage.contract import Storage
-from ..storage.fresh_reads import fresh_read
+from ..storage.fresh_reads import fresh_read, recent_read
 from ..storage.paths import topic_meta_path
 
 
@@ -38,11 +38,14 @@ def topic_id_of(meta: dict[str, Any]) -> str:
     return hashlib.sha256(seed).hexdigest()[:32]
 
 
-def read_topic_meta(storage: Storage, topic: str) -> dict[str, Any] | None:
-    """``topic.json`` of ``topic``, or None when the topic does not exist."""
+def read_topic_meta(storage: Storage, topic: str, recent: bool = False
+                    ) -> dict[str, Any] | None:
+    """``topic.json`` of ``topic``, or None when the topic does not exist; ``recent``:
+    a read that the caller's flush began a moment ago serves (fresh_reads.SharedReads)."""
     try:
         # Shared with the partitions checking it at the same moment (fresh_reads.py).
-        raw = fresh_read(storage, topic_meta_path(topic))
+        path = topic_meta_path(topic)
+        raw = recent_read(storage, path) if recent else fresh_read(storage, path)
     except FileNotFoundError:
         return None
     meta = msgpack.unpackb(raw)
@@ -51,6 +54,6 @@ def read_topic_meta(storage: Storage, topic: str) -> dict[str, Any] | None:
     return meta
 
 
-def current_topic_id(storage: Storage, topic: str) -> str | None:
-    meta = read_topic_meta(storage, topic)
+def current_topic_id(storage: Storage, topic: str, recent: bool = False) -> str | None:
+    meta = read_topic_meta(storage, topic, recent)
     return None if meta is None else topic_id_of(meta)

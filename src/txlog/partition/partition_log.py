@@ -40,13 +40,14 @@ class PartitionLog:
                  resolver: OutcomeResolver | None = None,
                  on_stale: Callable[[str, str], None] | None = None,
                  producer_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-                 verify: Callable[[BatchHeader], bool] | None = None) -> None:
+                 verify: Callable[[BatchHeader], bool] | None = None,
+                 unwritten: bool = False) -> None:
         self.storage = storage
         self.topic = topic
         self.partition = partition
         self.topic_id = topic_id
         self._states = StateManager(storage, topic, partition, topic_id, on_stale,
-                                    producer_expiration_ms)
+                                    producer_expiration_ms, unwritten)
         self._appender = Appender(self._states, verify)
         self._reader = Reader(self._states, resolver)
         self._cache = self._states.cache

@@ -32,7 +32,8 @@ from ..format.segment import CorruptSegmentError, SegmentHead
 from ..format.snapshot_frame import frame, framed_length, is_framed, unframe
 from ..format.topic_ids import current_topic_id
 from ..storage.contract import Storage
-from ..storage.paths import SNAPSHOT_SUFFIX, named_offsets, snapshot_path, snapshots_dir
+from ..storage.paths import (BATCH_SUFFIX, SEGMENT_DIR, SNAPSHOT_DIR, SNAPSHOT_SUFFIX,
+                             named_offsets, snapshot_path, snapshots_dir)
 from ..storage.pools import lookup_pool
 from .producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerState
 from .storage_cache import RELOADS, StorageCache
@@ -100,7 +101,8 @@ class StateManager:
 
     def __init__(self, storage: Storage, topic: str, partition: int, topic_id: str,
                  on_stale: Callable[[str, str], None] | None = None,
-                 producer_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
+                 producer_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+                 unwritten: bool = False) -> None:
         self.storage = storage
         self.producer_expiration_ms = producer_expiration_ms
         self.topic = topic
@@ -114,6 +116,9 @@ class StateManager:
         # Where requests wait on the network: reads are worth overlapping there only.
         self._remote = bool(getattr(storage, "remote", False))
         self._drop_cache()
+        # A listing of the topic's directory showed nothing of this partition: its first
+        # claim takes the empty log as a guess (state_proven_after), listing nothing.
+        self._unwritten = unwritten
 
     def reload(self) -> None:
         """Forget the cached state (its unread entries are gone): the next call loads it."""
@@ -129,6 +134,9 @@ class StateManager:
         # unchanged, the cache describes this incarnation and nothing it
         # covers was compacted away.  None while the state is empty.
         self._anchor: _Anchor | None = None
+        # The state is the unwritten partition's guess, not proven yet: a refresh
+        # loads the partition instead of reading on from it.
+        self._guessed = False
         self.cache.reset()
 
     # --- producer state -------------------------------------------------------
@@ -151,11 +159,14 @@ class StateManager:
         several at once instead of one after another (``_headers_listed``).
         """
         with self.lock:
+            if self._guessed:  # a claim's guess that lost its slot: load what is there
+                self._drop_cache()
             for _ in range(RELOADS):
-                listed, reaches = None, False
+                listed: list[int] | None = None
+                reaches = False
                 if self._state is None:
                     self._state, listed = self._load_state(listing and self._remote)
-                    reaches = listed is not None and _listing_reaches(listed, self._anchor)
+                    reaches = _listing_reaches(listed, self._anchor)
                 state = self._state
                 found = self._headers_past(state, listed, reaches)
                 if not self.still_current() or not self._apply_all(found):
@@ -186,11 +197,22 @@ class StateManager:
         """
         with self.lock:
             for _ in range(RELOADS):
+                listed: list[int] | None = None
+                reaches = False
                 if self._state is None:
-                    self._state, _ = self._load_state()
+                    if self._unwritten:  # taken once, proven by the check after
+                        self._unwritten, self._guessed = False, True
+                        self._state, listed = self.new_state(), []
+                    else:
+                        self._state, listed = self._load_state()
+                    reaches = _listing_reaches(listed, self._anchor)
                 state, proof = self._state, self._anchor
-                found = self._headers_past(state)
-                current = current_topic_id(self.storage, self.topic)
+                # A cold load's listing shows where the chain ends (no 404 read): a guess
+                # that the publish-if-absent and the anchor check after it prove (1.6, 1.8).
+                found = self._headers_past(state, listed, reaches)
+                # Shared by the flush's claims within GUESS_WINDOW_S (1.8): it bounds the
+                # window to the publish; the check after the publish proves the rest.
+                current = current_topic_id(self.storage, self.topic, recent=True)
                 if current != self.topic_id:
                     self._stale(current)
                 if not self._apply_all(found):
@@ -313,6 +335,7 @@ class StateManager:
                 if current != self.topic_id:
                     self._stale(current)
                 self._proven_at = checked
+                self._guessed = False
                 return True
         current = current.result() if isinstance(current, Future) else \
             current_topic_id(self.storage, self.topic)
@@ -417,24 +440,45 @@ class StateManager:
     def snapshot_path(self, offset: int) -> str:
         return snapshot_path(self.dir, offset)
 
-    def _load_state(self, listing: bool = False) -> tuple[ProducerState, list[int] | None]:
+    def _listings(self, listing: bool) -> tuple[list[int], list[int], list[int]]:
+        """The bases of the batch objects, of the segments' chain and of the snapshots, as
+        listed now (docs/protocol.md 1.8).
+
+        One listing of the partition's directory names its batch objects and, as
+        names of their own, the ``segments`` and ``snapshots`` directories if
+        they hold anything (every store lists a sub-directory that holds an
+        object): only a directory it names is listed next, so an empty or never
+        compacted partition costs one request.  A reader on an object store
+        (``listing``) takes the three listings at once instead, one round trip
+        (6.1), since a compacted partition would otherwise wait for two.
+        """
+        if listing:
+            pool = lookup_pool()
+            batches = pool.submit(self.cache.list_batches)
+            snapshots = pool.submit(self._snapshot_offsets)
+            bases = self.cache.list_segments()
+            return batches.result(), bases, snapshots.result()
+        names = self.storage.list(self.dir)
+        both = SEGMENT_DIR in names and SNAPSHOT_DIR in names and self._remote
+        pending = lookup_pool().submit(self._snapshot_offsets) if both else None
+        bases = self.cache.list_segments(None if SEGMENT_DIR in names else [])
+        offsets = pending.result() if pending is not None else \
+            self._snapshot_offsets() if SNAPSHOT_DIR in names else []
+        return named_offsets(names, BATCH_SUFFIX), bases, offsets
+
+    def _load_state(self, listing: bool = False) -> tuple[ProducerState, list[int]]:
         """The state of the newest segment or snapshot, whichever ends later; else empty;
-        with ``listing``, also the bases of the batch objects, listed meanwhile.
+        and the bases of the batch objects, listed meanwhile (``_listings``).
 
         A snapshot is only a cache: one that is damaged, of an older format,
         of another incarnation of the topic, or that does not end with the
         batch it claims to, is skipped with a warning, never trusted and never
         fatal.  A segment's state is part of the log (its batches are gone):
-        damage there is an error.  With ``listing`` the three listings run at
-        once (the segments' here: it takes the partition's lock).
+        damage there is an error.
         """
+        self._unwritten = False  # a guess only serves a claim that comes first
         for _ in range(RELOADS):
-            pool = lookup_pool()
-            batches = pool.submit(self.cache.list_batches) if listing else None
-            snapshots = pool.submit(self._snapshot_offsets) if listing else None
-            bases = self.cache.list_segments()
-            snapshot_offsets = snapshots.result() if snapshots else self._snapshot_offsets()
-            listed = batches.result() if batches else None
+            listed, bases, snapshot_offsets = self._listings(listing)
             from_segment = None
             if bases:
                 try:

@@ -208,14 +208,18 @@ class StorageCache:
 
     # --- segments -------------------------------------------------------------
 
-    def listed_segments(self) -> list[tuple[int, int | None, str]]:
+    def listed_segments(self, names: list[str] | None = None
+                        ) -> list[tuple[int, int | None, str]]:
         """The segments in storage now, ``(base, end or None, name)`` sorted (one listing,
-        no header read: ``end`` is known from a merged segment's name only).
+        no header read: ``end`` is known from a merged segment's name only); ``names``:
+        the directory's names, listed by the caller just now ([] when a listing of the
+        partition showed no segments directory).
 
         The same listing names the log starts recorded by delete-records and
         retention: the cache keeps the largest (log start records only ever raise it).
         """
-        names = self.storage.list(segments_dir(self.dir))
+        if names is None:
+            names = self.storage.list(segments_dir(self.dir))
         with self.lock:
             self._recorded_starts = named_offsets(names, LOG_START_SUFFIX)
             if self._recorded_starts:
@@ -258,12 +262,14 @@ class StorageCache:
             cur_end = end if end is not None else base + 1
         return pieces, hidden
 
-    def list_segments(self) -> list[int]:
+    def list_segments(self, names: list[str] | None = None) -> list[int]:
         """List the segments again (they come and go under compaction, merging and
-        retention); returns where the pieces of the chain start."""
+        retention); returns where the pieces of the chain start.  ``names``: as for
+        ``listed_segments``, used for the first try only."""
         with self.lock:
             for _ in range(RELOADS):
-                listed = self.listed_segments()
+                listed = self.listed_segments(names)
+                names = None
                 try:
                     pieces, hidden = self._chain(listed)
                     end = 0

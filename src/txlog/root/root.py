@@ -58,6 +58,9 @@ class Root:
         # Per topic, by (topic, chain path): partitions added, config altered since creation.
         self._topic_chains: dict[tuple[str, str], VersionChain] = {}
         self._partitions: dict[tuple[str, int], PartitionLog] = {}
+        # Per topic, the partitions its directory's last listing showed holding objects
+        # (and those opened since): a partition opened outside them guesses it is empty.
+        self._written: dict[str, set[int]] = {}
         self._config_chain = VersionChain(self.storage, ROOT_CONFIG_DIR)
         self._config: RootConfig | None = None  # the root's settings, once read
         self.producer_ids = ProducerIdAllocator(self.storage)
@@ -111,6 +114,7 @@ class Root:
         with self._lock:
             self._topics.clear()
             self._topic_chains.clear()
+            self._written.clear()
             self._config = None
         return True
 
@@ -233,12 +237,31 @@ class Root:
 
     def _chain_reads(self, name: str) -> list[Callable[[], dict | None]]:
         """The newest versions of the topic's partition-count and config chains, as calls
-        to make; on an object store both are read at once, already begun here (they do
-        not depend on ``topic.json``, read meanwhile)."""
-        paths = (partition_count_path(name), topic_config_path(name))
-        if not getattr(self.storage, "remote", False):
-            return [partial(self._latest, name, path) for path in paths]
-        return [lookup_pool().submit(self._latest, name, path).result for path in paths]
+        to make, after one listing of the topic's directory (on an object store begun
+        here, beside the read of ``topic.json``: it does not depend on it).
+
+        A chain the listing does not name has no version and is not listed itself;
+        the partitions it does not name held no object at its instant, which a new
+        partition object takes as a guess of an empty log (``partition``,
+        docs/protocol.md 1.8)."""
+        where = topic_dir(name)
+        listing = lookup_pool().submit(self.storage.list, where) \
+            if getattr(self.storage, "remote", False) else None
+        names = None if listing is not None else self._topic_listed(name, self.storage.list(where))
+
+        def newest(path: str) -> dict | None:
+            present = names if names is not None else \
+                self._topic_listed(name, listing.result() if listing is not None else [])
+            return self._latest(name, path) if path.rsplit("/", 1)[1] in present else None
+        return [partial(newest, path) for path in (partition_count_path(name),
+                                                   topic_config_path(name))]
+
+    def _topic_listed(self, name: str, names: list[str]) -> set[str]:
+        """Note which partitions a listing of the topic's directory showed holding objects;
+        returns its names."""
+        with self._lock:
+            self._written[name] = {int(n) for n in names if n.isdigit()}
+        return set(names)
 
     def adopt_description(self, desc: TopicDescription) -> None:
         """Use ``desc``, read by another process a moment ago, as if this root had read it.
@@ -325,6 +348,7 @@ class Root:
         self.storage.delete_tree(topic_dir(name))
         with self._lock:
             self._topics.pop(name, None)
+            self._written.pop(name, None)
             for chain_key in [k for k in self._topic_chains if k[0] == name]:
                 del self._topic_chains[chain_key]
             for key in [k for k in self._partitions if k[0] == name]:
@@ -363,12 +387,20 @@ class Root:
             found = self._partitions.get(key)
             if found is not None and found.topic_id != desc.topic_id:
                 del self._partitions[key]
-            return self._partitions.setdefault(
-                key, PartitionLog(self.storage, topic, partition, desc.topic_id,
-                                  self.coordinator.resolve, on_stale=self._forget_topic,
-                                  producer_expiration_ms=desc.setting(PRODUCER_ID_EXPIRATION),
-                                  verify=self.coordinator.verifier(
-                                      desc.setting(PRODUCER_ID_EXPIRATION))))
+            found = self._partitions.get(key)
+            if found is not None:
+                return found
+            written = self._written.get(topic)
+            unwritten = written is not None and partition not in written
+            if written is not None:
+                written.add(partition)  # the guess is taken once
+            found = self._partitions[key] = PartitionLog(
+                self.storage, topic, partition, desc.topic_id, self.coordinator.resolve,
+                on_stale=self._forget_topic,
+                producer_expiration_ms=desc.setting(PRODUCER_ID_EXPIRATION),
+                verify=self.coordinator.verifier(desc.setting(PRODUCER_ID_EXPIRATION)),
+                unwritten=unwritten)
+            return found
 
     def _forget_topic(self, topic: str, topic_id: str) -> None:
         """Drop what this root cached of one incarnation of ``topic`` (it is gone)."""
@@ -376,6 +408,7 @@ class Root:
             desc = self._topics.get(topic)
             if desc is not None and desc.topic_id == topic_id:
                 del self._topics[topic]
+                self._written.pop(topic, None)
                 for chain_key in [k for k in self._topic_chains if k[0] == topic]:
                     del self._topic_chains[chain_key]
             for key in [k for k, part in self._partitions.items()

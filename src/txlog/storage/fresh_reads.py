@@ -15,7 +15,11 @@ of one per caller.
 
 from __future__ import annotations
 
+import contextvars
 import threading
+import time
+from collections.abc import Callable
+from typing import Any
 
 from .contract import Storage
 
@@ -79,3 +83,56 @@ def fresh_read(storage: Storage, path: str) -> bytes:
         mine.done.set()
     return mine.result()
 
+
+
+class SharedReads:
+    """Reads that the claims of one flush share for ``window_s`` from when each began: the
+    check of ``topic.json`` before a claim's publish, which only bounds how long before
+    the publish the topic was last seen to be this incarnation (docs/protocol.md 1.8).
+    Never used for a check that must follow an event (the one after a publish): that
+    takes ``fresh_read``.  A read that failed answers the callers waiting for it only."""
+
+    def __init__(self, window_s: float) -> None:
+        self._window_s = window_s
+        self._lock = threading.Lock()
+        self._reads: dict[tuple[int, str], tuple[float, _Read]] = {}
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` with ``recent_read`` sharing this scope's reads (in any thread)."""
+        token = _SCOPE.set(self)
+        try:
+            return fn(*args)
+        finally:
+            _SCOPE.reset(token)
+
+    def read(self, storage: Storage, path: str) -> bytes:
+        key = (id(storage), path)
+        with self._lock:
+            found = self._reads.get(key)
+            if found is None or time.monotonic() - found[0] >= self._window_s:
+                found = self._reads[key] = (time.monotonic(), _Read())
+                mine: _Read | None = found[1]
+            else:
+                mine = None
+        if mine is None:
+            return found[1].result()
+        try:
+            mine.data = fresh_read(storage, path)
+        except BaseException as exc:
+            mine.error = exc
+            with self._lock:
+                if self._reads.get(key) is found:
+                    del self._reads[key]
+        mine.done.set()
+        return mine.result()
+
+
+_SCOPE: contextvars.ContextVar[SharedReads | None] = contextvars.ContextVar(
+    "txlog_shared_reads", default=None)
+
+
+def recent_read(storage: Storage, path: str) -> bytes:
+    """``path`` as read within the caller's ``SharedReads`` scope less than its window ago,
+    else read now (``fresh_read``)."""
+    scope = _SCOPE.get()
+    return scope.read(storage, path) if scope is not None else fresh_read(storage, path)
