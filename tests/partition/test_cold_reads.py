@@ -151,3 +151,62 @@ def test_a_bounded_read_stops_at_a_batch_boundary(memlog: Log, isolation: str) -
     assert (len(pieces), end) == (2, 4)
     pieces, end = part.read(1, None, isolation, max_bytes=10**9)
     assert end == 8 and sum(len(p.offsets) for p in pieces) == 7
+
+
+# --- a partition the topic's listing showed empty (docs/protocol.md 1.8) -----------------
+
+def _unwritten_then(other: Log, log: Log, compact: bool) -> list[bytes]:
+    """``log`` lists topic ``t`` (partition 0 holds nothing), then ``other`` writes three
+    batches there (and compacts them into a segment, their objects deleted): ``log``'s
+    first claim guesses an empty log that is not."""
+    other.create_topic("t", 1)
+    log.describe_topic("t")
+    values = write_batches(other, "t", 3)
+    if compact:
+        assert other.compact("t", min_batches=2)[0]
+        assert not [n for n in other.storage.list("topics/t/0") if n.endswith(".batch")]
+    return values
+
+
+@pytest.mark.parametrize("compact", [False, True], ids=["written", "written-and-compacted"])
+def test_a_partition_written_since_its_topic_was_listed_is_claimed_at_its_end(
+        compact: bool) -> None:
+    """The guess of an empty log costs a lost slot (written since) or a stray claim
+    (written and compacted since: slot 0 is free again, the check after the publish finds
+    the segment); the batch lands at the log end either way, once."""
+    store = open_storage(f"memory://{uuid.uuid4().hex}", None)
+    other, log = Log(store), Log(store)
+    values = _unwritten_then(other, log, compact)
+    ours = os.urandom(INLINE_PAYLOAD_BYTES)
+    with log.producer() as producer:
+        offset = producer.send("t", ours, partition=0).get(10).offset
+    assert offset == 6  # three flushes of two records
+    assert Log(store).read("t", 0).column("value").to_pylist() == values + [ours]
+
+
+def test_a_claims_guess_is_proven_without_a_listing_before_it(s3_server, s3_root) -> None:
+    """On S3 (a delimited listing names the partitions and the chains as prefixes): the
+    topic listed once, nothing of the unwritten partition listed or read before its
+    claim; a written partition loaded with one listing of its directory."""
+    options = s3_server.storage_options
+    log = Log(s3_root, storage_options=options)
+    log.create_topic("t", 2)
+    write_batches(log, "t", 1, partition=1)
+    fresh = Log(s3_root, storage_options=options, create=False)
+    s3_server.reset_counts()
+    s3_server.recording = True
+    try:
+        with fresh.producer() as producer:
+            for p in (0, 1):
+                producer.send("t", b"x", partition=p)
+    finally:
+        s3_server.recording = False
+    lists = [t.split("prefix=log%2Ftopics%2F", 1)[1].split("&", 1)[0].replace("%2F", "/")
+             for k, t in s3_server.log if k == "LIST" and "topics" in t]
+    # Each claim's proof after its publish lists its segments (no anchor before it: the
+    # written partition's state was loaded from nothing, section 1.6).
+    assert lists[:2] == ["t/", "t/1/"] and sorted(lists[2:]) == ["t/0/segments/",
+                                                                 "t/1/segments/"], lists
+    gets = [t for k, t in s3_server.log if k == "GET" and "/0/" in t]
+    assert gets == [], gets  # no slot read in the unwritten partition
+    assert [fresh.read("t", p).num_rows for p in (0, 1)] == [1, 3]

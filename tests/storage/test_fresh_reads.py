@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import pytest
 
@@ -85,3 +86,39 @@ def test_a_shared_error_reaches_every_caller_of_that_read() -> None:
     assert store.reads == 2
     store.publish_if_absent("missing", b"here")  # nothing of an old answer is kept
     assert fresh_read(store, "missing") == b"here" and store.reads == 3
+
+
+class _Counted(MemoryStorage):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def read(self, path: str) -> bytes:
+        self.reads += 1
+        return super().read(path)
+
+
+def test_a_flushs_claims_share_a_read_before_their_publish_for_a_window_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """SharedReads (docs/protocol.md 1.8): within the scope a read that began less than
+    the window ago answers; an older one, a failed one, or a caller outside any scope
+    reads again."""
+    store = _Counted()
+    now = [100.0]
+    monkeypatch.setattr(fresh_reads, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    scope = fresh_reads.SharedReads(0.5)
+
+    def twice() -> list[bytes]:
+        return [fresh_reads.recent_read(store, "x") for _ in range(2)]
+
+    with pytest.raises(FileNotFoundError):
+        scope.run(fresh_reads.recent_read, store, "x")
+    store.publish_if_absent("x", b"1")
+    assert scope.run(twice) == [b"1", b"1"] and store.reads == 2  # the failure not kept
+    now[0] += 0.4
+    store.delete("x")
+    store.publish_if_absent("x", b"2")
+    assert scope.run(fresh_reads.recent_read, store, "x") == b"1" and store.reads == 2
+    now[0] += 0.1  # the read began 0.5 s ago: no longer within the window
+    assert scope.run(fresh_reads.recent_read, store, "x") == b"2" and store.reads == 3
+    assert twice() == [b"2", b"2"] and store.reads == 5  # no scope: each reads
