@@ -117,15 +117,15 @@ def test_a_python_users_write_on_s3_costs_one_flush(s3_root: str, s3_server) -> 
     """4 MiB of incompressible values into 4 partitions with the defaults: one data object
     and one claim per partition.  What each part costs is fixed by the protocol
     (docs/object_stores.md, "What it costs"): opening the Log 1, InitProducerId 5 (the
-    probe's remembered verdict included), the topic's description 2 (its directory
+    probe's remembered verdict included, 4 when this process remembers it), the topic's description 2 (its directory
     listed, topic.json), AddPartitionsToTxn 2; then the flush: the data object 1, the
     check of the transaction 3 (2 unless a second passed since AddPartitionsToTxn: the
     chain's cached version is then read again), topic.json once before the claims, and
     per empty partition 3 (nothing before the claim: the topic's listing showed it empty;
     the claim, then its segments listed and topic.json, docs/protocol.md 1.8).  The reads
-    of topic.json after the claims are shared by partitions that ask for it at the same
-    moment, so timing may save up to 3 of those 4; and a client may retry a request that
-    timed out on a loaded machine (2 allowed).  A second claim per partition (+8) or a
+    of topic.json after the claims are shared by the claims whose publishes overlap, so
+    timing may save up to 3 of those 4; and a client may retry a request that timed out
+    on a loaded machine (2 allowed).  A second claim per partition (+8) or a
     second flush (+7 or more) is outside."""
     options = s3_server.storage_options
     setup = Log(s3_root, storage_options=options)
@@ -134,7 +134,7 @@ def test_a_python_users_write_on_s3_costs_one_flush(s3_root: str, s3_server) -> 
     table = _incompressible(4 << 10)
     counts = _user_write(s3_root, options, "t", table, s3_server)
     most = 1 + 5 + 2 + 2 + 1 + 3 + 1 + 4 * 3
-    assert most - 4 <= counts["requests"] <= most + 2, counts
+    assert most - 1 - 3 - 1 <= counts["requests"] <= most + 2, counts
     # id block, two chain versions, the object, a claim per partition
     assert 1 + 2 + 1 + 4 <= counts["PUT"] <= 1 + 2 + 1 + 4 + 2, counts
     # With the local defaults' sizes the same write is four flushes (a data object per

@@ -122,3 +122,43 @@ def test_a_flushs_claims_share_a_read_before_their_publish_for_a_window_only(
     now[0] += 0.1  # the read began 0.5 s ago: no longer within the window
     assert scope.run(fresh_reads.recent_read, store, "x") == b"2" and store.reads == 3
     assert twice() == [b"2", b"2"] and store.reads == 5  # no scope: each reads
+
+
+def test_a_read_after_publishes_waits_for_the_flushs_publishes_and_never_joins_a_begun_read(
+        ) -> None:
+    """SharedReads.read_after (docs/protocol.md 1.8): a claim's check after its publish
+    waits for the flush's publishes in flight, and the claims that asked meanwhile share
+    its one read; a caller arriving once that read has begun reads again (it may have
+    published after the read began)."""
+    store = _Gated()
+    store.publish_if_absent("x", b"old")
+    scope = fresh_reads.SharedReads(10.0)
+    in_flight, release = threading.Event(), threading.Event()
+
+    def publish() -> None:
+        with fresh_reads.publishing():
+            in_flight.set()
+            assert release.wait(10)
+
+    with ThreadPoolExecutor(8) as pool:
+        publisher = pool.submit(scope.run, publish)
+        assert in_flight.wait(10)
+        first = [pool.submit(scope.run, fresh_reads.read_after_publish, store, "x")
+                 for _ in range(3)]
+        _wait(lambda: scope._gathering.get((id(store), "x")) is not None and
+              scope._gathering[(id(store), "x")].callers == 3, "three gathered callers")
+        assert store.reads == 0  # the publish in flight is waited for
+        release.set()
+        publisher.result(10)
+        assert store.first_started.wait(10)
+        store.delete("x")
+        store.publish_if_absent("x", b"new")  # a publish after the shared read began
+        late = pool.submit(scope.run, fresh_reads.read_after_publish, store, "x")
+        key = (id(store), "x")
+        _wait(lambda: late.done() or (key in scope._gathering and
+                                      scope._gathering[key].callers == 4),
+              "the late caller to read, or to join the read in flight")
+        store.go.set()
+        assert [f.result(10) for f in first] == [b"old"] * 3
+        assert late.result(10) == b"new"
+    assert store.reads == 2

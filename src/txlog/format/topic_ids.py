@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
 
 from ..storage.contract import Storage
-from ..storage.fresh_reads import fresh_read, recent_read
+from ..storage.fresh_reads import fresh_read
 from ..storage.paths import topic_meta_path
 
 
@@ -38,14 +39,15 @@ def topic_id_of(meta: dict[str, Any]) -> str:
     return hashlib.sha256(seed).hexdigest()[:32]
 
 
-def read_topic_meta(storage: Storage, topic: str, recent: bool = False
+def read_topic_meta(storage: Storage, topic: str,
+                    read: Callable[[Storage, str], bytes] = fresh_read
                     ) -> dict[str, Any] | None:
-    """``topic.json`` of ``topic``, or None when the topic does not exist; ``recent``:
-    a read that the caller's flush began a moment ago serves (fresh_reads.SharedReads)."""
+    """``topic.json`` of ``topic``, or None when the topic does not exist; ``read``: how
+    it is shared with the partitions checking it at the same moment (fresh_reads.py:
+    ``fresh_read``, or within a flush ``recent_read`` before a claim's publish and
+    ``read_after_publish`` after it)."""
     try:
-        # Shared with the partitions checking it at the same moment (fresh_reads.py).
-        path = topic_meta_path(topic)
-        raw = recent_read(storage, path) if recent else fresh_read(storage, path)
+        raw = read(storage, topic_meta_path(topic))
     except FileNotFoundError:
         return None
     meta = msgpack.unpackb(raw)
@@ -54,6 +56,7 @@ def read_topic_meta(storage: Storage, topic: str, recent: bool = False
     return meta
 
 
-def current_topic_id(storage: Storage, topic: str, recent: bool = False) -> str | None:
-    meta = read_topic_meta(storage, topic, recent)
+def current_topic_id(storage: Storage, topic: str,
+                     read: Callable[[Storage, str], bytes] = fresh_read) -> str | None:
+    meta = read_topic_meta(storage, topic, read)
     return None if meta is None else topic_id_of(meta)

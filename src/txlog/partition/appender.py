@@ -26,6 +26,7 @@ from ..format.batch import (ABORT, CLAIM_BIT, COMMIT, CONTROL_BIT, LOG_APPEND_TI
                             Payload, encode_data_object, encode_header)
 from ..errors import StorageError, TxlogError
 from ..storage.contract import Storage
+from ..storage.fresh_reads import publishing
 from ..storage.paths import data_object_path
 from .producer_state import ProducerState
 from .state_manager import ANCHOR_BYTES, SnapshotGone, StateManager
@@ -207,8 +208,9 @@ class Appender:
                     return step
                 slot = state.end_offset
                 try:
-                    published = states.storage.publish_if_absent(states.cache.batch_path(slot),
-                                                                 step.data)
+                    with publishing():  # a read after its flush's publishes waits (1.8)
+                        published = states.storage.publish_if_absent(
+                            states.cache.batch_path(slot), step.data)
                 except OSError as exc:
                     failures += 1
                     self._publish_failed(slot, failures, exc)

@@ -13,6 +13,7 @@ the storage cache's (storage_cache.py), which this state shares its lock with.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -32,6 +33,7 @@ from ..format.segment import CorruptSegmentError, SegmentHead
 from ..format.snapshot_frame import frame, framed_length, is_framed, unframe
 from ..format.topic_ids import current_topic_id
 from ..storage.contract import Storage
+from ..storage.fresh_reads import read_after_publish, recent_read
 from ..storage.paths import (BATCH_SUFFIX, SEGMENT_DIR, SNAPSHOT_DIR, SNAPSHOT_SUFFIX,
                              named_offsets, snapshot_path, snapshots_dir)
 from ..storage.pools import lookup_pool
@@ -212,7 +214,7 @@ class StateManager:
                 found = self._headers_past(state, listed, reaches)
                 # Shared by the flush's claims within GUESS_WINDOW_S (1.8): it bounds the
                 # window to the publish; the check after the publish proves the rest.
-                current = current_topic_id(self.storage, self.topic, recent=True)
+                current = current_topic_id(self.storage, self.topic, recent_read)
                 if current != self.topic_id:
                     self._stale(current)
                 if not self._apply_all(found):
@@ -326,12 +328,13 @@ class StateManager:
             except FileNotFoundError:
                 pass
         else:
-            # Both cases read topic.json: on an object store, beside the listing.
-            current = lookup_pool().submit(current_topic_id, self.storage, self.topic) \
+            # Both cases read topic.json: on an object store, beside the listing; after a
+            # claim's publish, shared with the flush's claims publishing with it (1.8).
+            read = partial(current_topic_id, self.storage, self.topic, read_after_publish)
+            current = lookup_pool().submit(contextvars.copy_context().run, read) \
                 if self._remote else None
             if not self.cache.listed_segments():
-                current = current.result() if isinstance(current, Future) else \
-                    current_topic_id(self.storage, self.topic)
+                current = current.result() if isinstance(current, Future) else read()
                 if current != self.topic_id:
                     self._stale(current)
                 self._proven_at = checked

@@ -15,10 +15,11 @@ of one per caller.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .contract import Storage
@@ -86,16 +87,60 @@ def fresh_read(storage: Storage, path: str) -> bytes:
 
 
 class SharedReads:
-    """Reads that the claims of one flush share for ``window_s`` from when each began: the
-    check of ``topic.json`` before a claim's publish, which only bounds how long before
-    the publish the topic was last seen to be this incarnation (docs/protocol.md 1.8).
-    Never used for a check that must follow an event (the one after a publish): that
-    takes ``fresh_read``.  A read that failed answers the callers waiting for it only."""
+    """Reads that the claims of one flush share (docs/protocol.md 1.8).
+
+    ``read``: for ``window_s`` from when it began, the check of ``topic.json``
+    before a claim's publish, which only bounds how long before the publish
+    the topic was last seen to be this incarnation.  A read that failed
+    answers the callers waiting for it only.
+
+    ``read_after``: the check after a publish, which must begin after the
+    caller's publish returned.  The flush's publishes in flight (``publishing``)
+    are waited for, at most ``window_s``, before the read begins, so that the
+    claims publishing at once share one read that began after each of them
+    returned, where ``fresh_read`` alone shares only with those that happened
+    to ask before it began.
+    """
 
     def __init__(self, window_s: float) -> None:
         self._window_s = window_s
         self._lock = threading.Lock()
         self._reads: dict[tuple[int, str], tuple[float, _Read]] = {}
+        self._settled = threading.Condition(self._lock)
+        self._publishing = 0
+        self._gathering: dict[tuple[int, str], _Read] = {}
+
+    @contextlib.contextmanager
+    def publishing(self) -> Iterator[None]:
+        """Around one publish of the flush: a read after publishes waits for it."""
+        with self._lock:
+            self._publishing += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._publishing -= 1
+                self._settled.notify_all()
+
+    def read_after(self, storage: Storage, path: str) -> bytes:
+        """``path`` read after the caller's publish returned (see the class)."""
+        key = (id(storage), path)
+        with self._lock:
+            gathering = self._gathering.get(key)
+            if gathering is not None:
+                gathering.callers += 1
+            else:
+                mine = self._gathering[key] = _Read()
+                self._settled.wait_for(lambda: self._publishing == 0, self._window_s)
+                del self._gathering[key]  # from here on, callers gather for the next
+        if gathering is not None:
+            return gathering.result()
+        try:
+            mine.data = storage.read(path)  # begins after every gathered caller asked
+        except BaseException as exc:
+            mine.error = exc
+        mine.done.set()
+        return mine.result()
 
     def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` with ``recent_read`` sharing this scope's reads (in any thread)."""
@@ -136,3 +181,17 @@ def recent_read(storage: Storage, path: str) -> bytes:
     else read now (``fresh_read``)."""
     scope = _SCOPE.get()
     return scope.read(storage, path) if scope is not None else fresh_read(storage, path)
+
+
+def read_after_publish(storage: Storage, path: str) -> bytes:
+    """``path`` read after the caller's publish returned: shared with the claims of its
+    flush that published at the same time (``SharedReads.read_after``), else
+    ``fresh_read``."""
+    scope = _SCOPE.get()
+    return scope.read_after(storage, path) if scope is not None else fresh_read(storage, path)
+
+
+def publishing() -> contextlib.AbstractContextManager[None]:
+    """Around a publish: the caller's flush (if any) waits for it before a read after."""
+    scope = _SCOPE.get()
+    return scope.publishing() if scope is not None else contextlib.nullcontext()
