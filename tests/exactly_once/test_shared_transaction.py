@@ -17,7 +17,8 @@ from txlog import READ_COMMITTED, READ_UNCOMMITTED, Log
 from txlog.errors import (CommittedButIncompleteError, DecisionConflictError,
                           TransactionAbortedError, TxlogError)
 from txlog.exactly_once.shared_transaction import MAX_PREFIX_LENGTH, SharedTransaction, check_prefix
-from txlog.storage.paths import partition_count_path, topic_config_path, topic_meta_path
+from txlog.storage.paths import (partition_count_path, topic_config_path, topic_dir,
+                                 topic_meta_path)
 from txlog.storage.schemes import open_storage
 from txlog.transactions.metadata import TxnState
 
@@ -310,14 +311,16 @@ def _task_log(driver: Log) -> tuple[Log, CountingStorage]:
 
 def _description_reads(storage: CountingStorage) -> list[tuple[str, str]]:
     looked_up = (topic_meta_path(T), partition_count_path(T), topic_config_path(T))
-    return [(m, p) for m, p in storage.calls if p.startswith(looked_up)]
+    return [(m, p) for m, p in storage.calls
+            if p.startswith(looked_up) or (m, p) == ("list", topic_dir(T))]
 
 
 def test_a_task_takes_the_topic_descriptions_its_driver_read(topic_log: Log) -> None:
-    """The driver's descriptions travel with the job: a task reads neither topic chain
-    and topic.json only for its appends' checks (protocol.md 1.6), where a task of a job
-    without them first describes the topic itself (each task writes an empty partition,
-    whose checks are alike)."""
+    """The driver's descriptions travel with the job: a task lists nothing of the topic
+    and reads topic.json only for its appends' checks (protocol.md 1.6), where a task of
+    a job without them first describes the topic itself: its directory listed (naming no
+    chain, so no chain is listed, 1.8) and topic.json read (each task writes an empty
+    partition, whose checks are alike)."""
     driver = topic_log
     plain = SharedTransaction.start(driver, "plain", TIMEOUT_MS)
     described = SharedTransaction.start(driver, "described", TIMEOUT_MS).describing(driver, [T])
@@ -327,8 +330,7 @@ def test_a_task_takes_the_topic_descriptions_its_driver_read(topic_log: Log) -> 
         log, storage = _task_log(driver)
         job.commit(driver, [write(job, log, "0", partition, [job.prefix])])
         reads[job.prefix] = _description_reads(storage)
-    assert ("list", partition_count_path(T)) in reads["plain"], reads
-    assert ("list", topic_config_path(T)) in reads["plain"], reads
+    assert ("list", topic_dir(T)) in reads["plain"], reads
     assert set(reads["described"]) == {("read", topic_meta_path(T))}, reads
     assert len(reads["described"]) == reads["plain"].count(("read", topic_meta_path(T))) - 1
     assert visible(driver, 1) == ["plain"] and visible(driver, 2) == ["described"]

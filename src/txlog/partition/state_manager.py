@@ -168,7 +168,7 @@ class StateManager:
                 reaches = False
                 if self._state is None:
                     self._state, listed = self._load_state(listing and self._remote)
-                    reaches = _listing_reaches(listed, self._anchor)
+                    reaches = listed is not None and _listing_reaches(listed, self._anchor)
                 state = self._state
                 found = self._headers_past(state, listed, reaches)
                 if not self.still_current() or not self._apply_all(found):
@@ -206,8 +206,8 @@ class StateManager:
                         self._unwritten, self._guessed = False, True
                         self._state, listed = self.new_state(), []
                     else:
-                        self._state, listed = self._load_state()
-                    reaches = _listing_reaches(listed, self._anchor)
+                        self._state, listed = self._load_state(claim=True)
+                    reaches = listed is not None and _listing_reaches(listed, self._anchor)
                 state, proof = self._state, self._anchor
                 # A cold load's listing shows where the chain ends (no 404 read): a guess
                 # that the publish-if-absent and the anchor check after it prove (1.6, 1.8).
@@ -443,17 +443,19 @@ class StateManager:
     def snapshot_path(self, offset: int) -> str:
         return snapshot_path(self.dir, offset)
 
-    def _listings(self, listing: bool) -> tuple[list[int], list[int], list[int]]:
-        """The bases of the batch objects, of the segments' chain and of the snapshots, as
-        listed now (docs/protocol.md 1.8).
+    def _listings(self, listing: bool, claim: bool
+                  ) -> tuple[list[int] | None, list[int], list[int]]:
+        """The bases of the segments' chain and of the snapshots, as listed now, and
+        with ``listing`` or ``claim`` those of the batch objects.
 
-        One listing of the partition's directory names its batch objects and, as
-        names of their own, the ``segments`` and ``snapshots`` directories if
-        they hold anything (every store lists a sub-directory that holds an
-        object): only a directory it names is listed next, so an empty or never
-        compacted partition costs one request.  A reader on an object store
-        (``listing``) takes the three listings at once instead, one round trip
-        (6.1), since a compacted partition would otherwise wait for two.
+        A reader on an object store (``listing``) takes the three listings at once,
+        one round trip (docs/protocol.md 6.1).  A claim (1.8) lists the partition's
+        directory once: it names the batch objects and, as names of their own, the
+        ``segments`` and ``snapshots`` directories if they hold anything (the
+        storage contract's ``list``), and only a directory it names is listed next,
+        so an empty or never compacted partition costs one request.  Other refreshes
+        (an end offset, a local read) list the two directories and walk the headers:
+        a long tail of batch objects not compacted costs them no pages.
         """
         if listing:
             pool = lookup_pool()
@@ -461,6 +463,8 @@ class StateManager:
             snapshots = pool.submit(self._snapshot_offsets)
             bases = self.cache.list_segments()
             return batches.result(), bases, snapshots.result()
+        if not claim:
+            return None, self.cache.list_segments(), self._snapshot_offsets()
         names = self.storage.list(self.dir)
         both = SEGMENT_DIR in names and SNAPSHOT_DIR in names and self._remote
         pending = lookup_pool().submit(self._snapshot_offsets) if both else None
@@ -469,9 +473,11 @@ class StateManager:
             self._snapshot_offsets() if SNAPSHOT_DIR in names else []
         return named_offsets(names, BATCH_SUFFIX), bases, offsets
 
-    def _load_state(self, listing: bool = False) -> tuple[ProducerState, list[int]]:
+    def _load_state(self, listing: bool = False, claim: bool = False
+                    ) -> tuple[ProducerState, list[int] | None]:
         """The state of the newest segment or snapshot, whichever ends later; else empty;
-        and the bases of the batch objects, listed meanwhile (``_listings``).
+        with ``listing`` or ``claim``, also the bases of the batch objects, listed
+        meanwhile (``_listings``).
 
         A snapshot is only a cache: one that is damaged, of an older format,
         of another incarnation of the topic, or that does not end with the
@@ -481,7 +487,7 @@ class StateManager:
         """
         self._unwritten = False  # a guess only serves a claim that comes first
         for _ in range(RELOADS):
-            listed, bases, snapshot_offsets = self._listings(listing)
+            listed, bases, snapshot_offsets = self._listings(listing, claim)
             from_segment = None
             if bases:
                 try:

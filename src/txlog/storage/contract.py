@@ -94,7 +94,10 @@ class Storage(ABC):
     def list(self, directory: str) -> list[str]:
         """Names (not paths) directly under ``directory``; [] if it does not exist.
 
-        Temporary files of in-flight publishes are never listed.
+        A sub-directory that holds an object is named too (an empty one may be):
+        a partition's cold load relies on it to skip listing an absent
+        ``segments`` or ``snapshots`` (docs/protocol.md 1.8).  Temporary files of
+        in-flight publishes are never listed.
         """
 
     def make_durable(self, path: str) -> None:
