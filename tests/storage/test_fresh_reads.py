@@ -111,16 +111,17 @@ def test_a_flushs_claims_share_a_read_before_their_publish_for_a_window_only(
     def twice() -> list[bytes]:
         return [fresh_reads.recent_read(store, "x") for _ in range(2)]
 
-    with pytest.raises(FileNotFoundError):
-        scope.run(fresh_reads.recent_read, store, "x")
+    with pytest.raises(FileNotFoundError), scope.active():
+        fresh_reads.recent_read(store, "x")
     store.publish_if_absent("x", b"1")
-    assert scope.run(twice) == [b"1", b"1"] and store.reads == 2  # the failure not kept
-    now[0] += 0.4
-    store.delete("x")
-    store.publish_if_absent("x", b"2")
-    assert scope.run(fresh_reads.recent_read, store, "x") == b"1" and store.reads == 2
-    now[0] += 0.1  # the read began 0.5 s ago: no longer within the window
-    assert scope.run(fresh_reads.recent_read, store, "x") == b"2" and store.reads == 3
+    with scope.active():
+        assert twice() == [b"1", b"1"] and store.reads == 2  # the failure not kept
+        now[0] += 0.4
+        store.delete("x")
+        store.publish_if_absent("x", b"2")
+        assert fresh_reads.recent_read(store, "x") == b"1" and store.reads == 2
+        now[0] += 0.1  # the read began 0.5 s ago: no longer within the window
+        assert fresh_reads.recent_read(store, "x") == b"2" and store.reads == 3
     assert twice() == [b"2", b"2"] and store.reads == 5  # no scope: each reads
 
 
@@ -136,15 +137,18 @@ def test_a_read_after_publishes_waits_for_the_flushs_publishes_and_never_joins_a
     in_flight, release = threading.Event(), threading.Event()
 
     def publish() -> None:
-        with fresh_reads.publishing():
+        with scope.active(), fresh_reads.publishing():
             in_flight.set()
             assert release.wait(10)
 
+    def read_after() -> bytes:
+        with scope.active():
+            return fresh_reads.read_after_publish(store, "x")
+
     with ThreadPoolExecutor(8) as pool:
-        publisher = pool.submit(scope.run, publish)
+        publisher = pool.submit(publish)
         assert in_flight.wait(10)
-        first = [pool.submit(scope.run, fresh_reads.read_after_publish, store, "x")
-                 for _ in range(3)]
+        first = [pool.submit(read_after) for _ in range(3)]
         _wait(lambda: scope._gathering.get((id(store), "x")) is not None and
               scope._gathering[(id(store), "x")].callers == 3, "three gathered callers")
         assert store.reads == 0  # the publish in flight is waited for
@@ -153,7 +157,7 @@ def test_a_read_after_publishes_waits_for_the_flushs_publishes_and_never_joins_a
         assert store.first_started.wait(10)
         store.delete("x")
         store.publish_if_absent("x", b"new")  # a publish after the shared read began
-        late = pool.submit(scope.run, fresh_reads.read_after_publish, store, "x")
+        late = pool.submit(read_after)
         key = (id(store), "x")
         _wait(lambda: late.done() or (key in scope._gathering and
                                       scope._gathering[key].callers == 4),

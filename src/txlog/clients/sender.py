@@ -358,12 +358,15 @@ def _publish(storage: Storage, staged: list[_Staged]) -> None:
     for b in staged:
         runs.setdefault(b.tp, []).append(b)
     flush = FlushVerification()  # one KIP-890 check per transaction per flush (2.6.1)
-    reads = SharedReads(GUESS_WINDOW_S)  # one topic.json read before the claims (1.8)
+    reads = SharedReads(GUESS_WINDOW_S)  # topic.json once before, once after (1.8)
+
+    def claim(run: list[_Staged]) -> None:
+        with reads.active():
+            flush.run(_claim_run, run)
     if len(runs) == 1:
-        reads.run(flush.run, _claim_run, next(iter(runs.values())))
+        claim(next(iter(runs.values())))
     else:
-        list(_claim_pool().map(lambda run: reads.run(flush.run, _claim_run, run),
-                               runs.values()))
+        list(_claim_pool().map(claim, runs.values()))
 
 
 def _claim_run(run: list[_Staged]) -> None:

@@ -19,8 +19,7 @@ import contextlib
 import contextvars
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 from .contract import Storage
 
@@ -142,11 +141,13 @@ class SharedReads:
         mine.done.set()
         return mine.result()
 
-    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` with ``recent_read`` sharing this scope's reads (in any thread)."""
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """This scope's reads shared by ``recent_read`` and ``read_after_publish`` in the
+        calling thread until the block ends."""
         token = _SCOPE.set(self)
         try:
-            return fn(*args)
+            yield
         finally:
             _SCOPE.reset(token)
 
