@@ -216,7 +216,7 @@ class Root:
             cached = self._topics.get(name)
         if cached is not None and not refresh:
             return cached
-        counted, configured = self._chain_reads(name)
+        chains = self._chain_reads(name)
         if cached is None:
             meta = read_topic_meta(self.storage, name)
             if meta is None:
@@ -225,36 +225,40 @@ class Root:
                                       meta["created_ms"], topic_id_of(meta))
             with self._lock:
                 self._drop_other_incarnations(cached)
-        added = PartitionCount.latest(cached, counted())
+        counted, configured = chains()
+        added = PartitionCount.latest(cached, counted)
         desc = cached if added is None or added.count <= cached.partitions else \
             replace(cached, partitions=added.count)
-        altered = TopicConfig.latest(desc, configured())
+        altered = TopicConfig.latest(desc, configured)
         if altered is not None:
             desc = replace(desc, config=altered.config)
         with self._lock:
             self._topics[name] = desc
         return desc
 
-    def _chain_reads(self, name: str) -> list[Callable[[], dict | None]]:
-        """The newest versions of the topic's partition-count and config chains, as calls
-        to make, after one listing of the topic's directory (on an object store begun
+    def _chain_reads(self, name: str) -> Callable[[], list[dict | None]]:
+        """A call returning the newest versions of the topic's partition-count and config
+        chains, after one listing of the topic's directory (on an object store begun
         here, beside the read of ``topic.json``: it does not depend on it).
 
-        A chain the listing does not name has no version and is not listed itself;
-        the partitions it does not name held no object at its instant, which a new
-        partition object takes as a guess of an empty log (``partition``,
-        docs/protocol.md 1.8)."""
+        A chain the listing does not name has no version and is not listed itself
+        (the chains it names are read at once on an object store); the partitions it
+        does not name held no object at its instant, which a new partition object
+        takes as a guess of an empty log (``partition``, docs/protocol.md 1.8)."""
         where = topic_dir(name)
-        listing = lookup_pool().submit(self.storage.list, where) \
-            if getattr(self.storage, "remote", False) else None
-        names = None if listing is not None else self._topic_listed(name, self.storage.list(where))
+        remote = getattr(self.storage, "remote", False)
+        listing = lookup_pool().submit(self.storage.list, where) if remote else None
+        paths = (partition_count_path(name), topic_config_path(name))
 
-        def newest(path: str) -> dict | None:
-            present = names if names is not None else \
-                self._topic_listed(name, listing.result() if listing is not None else [])
-            return self._latest(name, path) if path.rsplit("/", 1)[1] in present else None
-        return [partial(newest, path) for path in (partition_count_path(name),
-                                                   topic_config_path(name))]
+        def newest() -> list[dict | None]:
+            names = self._topic_listed(
+                name, listing.result() if listing is not None else self.storage.list(where))
+            reads = [partial(self._latest, name, path) if path.rsplit("/", 1)[1] in names
+                     else _no_version for path in paths]
+            if not remote:
+                return [read() for read in reads]
+            return [f.result() for f in [lookup_pool().submit(read) for read in reads]]
+        return newest
 
     def _topic_listed(self, name: str, names: list[str]) -> set[str]:
         """Note which partitions a listing of the topic's directory showed holding objects;
@@ -414,3 +418,8 @@ class Root:
             for key in [k for k, part in self._partitions.items()
                         if k[0] == topic and part.topic_id == topic_id]:
                 del self._partitions[key]
+
+
+def _no_version() -> None:
+    """The newest version of a chain that a listing showed holds none."""
+    return None
