@@ -98,7 +98,7 @@ class RootCatalog(MetastoreCatalog):
         return version, None if value is None else self.location(value["metadata"])
 
     def _read_metadata(self, location: str) -> TableMetadata:
-        return TableMetadataUtil.parse_raw(self.storage.read(self.relative(location)))
+        return TableMetadataUtil.parse_raw(self.storage.read(self.relative(location)).decode("utf-8"))
 
     def _publish_metadata(self, metadata: TableMetadata, location: str) -> None:
         if not self.storage.publish_if_absent(self.relative(location),
@@ -157,8 +157,8 @@ class RootCatalog(MetastoreCatalog):
             self.storage.delete(self.relative(staged.metadata_location))
             raise CommitFailedException(f"table of {topic!r}: another commit moved its pointer "
                                         f"past version {version} first")
-        return CommitTableResponse(metadata=staged.metadata,
-                                   metadata_location=staged.metadata_location)
+        return CommitTableResponse.model_validate(
+            {"metadata": staged.metadata, "metadata-location": staged.metadata_location})
 
     # --- what a root's catalog does not do ----------------------------------------------
 

@@ -1,0 +1,197 @@
+"""A topic's table kept by syncs: exactly the committed records, never a split transaction.
+
+Every expectation comes from the writers' own history (what each send's future
+returned, and whether its transaction's commit returned), never from txlog's
+reader.  Interleavings are made deterministic with the sync's pause hook.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pytest
+
+from txlog import Log
+from txlog.clients.columns import spark_schema
+from txlog.errors import InconsistentTopicIdError
+from txlog.root.root import Root
+from txlog.storage.paths import table_dir
+from txlog.tables.catalog import RootCatalog, table_identifier
+from txlog.tables.sync import SKIPPED_KEY, covered, sync_table
+
+pytest.importorskip("pyiceberg", reason="needs the tables extra: pip install -e '.[tables]'")
+
+TOPIC = "events"
+
+
+@dataclass
+class History:
+    """What the writers were told: each transaction's records by (partition, offset)."""
+
+    committed: list[dict[tuple[int, int], bytes]] = field(default_factory=list)
+    aborted: list[dict[tuple[int, int], bytes]] = field(default_factory=list)
+
+
+class Writer:
+    """A transactional producer that records what each of its transactions wrote."""
+
+    def __init__(self, log: Log, name: str, history: History) -> None:
+        self.producer = log.producer(transactional_id=name)
+        self.producer.init_transactions()
+        self.history = history
+        self.sent: list[tuple[object, bytes]] = []
+
+    def send(self, *records: tuple[int, bytes]) -> Writer:
+        if not self.sent:
+            self.producer.begin_transaction()
+        self.sent += [(self.producer.send(TOPIC, v, partition=p), v) for p, v in records]
+        self.producer.flush()  # in the log now, its transaction still open
+        return self
+
+    def end(self, commit: bool) -> dict[tuple[int, int], bytes]:
+        written = {(m.partition, m.offset): v for f, v in self.sent for m in [f.get()]}
+        if commit:
+            self.producer.commit_transaction()
+            self.history.committed.append(written)
+        else:
+            self.producer.abort_transaction()
+            self.history.aborted.append(written)
+        self.sent = []
+        return written
+
+
+def table_rows(root: Root) -> dict[tuple[int, int], bytes]:
+    """The newest snapshot's records, read back by pyiceberg; each (partition, offset) once."""
+    scanned = RootCatalog(root.storage).load_table(table_identifier(TOPIC)).scan().to_arrow()
+    assert scanned.schema.equals(spark_schema(True), check_metadata=False)
+    keys = list(zip(scanned["partition"].to_pylist(), scanned["offset"].to_pylist()))
+    assert len(keys) == len(set(keys)), "a record appended twice"
+    return dict(zip(keys, scanned["value"].to_pylist()))
+
+
+def expected(history: History, offsets: dict[int, int]) -> dict[tuple[int, int], bytes]:
+    return {k: v for txn in history.committed for k, v in txn.items() if k[1] < offsets[k[0]]}
+
+
+def check_snapshot(root: Root, history: History, plain: dict[tuple[int, int], bytes]
+                   ) -> dict[int, int]:
+    """The newest snapshot holds exactly the committed and plain records below its offsets,
+    and every committed transaction wholly or not at all; returns the offsets."""
+    offsets = covered(RootCatalog(root.storage).load_table(table_identifier(TOPIC))).offsets
+    rows = table_rows(root)
+    wanted = expected(History(history.committed + [plain]), offsets)
+    assert rows == wanted
+    for txn in history.committed:
+        inside = [k in rows for k in txn]
+        assert all(inside) or not any(inside), f"transaction split: {txn} against {offsets}"
+    return offsets
+
+
+def test_exactly_the_committed_records_and_no_split_transaction(log, tmp_path):
+    log.create_topic(TOPIC, partitions=3)
+    history = History()
+    a, b, c = (Writer(log, n, history) for n in "abc")
+    plain_producer = log.producer()
+    a.send((0, b"a1"), (1, b"a2")).end(commit=True)
+    a.send((0, b"x1"), (2, b"x2")).end(commit=False)
+    b.send((0, b"b1"), (1, b"b2"))                      # B stays open: undecided at the start
+    a.send((0, b"a3"), (1, b"a4")).end(commit=True)     # committed, interleaved with B
+    c.send((1, b"c1"), (2, b"c2"))                      # C stays open
+    b.send((0, b"b3"))                                  # B straddles A's transaction in p0
+    d = a.send((0, b"d1"), (1, b"d2")).end(commit=True)  # above C in p1: must go wholly
+    plain = {(m.partition, m.offset): b"p" for m in
+             [plain_producer.send(TOPIC, b"p", partition=2).get()]}
+    late: dict[str, dict[tuple[int, int], bytes]] = {}
+
+    def pause(step: str, partition: int | None) -> None:
+        if step == "state" and partition == 0:
+            # B is decided after p0's state was read and before p1's; F writes p0 after
+            # its state was read and p2 before: a cut from those states alone splits F.
+            b.end(commit=True)
+            late["f"] = a.send((0, b"f1"), (2, b"f2")).end(commit=True)
+        if step == "resolved":
+            late["c"] = c.end(commit=True)  # decided after the resolution: not in this cut
+
+    syncer = Root(tmp_path / "log")  # another process's view: a maintainer of its own
+    result = sync_table(syncer, TOPIC, pause)
+    offsets = check_snapshot(syncer, history, plain)
+    rows = table_rows(syncer)
+    assert result.offsets == offsets and result.records == len(rows)
+    assert {(0, 0), (1, 0)} <= rows.keys()              # A's first transaction
+    assert not any(k in rows for k in d), "D lies above C's first batch in p1"
+    assert not any(k in rows for k in late["c"])
+
+    for producer in (a.producer, b.producer, c.producer, plain_producer):
+        producer.close()
+    again = sync_table(syncer, TOPIC)
+    offsets = check_snapshot(syncer, history, plain)
+    assert offsets == {p: log.end_offset(TOPIC, p) for p in range(3)}
+    assert again.previous == result.offsets
+    assert set(table_rows(syncer)) == set(expected(History(history.committed + [plain]), offsets))
+
+
+def test_a_sync_with_nothing_new_commits_nothing(log, tmp_path):
+    log.create_topic(TOPIC, partitions=1)
+    history = History()
+    Writer(log, "a", history).send((0, b"v")).end(commit=True)
+    root = Root(tmp_path / "log")
+    first = sync_table(root, TOPIC)
+    second = sync_table(root, TOPIC)
+    assert first.snapshot_id is not None and second.snapshot_id is None
+    assert second.metadata_location == first.metadata_location
+
+
+def test_a_recreated_topic_is_refused_naming_both_ids(log, tmp_path):
+    log.create_topic(TOPIC, partitions=1)
+    root = Root(tmp_path / "log")
+    old = sync_table(root, TOPIC).topic_id
+    log.delete_topic(TOPIC)
+    log.create_topic(TOPIC, partitions=1)
+    new = log.describe_topic(TOPIC, refresh=True).topic_id
+    with pytest.raises(InconsistentTopicIdError) as refused:
+        sync_table(Root(tmp_path / "log"), TOPIC)
+    assert TOPIC in str(refused.value) and old in str(refused.value) and new in str(refused.value)
+
+
+def test_a_range_lost_before_its_sync_is_reported(log, tmp_path):
+    log.create_topic(TOPIC, partitions=2)
+    history = History()
+    writer = Writer(log, "a", history)
+    for i in range(3):
+        writer.send((0, b"v%d" % i), (1, b"w%d" % i)).end(commit=True)
+    writer.producer.close()
+    root = Root(tmp_path / "log")
+    sync_table(root, TOPIC)
+    for i in range(3, 6):
+        writer = Writer(log, "a", history)
+        writer.send((0, b"v%d" % i)).end(commit=True)
+        writer.producer.close()
+    synced = covered(RootCatalog(root.storage).load_table(table_identifier(TOPIC))).offsets
+    gone_to = log.end_offset(TOPIC, 0) - 2  # the last transaction's record and marker stay
+    log.delete_records({(TOPIC, 0): gone_to})
+    result = sync_table(root, TOPIC)
+    assert result.skipped == {0: (synced[0], gone_to)}
+    table = RootCatalog(root.storage).load_table(table_identifier(TOPIC))
+    assert table.current_snapshot().summary[SKIPPED_KEY] == f'{{"0": [{synced[0]}, {gone_to}]}}'
+    rows = table_rows(root)
+    lost = {k for k in expected(history, result.offsets) if k[0] == 0 and synced[0] <= k[1] < gone_to}
+    assert lost and not lost & rows.keys()
+    assert rows == {k: v for k, v in expected(history, result.offsets).items() if k not in lost}
+
+
+def test_pyiceberg_reads_what_log_read_returns_for_the_same_offsets(log, tmp_path):
+    log.create_topic(TOPIC, partitions=2)
+    producer = log.producer()
+    for i in range(20):
+        producer.send(TOPIC, b"v%d" % i, key=b"k%d" % i, partition=i % 2,
+                      headers=[("h", b"%d" % i)])
+    producer.close()
+    root = Root(tmp_path / "log")
+    result = sync_table(root, TOPIC)
+    scanned = RootCatalog(root.storage).load_table(table_identifier(TOPIC)).scan().to_arrow()
+    read = pa.concat_tables([log.read(TOPIC, p, start=0, end=result.offsets[p],
+                                      include_headers=True) for p in range(2)])
+    order = [("partition", "ascending"), ("offset", "ascending")]
+    assert scanned.sort_by(order).select(read.column_names).equals(read.sort_by(order))
+    assert root.storage.list(f"{table_dir(TOPIC)}/data") == [result.files[0].rpartition("/")[2]]
