@@ -131,6 +131,26 @@ def test_exactly_the_committed_records_and_no_split_transaction(log, tmp_path):
     assert set(table_rows(syncer)) == set(expected(History(history.committed + [plain]), offsets))
 
 
+def test_a_transaction_written_while_the_states_are_read_is_whole(log, tmp_path):
+    """F writes partition 0 after the sync read its state, and partition 1 before: cuts from
+    those states alone would hold F's record in 1 and not in 0.  The states read again
+    after the resolution hold both."""
+    log.create_topic(TOPIC, partitions=2)
+    history = History()
+    a = Writer(log, "a", history)
+    a.send((0, b"a1"), (1, b"a2")).end(commit=True)
+    late = {}
+
+    def pause(step: str, partition: int | None) -> None:
+        if step == "state" and partition == 0:
+            late["f"] = a.send((0, b"f1"), (1, b"f2")).end(commit=True)
+
+    root = Root(tmp_path / "log")
+    sync_table(root, TOPIC, pause)
+    check_snapshot(root, history, {})
+    assert late["f"].keys() <= table_rows(root).keys()
+
+
 def test_a_sync_with_nothing_new_commits_nothing(log, tmp_path):
     log.create_topic(TOPIC, partitions=1)
     history = History()
