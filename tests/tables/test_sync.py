@@ -215,3 +215,85 @@ def test_pyiceberg_reads_what_log_read_returns_for_the_same_offsets(log, tmp_pat
     order = [("partition", "ascending"), ("offset", "ascending")]
     assert scanned.sort_by(order).select(read.column_names).equals(read.sort_by(order))
     assert root.storage.list(f"{table_dir(TOPIC)}/data") == [result.files[0].rpartition("/")[2]]
+
+
+def race(log: Log, path, history: History) -> tuple[Root, dict[str, object]]:
+    """Two maintainers: the first's commit waits while the second syncs, and more is
+    committed; the first then commits (or fails to) on what it read before."""
+    first, second = Root(path), Root(path)
+    writer = Writer(log, "a", history)
+    writer.send((0, b"1"), (1, b"2")).end(commit=True)
+    sync_table(first, TOPIC)
+    writer.send((0, b"3"), (1, b"4")).end(commit=True)
+    results: dict[str, object] = {}
+
+    def pause(step: str, partition: int | None) -> None:
+        if step == "commit" and "second" not in results:
+            results["second"] = sync_table(second, TOPIC)
+            results["later"] = writer.send((1, b"5")).end(commit=True)
+            writer.producer.close()
+
+    results["first"] = sync_table(first, TOPIC, pause)
+    return first, results
+
+
+def test_two_syncs_racing_append_each_record_once(log, tmp_path):
+    log.create_topic(TOPIC, partitions=2)
+    history = History()
+    root, results = race(log, tmp_path / "log", history)
+    first, second = results["first"], results["second"]
+    assert first.conflicts == 1 and first.previous == second.offsets
+    assert first.records == len(results["later"])  # only what came after the second's sync
+    check_snapshot(root, history, {})
+    assert table_rows(root).keys() == expected(history, first.offsets).keys()
+    # The loser's file was withdrawn: every data file is one the newest snapshot names.
+    assert set(root.storage.list(f"{table_dir(TOPIC)}/data")) == named_files(root)
+
+
+def named_files(root: Root) -> set[str]:
+    """The data files any snapshot of the table names."""
+    table = RootCatalog(root.storage).load_table(table_identifier(TOPIC))
+    return {task.file.file_path.rpartition("/")[2] for task in table.scan().plan_files()}
+
+
+@pytest.mark.parametrize("pinned, retries, twice", [
+    (True, 0, False),   # the sync as built
+    (True, 4, False),   # pyiceberg's retry on: every retry meets the pin
+    (False, 0, False),  # pin off: the pointer's conditional publish alone refuses the loser
+    (False, 4, True),   # both off: pyiceberg re-applies the loser's files on the winner's
+])
+def test_what_keeps_a_losing_sync_from_appending_twice(log, tmp_path, monkeypatch, pinned,
+                                                       retries, twice):
+    import txlog.tables.sync as sync
+
+    monkeypatch.setattr(sync, "TABLE_PROPERTIES", {"commit.retry.num-retries": str(retries),
+                                                   "commit.retry.min-wait-ms": "0"})
+    if not pinned:
+        monkeypatch.setattr(sync, "RootCatalog",
+                            lambda storage, pinned=None: RootCatalog(storage))
+    log.create_topic(TOPIC, partitions=2)
+    history = History()
+    root, _ = race(log, tmp_path / "log", history)
+    if twice:
+        with pytest.raises(AssertionError, match="appended twice"):
+            table_rows(root)
+    else:
+        check_snapshot(root, history, {})
+
+
+def test_an_unconditional_commit_appends_twice(log, tmp_path, monkeypatch):
+    """A commit made onto whatever snapshot is newest, not the one its offsets came from."""
+    import txlog.tables.sync as sync
+
+    def unconditional(root: Root, table, files: list[str], summary: dict[str, str]):
+        catalog = RootCatalog(root.storage)
+        tx = catalog.load_table(table.name()).transaction()
+        tx.add_files([catalog.location(f) for f in files], snapshot_properties=summary,
+                     check_duplicate_files=False)
+        return tx.commit_transaction()
+
+    monkeypatch.setattr(sync, "_commit", unconditional)
+    log.create_topic(TOPIC, partitions=2)
+    root, _ = race(log, tmp_path / "log", History())
+    with pytest.raises(AssertionError, match="appended twice"):
+        table_rows(root)
