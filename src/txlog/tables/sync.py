@@ -214,3 +214,26 @@ def _commit(root: Root, table: Table, files: list[str], summary: dict[str, str])
         for f in files:
             root.storage.delete(f)
         raise
+
+
+@dataclass(frozen=True)
+class TableDescription:
+    """Where other engines find a topic's table: its newest metadata file and data files."""
+
+    topic: str
+    metadata_location: str
+    snapshot_id: int | None
+    covered: Covered
+    records: int
+    files: tuple[str, ...]
+
+
+def describe_table(root: Root, topic: str) -> TableDescription:
+    """The newest snapshot of the topic's table (NoSuchTableError: none yet)."""
+    table = RootCatalog(root.storage).load_table(table_identifier(topic))
+    snapshot = table.current_snapshot()
+    tasks = list(table.scan().plan_files()) if snapshot is not None else []
+    return TableDescription(topic, table.metadata_location,
+                            None if snapshot is None else snapshot.snapshot_id, covered(table),
+                            sum(t.file.record_count for t in tasks),
+                            tuple(t.file.file_path for t in tasks))
