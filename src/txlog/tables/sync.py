@@ -107,16 +107,21 @@ def open_table(root: Root, topic: str, topic_id: str) -> Table:
 def sync_table(root: Root, topic: str, pause: Pause | None = None) -> SyncResult:
     """Append what was committed since the table's newest snapshot (docs/tables.md)."""
     step = pause or (lambda name, partition: None)
-    for attempt in range(MAX_ATTEMPTS):
+    conflicts = 0
+    for _ in range(MAX_ATTEMPTS):
         desc = root.describe_topic(topic, refresh=True)
         table = open_table(root, topic, desc.topic_id)
         try:
             result = _attempt(root, table, desc.topic_id, desc.partitions, step)
-        except (CommitFailedException, OffsetOutOfRangeError):
-            continue  # another sync committed, or retention moved under the read: again
-        return SyncResult(**{**result.__dict__, "conflicts": attempt})
-    raise CommitFailedError(f"the sync of topic {topic!r} lost {MAX_ATTEMPTS} commits in a row "
-                            "to other syncs")
+        except CommitFailedException:
+            conflicts += 1  # another sync committed first: again, from its offsets
+            continue
+        except OffsetOutOfRangeError:
+            continue  # retention or delete-records moved the log start under the read
+        return SyncResult(**{**result.__dict__, "conflicts": conflicts})
+    raise CommitFailedError(f"the sync of topic {topic!r} gave up after {MAX_ATTEMPTS} attempts "
+                            f"({conflicts} lost to other syncs' commits, the others to log "
+                            "starts moving under its reads)")
 
 
 def _attempt(root: Root, table: Table, topic_id: str, partitions: int, step: Pause
