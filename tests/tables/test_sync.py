@@ -297,3 +297,20 @@ def test_an_unconditional_commit_appends_twice(log, tmp_path, monkeypatch):
     root, _ = race(log, tmp_path / "log", History())
     with pytest.raises(AssertionError, match="appended twice"):
         table_rows(root)
+
+
+def test_offsets_move_over_aborted_records_in_a_snapshot_without_files(log, tmp_path):
+    from pyiceberg.table import StaticTable
+
+    log.create_topic(TOPIC, partitions=1)
+    writer = Writer(log, "a", History())
+    aborted = writer.send((0, b"x")).end(commit=False)
+    writer.producer.close()
+    root = Root(tmp_path / "log")
+    result = sync_table(root, TOPIC)
+    assert result.snapshot_id is not None and result.records == 0 and not result.files
+    assert result.offsets == {0: log.end_offset(TOPIC, 0)} and result.offsets[0] > max(
+        o for _, o in aborted)
+    static = StaticTable.from_metadata(result.metadata_location)
+    assert covered(static).offsets == result.offsets and static.scan().to_arrow().num_rows == 0
+    assert sync_table(root, TOPIC).snapshot_id is None

@@ -79,7 +79,7 @@ def _print_sync(result: Any, as_json: bool) -> None:
     for p, end in sorted(result.offsets.items()):
         lost = result.skipped.get(p)
         print(f"partition {p}: offsets {result.previous.get(p, 0)} to {end}" +
-              (f"; {lost[1] - lost[0]} records at {lost[0]} to {lost[1]} were gone before "
+              (f"; offsets {lost[0]} to {lost[1]} ({lost[1] - lost[0]}) were gone before "
                "any sync read them" if lost else ""))
     if result.snapshot_id is None:
         print(f"nothing new: the table stays at {result.metadata_location}")
