@@ -7,6 +7,9 @@ reader.  Interleavings are made deterministic with the sync's pause hook.
 
 from __future__ import annotations
 
+import json
+import random
+import threading
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -314,3 +317,62 @@ def test_offsets_move_over_aborted_records_in_a_snapshot_without_files(log, tmp_
     static = StaticTable.from_metadata(result.metadata_location)
     assert covered(static).offsets == result.offsets and static.scan().to_arrow().num_rows == 0
     assert sync_table(root, TOPIC).snapshot_id is None
+
+
+def test_every_snapshot_is_exact_while_writers_and_two_syncs_run(log, tmp_path):
+    """Threads: three transactional writers (a third of their transactions aborted) and two
+    maintainers syncing in a loop.  Every snapshot the table ever had must hold exactly
+    the committed records below its offsets, each transaction whole or absent."""
+    log.create_topic(TOPIC, partitions=3)
+    history = History()
+    lock = threading.Lock()
+
+    def write(name: str, seed: int) -> None:
+        rng = random.Random(seed)
+        writer = Writer(log, name, History())
+        for i in range(8):
+            chosen = rng.sample(range(3), rng.randint(1, 3))
+            writer.send(*[(p, b"%s-%d-%d" % (name.encode(), i, p)) for p in chosen])
+            commit = rng.random() > 1 / 3
+            with lock:
+                (history.committed if commit else history.aborted).append(writer.end(commit))
+        writer.producer.close()
+
+    writers = [threading.Thread(target=write, args=(n, i)) for i, n in enumerate("abc")]
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def maintain() -> None:
+        root = Root(tmp_path / "log")
+        try:
+            while not done.is_set():
+                sync_table(root, TOPIC)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    syncers = [threading.Thread(target=maintain) for _ in range(2)]
+    for t in writers + syncers:
+        t.start()
+    for t in writers:
+        t.join()
+    done.set()
+    for t in syncers:
+        t.join()
+    assert errors == []
+    root = Root(tmp_path / "log")
+    sync_table(root, TOPIC)
+    table = RootCatalog(root.storage).load_table(table_identifier(TOPIC))
+    snapshots = table.snapshots()
+    assert len(snapshots) > 2
+    print('SNAPSHOTS', len(snapshots))
+    for snapshot in snapshots:
+        offsets = {int(p): o for p, o in json.loads(snapshot.summary["txlog.offsets"]).items()}
+        scanned = table.scan(snapshot_id=snapshot.snapshot_id).to_arrow()
+        keys = list(zip(scanned["partition"].to_pylist(), scanned["offset"].to_pylist()))
+        assert len(keys) == len(set(keys))
+        rows = dict(zip(keys, scanned["value"].to_pylist()))
+        assert rows == expected(history, offsets)
+        for txn in history.committed:
+            inside = [k in rows for k in txn]
+            assert all(inside) or not any(inside), f"split: {txn} against {offsets}"
+    assert offsets == {p: log.end_offset(TOPIC, p) for p in range(3)}
