@@ -376,3 +376,28 @@ def test_every_snapshot_is_exact_while_writers_and_two_syncs_run(log, tmp_path):
             inside = [k in rows for k in txn]
             assert all(inside) or not any(inside), f"split: {txn} against {offsets}"
     assert offsets == {p: log.end_offset(TOPIC, p) for p in range(3)}
+
+
+def test_every_file_of_the_table_is_published_through_the_roots_storage(log, tmp_path,
+                                                                         monkeypatch):
+    """Metadata, manifests, manifest lists and data files alike: created exclusively and
+    durable (fsynced) before the pointer that names them is published."""
+    log.create_topic(TOPIC, partitions=1)
+    root = Root(tmp_path / "log")
+    published: list[str] = []
+    publish = type(root.storage).publish_if_absent
+
+    def recording(storage, path: str, data: bytes) -> bool:
+        published.append(path)
+        return publish(storage, path, data)
+
+    monkeypatch.setattr(type(root.storage), "publish_if_absent", recording)
+    for i in range(2):
+        producer = log.producer()
+        producer.send(TOPIC, b"v%d" % i)
+        producer.close()
+        sync_table(root, TOPIC)
+    stored = {p.relative_to(tmp_path / "log").as_posix()
+              for p in (tmp_path / "log" / table_dir(TOPIC)).rglob("*") if p.is_file()}
+    assert stored == {p for p in published if p.startswith(table_dir(TOPIC) + "/")}
+    assert any(p.endswith(".avro") for p in stored)

@@ -6,8 +6,9 @@ root already has that primitive: a version chain (storage/chain.py), whose
 version ``v + 1`` is published only if absent and only while version ``v``
 is still there byte for byte.  So the pointer of topic ``t``'s table is the
 chain ``tables/<t>/pointer``, each version naming one metadata file; every
-metadata file is published with ``publish_if_absent`` too (durable on local
-disk, never overwritten).  Two maintainers committing at once cannot both
+file of the table is published with ``publish_if_absent`` too (durable on
+local disk, never overwritten): metadata files here, manifests through
+``StorageFileIO``, data files by the sync.  Two maintainers committing at once cannot both
 move the pointer off the same version (docs/tables.md, "Commits").
 
 pyiceberg is imported here, never by ``import txlog``: the ``tables`` extra.
@@ -17,10 +18,14 @@ view operations of the ``Catalog`` interface refuse with a clear message.
 
 from __future__ import annotations
 
+import io
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pyiceberg.catalog import MetastoreCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.io import FileIO, OutputStream
+from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.table import CommitTableResponse, Table
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
@@ -46,6 +51,53 @@ NAMESPACE = "topics"
 
 def table_identifier(topic: str) -> tuple[str, str]:
     return (NAMESPACE, topic)
+
+
+class _Publishing(io.BytesIO):
+    """An output stream whose bytes are published (if absent) when it is closed, and
+    never after an error inside its ``with`` block."""
+
+    def __init__(self, storage: Storage, path: str) -> None:
+        super().__init__()
+        self._storage, self._path, self._failed = storage, path, False
+
+    def __exit__(self, *exc: Any) -> None:
+        self._failed = exc[0] is not None
+        super().__exit__(*exc)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        data = self.getvalue()
+        super().close()
+        if not self._failed and not self._storage.publish_if_absent(self._path, data):
+            raise FileExistsError(f"{self._path} exists already")
+
+
+class _PublishedOutput(PyArrowFile):
+    """pyiceberg's Arrow file, but created through the root's storage: durable when its
+    stream closes (fsynced on local disk), and never overwriting another writer's file."""
+
+    def __init__(self, inner: PyArrowFile, storage: Storage, path: str) -> None:
+        super().__init__(inner.location, inner._path, inner._filesystem, inner._buffer_size)
+        self._storage, self._root_path = storage, path
+
+    def create(self, overwrite: bool = False) -> OutputStream:
+        return _Publishing(self._storage, self._root_path)
+
+
+class StorageFileIO(PyArrowFileIO):
+    """pyiceberg's Arrow file IO for reading; its writes (manifests, manifest lists) go
+    through the root's storage, as every other object of a root does."""
+
+    def __init__(self, storage: Storage, relative: Callable[[str], str],
+                 properties: Properties = EMPTY_DICT) -> None:
+        super().__init__(properties)
+        self._storage, self._relative = storage, relative
+
+    def new_output(self, location: str) -> PyArrowFile:
+        return _PublishedOutput(super().new_output(location), self._storage,
+                                self._relative(location))
 
 
 class RootCatalog(MetastoreCatalog):
@@ -76,6 +128,10 @@ class RootCatalog(MetastoreCatalog):
         if not location.startswith(prefix):
             raise StorageError(f"{location!r} is not under the root {self.storage.url!r}")
         return location[len(prefix):]
+
+    def _load_file_io(self, properties: Properties = EMPTY_DICT, location: str | None = None
+                      ) -> FileIO:
+        return StorageFileIO(self.storage, self.relative, {**self.properties, **properties})
 
     def _topic(self, identifier: str | Identifier) -> str:
         name = self.identifier_to_tuple(identifier)
