@@ -401,3 +401,24 @@ def test_every_file_of_the_table_is_published_through_the_roots_storage(log, tmp
               for p in (tmp_path / "log" / table_dir(TOPIC)).rglob("*") if p.is_file()}
     assert stored == {p for p in published if p.startswith(table_dir(TOPIC) + "/")}
     assert any(p.endswith(".avro") for p in stored)
+
+
+def test_a_sync_lists_the_pointer_once_per_process(log, tmp_path, monkeypatch):
+    """The pointer chain is listed once and then only probed for its next version, so a
+    sync's requests for it do not grow with the table's snapshots."""
+    log.create_topic(TOPIC, partitions=1)
+    root = Root(tmp_path / "log")
+    listed: list[str] = []
+    list_names = type(root.storage).list
+
+    def recording(storage, directory: str) -> list[str]:
+        listed.append(directory)
+        return list_names(storage, directory)
+
+    monkeypatch.setattr(type(root.storage), "list", recording)
+    for i in range(4):
+        producer = log.producer()
+        producer.send(TOPIC, b"v%d" % i)
+        producer.close()
+        assert sync_table(root, TOPIC).snapshot_id is not None
+    assert listed.count(f"{table_dir(TOPIC)}/pointer") == 1

@@ -8,8 +8,9 @@ is still there byte for byte.  So the pointer of topic ``t``'s table is the
 chain ``tables/<t>/pointer``, each version naming one metadata file; every
 file of the table is published with ``publish_if_absent`` too (durable on
 local disk, never overwritten): metadata files here, manifests through
-``StorageFileIO``, data files by the sync.  Two maintainers committing at once cannot both
-move the pointer off the same version (docs/tables.md, "Commits").
+``StorageFileIO``, data files by the sync.  Two maintainers committing at
+once cannot both move the pointer off the same version (docs/tables.md, "The
+catalog").
 
 pyiceberg is imported here, never by ``import txlog``: the ``tables`` extra.
 Only what a sync and the readers need is implemented; the namespace and
@@ -19,6 +20,8 @@ view operations of the ``Catalog`` interface refuse with a clear message.
 from __future__ import annotations
 
 import io
+import threading
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +50,13 @@ else:
 
 # Every table of a root sits in this one namespace: ("topics", <topic>).
 NAMESPACE = "topics"
+
+# The pointer chains known to this process, per storage object: each catalog made for a
+# sync shares them, so a chain is listed once and then only probed for its next version
+# (storage/chain.py), however many snapshots the table has had.
+_POINTERS: weakref.WeakKeyDictionary[Storage, dict[str, VersionChain]] = \
+    weakref.WeakKeyDictionary()
+_POINTERS_LOCK = threading.Lock()
 
 
 def table_identifier(topic: str) -> tuple[str, str]:
@@ -114,7 +124,8 @@ class RootCatalog(MetastoreCatalog):
         super().__init__("txlog")
         self.storage = storage
         self.pinned = pinned
-        self._chains: dict[str, VersionChain] = {}
+        with _POINTERS_LOCK:
+            self._chains = _POINTERS.setdefault(storage, {})
 
     # --- locations ---------------------------------------------------------------------
 
@@ -141,10 +152,12 @@ class RootCatalog(MetastoreCatalog):
         return name[1]
 
     def _chain(self, topic: str) -> VersionChain:
-        chain = self._chains.get(topic)
-        if chain is None:
-            chain = self._chains[topic] = VersionChain(self.storage, table_pointer_dir(topic))
-        return chain
+        with _POINTERS_LOCK:
+            chain = self._chains.get(topic)
+            if chain is None:
+                chain = self._chains[topic] = VersionChain(self.storage,
+                                                           table_pointer_dir(topic))
+            return chain
 
     # --- the pointer -------------------------------------------------------------------
 
