@@ -116,8 +116,8 @@ def sync_table(root: Root, topic: str, pause: Pause | None = None) -> SyncResult
         except CommitFailedException:
             conflicts += 1  # another sync committed first: again, from its offsets
             continue
-        except OffsetOutOfRangeError:
-            continue  # retention or delete-records moved the log start under the read
+        except (OffsetOutOfRangeError, FileNotFoundError):
+            continue  # retention or delete-records moved the log start under the sync
         return SyncResult(**{**result.__dict__, "conflicts": conflicts})
     raise CommitFailedError(f"the sync of topic {topic!r} gave up after {MAX_ATTEMPTS} attempts "
                             f"({conflicts} lost to other syncs' commits, the others to log "
