@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -118,7 +118,7 @@ def sync_table(root: Root, topic: str, pause: Pause | None = None) -> SyncResult
             continue
         except (OffsetOutOfRangeError, FileNotFoundError):
             continue  # retention or delete-records moved the log start under the sync
-        return SyncResult(**{**result.__dict__, "conflicts": conflicts})
+        return replace(result, conflicts=conflicts)
     raise CommitFailedError(f"the sync of topic {topic!r} gave up after {MAX_ATTEMPTS} attempts "
                             f"({conflicts} lost to other syncs' commits, the others to log "
                             "starts moving under its reads)")
