@@ -200,8 +200,9 @@ class Maintainer:
                     continue
                 from ..tables.sync import sync_table  # pyiceberg: the tables extra
                 result = sync_table(self.root, topic)
-            except (TxlogError, OSError, ImportError) as exc:
-                report.errors.append(f"table sync {topic}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - pyiceberg's errors share no base class
+                # but Exception; a long-lived maintainer reports them and goes on.
+                report.errors.append(f"table sync {topic}: {type(exc).__name__}: {exc}")
                 failed.add(topic)
                 continue
             report.records_synced += result.records
