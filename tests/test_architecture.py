@@ -185,7 +185,7 @@ def test_only_package_inits_re_export_names() -> None:
 # public API, gathering names from the layers below) stands with the front door.
 SHARED = ("txlog.errors", "txlog.clock", "txlog.integers")
 LAYERS = ("storage", "format", "partition", "transactions", "root", "clients", "exactly_once",
-          "admin", "api", "kafka", "cli", "spark", "examples")
+          "tables", "admin", "api", "kafka", "cli", "spark", "examples")
 PUBLIC_SIGNATURE = "public signature kept: takes a Log and unwraps log.services at once"
 # Imports that point up a layer (type-only ones included), each with its reason.
 UPWARD_IMPORTS = {
@@ -199,7 +199,8 @@ UPWARD_IMPORTS = {
         "passes the Log on to SharedTransaction's (begin_job); its own steps take log.services",
 }
 # The layers below the Log, and those above it that only pass a Log on: they hold the Root.
-ROOT_HOLDERS = ("txlog.clients", "txlog.exactly_once", "txlog.admin", "txlog.kafka", "txlog.spark")
+ROOT_HOLDERS = ("txlog.clients", "txlog.exactly_once", "txlog.tables", "txlog.admin", "txlog.kafka",
+                "txlog.spark")
 # Modules that still keep or reach through a Log, each with its reason (none).
 LOG_HOLDERS: dict[str, str] = {}
 

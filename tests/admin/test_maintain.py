@@ -213,3 +213,47 @@ def test_gc_never_deletes_a_decision_published_while_it_runs(tmp_path: Path) -> 
     assert Log(tmp_path).coordinator.resolve(txn) is True
     producer.commit_transaction()
     assert Log(tmp_path).read("t", 0).column("value").to_pylist() == [b"first", b"second"]
+
+
+def test_retention_syncs_the_tables_topics_ask_for_first(tmp_path):
+    import pytest
+    pytest.importorskip("pyiceberg", reason="needs the tables extra")
+    from txlog.storage.paths import table_dir
+    from txlog.tables.sync import describe_table
+
+    log = Log(tmp_path / "log")
+    log.create_topic("synced", 2)
+    log.create_topic("plain", 1)
+    log.alter_topic_config("synced", set={"txlog.table.sync": "true"})
+    producer = log.producer()
+    sent = [producer.send("synced", b"v%d" % i, partition=i % 2).get() for i in range(5)]
+    producer.send("plain", b"p").get()
+    producer.close()
+    report = Maintainer(log.services, MaintenanceSettings()).run_pass(["retention"])
+    assert report.errors == [] and report.records_synced == len(sent)
+    assert describe_table(log.services, "synced").covered.offsets == \
+        {p: sum(m.partition == p for m in sent) for p in (0, 1)}
+    assert log.services.storage.list(table_dir("plain")) == []
+
+
+def test_a_topic_whose_table_sync_fails_keeps_its_segments(tmp_path):
+    """The table was built from an earlier incarnation of the topic: the sync refuses, the
+    pass says so, and retention leaves the topic alone until a sync succeeds."""
+    import pytest
+    pytest.importorskip("pyiceberg", reason="needs the tables extra")
+    from txlog.tables.sync import sync_table
+
+    log = Log(tmp_path / "log")
+    log.create_topic("t", 1)
+    sync_table(log.services, "t")
+    log.delete_topic("t")
+    log.create_topic("t", 1, config={"retention.ms": 0, "txlog.table.sync": "true"})
+    for i in range(2):
+        producer = log.producer()
+        producer.send("t", b"v%d" % i)
+        producer.close()
+        log.compact("t", min_batches=1, merge=False)
+    before = segment_files(tmp_path / "log", "t", 0)
+    report = Maintainer(log.services, MaintenanceSettings()).run_pass(["retention"])
+    assert len(report.errors) == 1 and report.errors[0].startswith("table sync t:")
+    assert len(before) == 2 and segment_files(tmp_path / "log", "t", 0) == before

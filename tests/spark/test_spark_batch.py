@@ -422,9 +422,10 @@ def fail_first_attempt_of_task_0(batches):
 def test_many_jobs_with_retried_tasks_leave_ids_and_producers_bounded(spark, root, options,
                                                                       jobs):
     """Every job has task 0 retried, and every task writes every partition (keyed rows).
-    The jobs re-use their attempts' ids, so after the first job neither the coordinator's
-    chains nor the partitions' producer entries grow (gc between jobs keeps them).  Fails
-    with the attempt keyed by taskAttemptId (a new id, and producer, per attempt)."""
+    The jobs re-use their attempts' ids, so neither the coordinator's chains nor the
+    partitions' producer entries grow past one per attempt id (gc between jobs keeps
+    them).  Fails with the attempt keyed by taskAttemptId (a new id, and producer, per
+    attempt)."""
     df = rows(spark, 400, partitions=2)
     retried = df.mapInArrow(fail_first_attempt_of_task_0, df.schema)
     log = Log(root)
@@ -443,9 +444,12 @@ def test_many_jobs_with_retried_tasks_leave_ids_and_producers_bounded(spark, roo
         log.gc(chain_age_s=0, decision_age_s=0, temp_age_s=0)
         ids, entries = counts()
         seen.add((tuple(ids), entries))
-    assert len(seen) == 1
-    # Task 0's two attempts and task 1's; the failed attempt sent nothing (it failed
-    # while the writer still gathered its rows), the others wrote every partition.
-    assert len(ids) == 3 and entries == 2 * 4
+    # Task 0's two attempts and task 1's, the same three ids in every job.  The attempts
+    # that succeed write every partition; the failed one's records reach the partitions
+    # only when its writer sent them before the failure (the task races its sender), and
+    # its producer's entries then stay as the others' do: at most one entry per id and
+    # partition, however many jobs ran.
+    assert len({ids for ids, _ in seen}) == 1 and len(ids) == 3
+    assert all(2 * 4 <= n <= 3 * 4 for _, n in seen)
     assert read(spark, root, subscribe="events").count() == jobs * 400
     assert hanging(log) == []

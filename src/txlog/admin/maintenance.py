@@ -22,6 +22,7 @@ from .. import clock
 from ..errors import TxlogError
 from ..partition.compaction import DEFAULT_BUFFER_BYTES
 from ..root.root import Root
+from ..root.topics import TABLE_SYNC
 from . import upkeep
 from .gc import (DEFAULT_CHAIN_AGE_S, DEFAULT_DATA_AGE_S, DEFAULT_DECISION_AGE_S,
                  DEFAULT_TEMP_AGE_S, DEFAULT_TXN_ID_EXPIRATION_MS, collect)
@@ -70,6 +71,8 @@ class PassReport:
     segments_merged: int = 0  # merged segments made (each replaced a run of small ones)
     segments_deleted: int = 0
     bytes_deleted: int = 0
+    records_synced: int = 0  # appended to topics' tables (TABLE_SYNC) before retention
+    offsets_lost: int = 0  # removed before any sync read them (docs/tables.md)
     gc_removed: int = 0
     objects: dict[str, int] = field(default_factory=dict)  # "topic-p": segments + batch objects
     errors: list[str] = field(default_factory=list)
@@ -177,11 +180,34 @@ class Maintainer:
         self._each("compact", partitions, report, work)
 
     def _retention(self, partitions: list[tuple[str, int]], report: PassReport) -> None:
+        unsynced = self._sync_tables(partitions, report)
+        partitions = [(t, p) for t, p in partitions if t not in unsynced]
+
         def work(topic: str, p: int) -> None:
             done = upkeep.apply_retention(self.root, topic, [p])[p]
             report.segments_deleted += done.segments_deleted
             report.bytes_deleted += done.bytes_deleted
         self._each("retention", partitions, report, work)
+
+    def _sync_tables(self, partitions: list[tuple[str, int]], report: PassReport) -> set[str]:
+        """Sync the table of every topic whose config asks for it, before retention may
+        delete what it has not read; returns the topics whose sync failed, whose
+        retention then waits for the next pass."""
+        failed: set[str] = set()
+        for topic in dict.fromkeys(t for t, _ in partitions):
+            try:
+                if self.root.describe_topic(topic).setting(TABLE_SYNC) != "true":
+                    continue
+                from ..tables.sync import sync_table  # pyiceberg: the tables extra
+                result = sync_table(self.root, topic)
+            except Exception as exc:  # noqa: BLE001 - pyiceberg's errors share no base class
+                # but Exception; a long-lived maintainer reports them and goes on.
+                report.errors.append(f"table sync {topic}: {type(exc).__name__}: {exc}")
+                failed.add(topic)
+                continue
+            report.records_synced += result.records
+            report.offsets_lost += sum(to - start for start, to in result.skipped.values())
+        return failed
 
     def _gc(self, partitions: list[tuple[str, int]], report: PassReport) -> None:
         s = self.settings

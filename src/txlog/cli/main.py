@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import TxlogError
 from . import (groups, inspection, maintain, maintenance, metrics, records, root_config,
-               topics, transactions)
+               tables, topics, transactions)
 from .common import ROOT_ENV, CommandError
 
 PROG = "txlog"
@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     transactions.add_producers(commands, leaf_parser)
     groups.add_groups(commands, leaf_parser)
     metrics.add_metrics(commands, leaf_parser)
+    tables.add_tables(commands, leaf_parser)
     return parser
 
 
@@ -69,7 +70,8 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], None]] = {
     "retention": maintenance.run_retention, "gc": maintenance.run_gc,
     "delete-records": maintenance.run_delete_records, "maintain": maintain.run_maintain,
     "dump": inspection.run_dump, "verify": inspection.run_verify, "groups": groups.run_groups,
-    "metrics": metrics.run_metrics, "root-config": root_config.run_root_config}
+    "metrics": metrics.run_metrics, "root-config": root_config.run_root_config,
+    "tables": tables.run_tables}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -41,7 +41,10 @@ def add_maintain(commands: Any, leaf_parser: LeafParser) -> None:
                     "three. On a terminal it shows progress and a line per pass; otherwise "
                     "it prints one JSON object per pass (--json forces that). A step that "
                     "fails on one partition is reported and the others go on; --once and "
-                    "--passes exit with status 1 if any pass reported an error.")
+                    "--passes exit with status 1 if any pass reported an error. Before "
+                    "retention, the Iceberg table of each topic whose txlog.table.sync is "
+                    "true is synced (as 'txlog tables sync'); a topic whose sync fails "
+                    "keeps its segments until a later pass.")
     maintain.add_argument("--topic", metavar="TOPIC", action="append",
                           help="only this topic (repeatable; default: every topic, listed "
                                "again on each pass)")
@@ -85,6 +88,10 @@ def _line(report: PassReport) -> str:
         if report.segments_merged:
             parts.append(f"{report.segments_merged} merged")
     if "retention" in report.steps:
+        if report.records_synced or report.offsets_lost:
+            parts.append(f"{report.records_synced} records synced to tables"
+                         + (f" ({report.offsets_lost} offsets gone before a sync)"
+                            if report.offsets_lost else ""))
         parts.append(f"{report.segments_deleted} segments deleted")
     if "gc" in report.steps:
         parts.append(f"{report.gc_removed} objects collected")

@@ -50,7 +50,9 @@ def add_topics(commands: Any, leaf_parser: LeafParser) -> None:
                     "a streaming query included, pick the new partitions up. And/or set or "
                     "remove retention.ms, retention.bytes and segment.bytes (kafka-configs "
                     "--alter --add-config/--delete-config); 'txlog compact' and 'txlog "
-                    "retention' read them.")
+                    "retention' read them. And txlog's own txlog.table.sync: true has "
+                    "'txlog maintain' sync the topic's Iceberg table before each retention "
+                    "run.")
     alter.add_argument("name", metavar="NAME", help="topic name")
     alter.add_argument("--partitions", metavar="N", type=positive_int,
                        help="the new total number of partitions (more than now, at most "
@@ -58,7 +60,8 @@ def add_topics(commands: Any, leaf_parser: LeafParser) -> None:
     alter.add_argument("--config", metavar="KEY=VALUE", type=config_item, action="append",
                        default=[],
                        help="set a setting, repeatable: retention.ms=MS, retention.bytes=N "
-                            f"(-1: no limit), segment.bytes=N (at least {MIN_SEGMENT_BYTES})")
+                            f"(-1: no limit), segment.bytes=N (at least {MIN_SEGMENT_BYTES}), "
+                            "txlog.table.sync=true|false")
     alter.add_argument("--delete-config", metavar="KEY", action="append", default=[],
                        help="remove a setting, back to Kafka's default (repeatable)")
     delete = leaf_parser(

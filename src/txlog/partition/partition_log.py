@@ -149,6 +149,13 @@ class PartitionLog:
         """First offset of the earliest undecided transaction, else the log end."""
         return self._reader.last_stable_offset(state or self.state())
 
+    def aborted_check(self, state: ProducerState, start: int, end: int
+                      ) -> Callable[[int, int], bool]:
+        """``(producer id, base offset) -> bool``: is a transactional batch in ``[start, end)``
+        of ``state``'s prefix aborted (its ABORT marker, or a decision read now)?  The
+        filter read_committed applies (reader.py); a table's sync classifies batches with it."""
+        return self._reader.aborted_check(state, start, end)
+
     def read(self, start: int, end: int | None = None, isolation_level: str = READ_COMMITTED,
              max_bytes: int | None = None, recent: bool = False) -> tuple[list[Piece], int]:
         """Records with offsets in ``[start, end)`` in the core's own form: per batch, the

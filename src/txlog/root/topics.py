@@ -25,8 +25,11 @@ TOPIC_DEFAULTS: dict[str, Any] = {"retention.ms": 7 * 24 * 3600 * 1000, "retenti
                                   "segment.bytes": DEFAULT_SEGMENT_BYTES,
                                   PRODUCER_ID_EXPIRATION: DEFAULT_PRODUCER_ID_EXPIRATION_MS}
 MIN_SEGMENT_BYTES = 1024
+# txlog's own key (not Kafka's): "true" has `txlog maintain` sync the topic's Iceberg
+# table before each retention run (docs/tables.md); unset or "false": it does not.
+TABLE_SYNC = "txlog.table.sync"
 # What ``alter_topic_config`` may change: keys that appenders do not cache.
-ALTERABLE_CONFIG = ("retention.ms", "retention.bytes", "segment.bytes")
+ALTERABLE_CONFIG = ("retention.ms", "retention.bytes", "segment.bytes", TABLE_SYNC)
 
 
 def _int_at_least(low: int) -> Any:
@@ -44,6 +47,7 @@ _CONFIG_RULES = {
     "retention.ms": _int_at_least(-1),  # -1: no limit by time
     "retention.bytes": _int_at_least(-1),  # -1: no limit by size
     "segment.bytes": _int_at_least(MIN_SEGMENT_BYTES),
+    TABLE_SYNC: lambda v: None if v in ("true", "false") else "true or false",
     # Not alterable: the producer state is a fold every process must compute alike.
     PRODUCER_ID_EXPIRATION: _int_at_least(1),
 }

@@ -143,6 +143,29 @@ def snapshot_path(directory: str, end_offset: int) -> str:
     return f"{snapshots_dir(directory)}/{offset_name(end_offset, SNAPSHOT_SUFFIX)}"
 
 
+# --- topics as tables (docs/tables.md) ----------------------------------------------------
+
+# A topic's Iceberg table: its files under ``tables/<topic>/`` (Iceberg's own ``metadata/``
+# and ``data/`` names, written by pyiceberg), and the version chain that names the
+# current metadata file, moved only by an exclusive publish (the catalog's pointer).
+# Outside ``topics/``: deleting the topic leaves the table, which a sync then refuses.
+TABLES_DIR = "tables"
+
+
+def table_dir(topic: str) -> str:
+    return f"{TABLES_DIR}/{topic}"
+
+
+def table_pointer_dir(topic: str) -> str:
+    """The version chain naming the table's current metadata file."""
+    return f"{table_dir(topic)}/pointer"
+
+
+def table_data_path(topic: str, name: str) -> str:
+    """A data file a sync writes (a unique name: two syncs never write the same file)."""
+    return f"{table_dir(topic)}/data/{name}.parquet"
+
+
 # --- the coordinator -----------------------------------------------------------------------
 
 TXN_DIR = "coordinator/transactions"  # a version chain per transactional id
