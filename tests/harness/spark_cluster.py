@@ -101,16 +101,20 @@ def _cwd(pid: int) -> str | None:
 
 @dataclass
 class StandaloneCluster:
-    """One master and one worker; ``submit`` runs an application on them.
+    """One master and ``workers`` workers; ``submit`` runs an application on them.
 
     ``env`` is added to the environment of the daemons, the executors they
     launch and every driver: that is where a store's credentials or endpoint
-    go when the log is not a local directory.
+    go when the log is not a local directory.  Worker ``i`` binds 127.0.0.``i+1``
+    (Linux routes all of 127/8 to loopback): Spark places a speculative copy of a
+    task only on a host that runs no attempt of it, so two workers on one address
+    would never run one.
     """
 
     base: Path
-    cores: int = 2
+    cores: int = 2  # per worker
     memory: str = "1g"
+    workers: int = 1
     env: Mapping[str, str] = field(default_factory=dict)
     master_url: str = ""
     web_ui: str = ""
@@ -121,26 +125,27 @@ class StandaloneCluster:
         """SPARK_WORKER_DIR: each executor runs (and logs) in ``app-*/<id>/`` under it."""
         return self.base / "work"
 
-    def environment(self) -> dict[str, str]:
-        """What every process of the cluster sees: this checkout's txlog, Java, loopback only."""
+    def environment(self, host: str = "127.0.0.1") -> dict[str, str]:
+        """What every process of the cluster sees: this checkout's txlog, Java, loopback only
+        (``host``: the address a worker, and the executors it launches, bind)."""
         conf_dir = self.base / "conf"  # empty: no spark-env.sh or defaults from elsewhere
         conf_dir.mkdir(parents=True, exist_ok=True)
         env = python_env(dict(self.env))
         env.update({
             "SPARK_HOME": str(spark_home()),
             "SPARK_CONF_DIR": str(conf_dir),
-            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_LOCAL_IP": host,
             "SPARK_WORKER_DIR": str(self.work_dir),
             "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
             "SPARK_DAEMON_JAVA_OPTS": SHORT_LIVED_JVM,  # the master and the worker
         })
         return env
 
-    def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+    def _spawn(self, name: str, *args: str, host: str = "127.0.0.1") -> subprocess.Popen[bytes]:
         out = open(self.base / f"{name}.log", "wb")
         try:
             proc = subprocess.Popen(
-                [str(spark_home() / "bin" / "spark-class"), *args], env=self.environment(),
+                [str(spark_home() / "bin" / "spark-class"), *args], env=self.environment(host),
                 cwd=self.base, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True)
         finally:
@@ -161,8 +166,11 @@ class StandaloneCluster:
         match = pattern.search(self._log(name))
         return match.group(1) if match else None
 
+    def _worker_names(self) -> list[str]:
+        return ["worker", *(f"worker-{i + 1}" for i in range(1, self.workers))]
+
     def start(self) -> StandaloneCluster:
-        """Start the master, then the worker; return once the master counts the worker's cores."""
+        """Start the master, then the workers; return once the master counts their cores."""
         self.base.mkdir(parents=True, exist_ok=True)
         self.work_dir.mkdir(exist_ok=True)
         try:
@@ -175,12 +183,14 @@ class StandaloneCluster:
             self.web_ui = f"http://127.0.0.1:{ui_port}"
             _poll(lambda: _MASTER_ALIVE in self._log("master"), START_TIMEOUT_S,
                   "the master to become ALIVE", self.diagnostics)
-            self._spawn("worker", "org.apache.spark.deploy.worker.Worker",
-                        "--host", "127.0.0.1", "--webui-port", "0", "--cores", str(self.cores),
-                        "--memory", self.memory, "--work-dir", str(self.work_dir),
-                        self.master_url)
+            for i, name in enumerate(self._worker_names()):
+                host = f"127.0.0.{i + 1}"
+                self._spawn(name, "org.apache.spark.deploy.worker.Worker",
+                            "--host", host, "--webui-port", "0", "--cores", str(self.cores),
+                            "--memory", self.memory, "--work-dir", str(self.work_dir),
+                            self.master_url, host=host)
             _poll(self._worker_registered, START_TIMEOUT_S,
-                  "the worker to register with the master", self.diagnostics)
+                  "the workers to register with the master", self.diagnostics)
         except BaseException:
             self.stop(check=False)
             raise
@@ -194,14 +204,17 @@ class StandaloneCluster:
             return json.load(response)
 
     def _worker_registered(self) -> bool:
-        worker = self._daemons["worker"]
-        if worker.poll() is not None:
-            raise ClusterError(f"the worker exited with {worker.returncode}\n{self.diagnostics()}")
+        for name in self._worker_names():
+            worker = self._daemons[name]
+            if worker.poll() is not None:
+                raise ClusterError(f"the {name} exited with {worker.returncode}\n"
+                                   f"{self.diagnostics()}")
         try:
             state = self.state()
         except OSError:
             return False
-        return state.get("aliveworkers") == 1 and state.get("cores") == self.cores
+        return state.get("aliveworkers") == self.workers and \
+            state.get("cores") == self.cores * self.workers
 
     def submit(self, script: str | os.PathLike[str], *args: str,
                conf: Mapping[str, str] | None = None, timeout: float = 300
@@ -265,11 +278,11 @@ class StandaloneCluster:
         return found
 
     def stop(self, check: bool = True) -> None:
-        """SIGTERM the worker (it stops its executors), then the master; SIGKILL what remains.
+        """SIGTERM the workers (they stop their executors), then the master; SIGKILL the rest.
 
         With ``check``, raise if any of the cluster's processes outlives the kill.
         """
-        for name in ("worker", "master"):
+        for name in (*self._worker_names(), "master"):
             proc = self._daemons.get(name)
             if proc is None or proc.poll() is not None:
                 continue
@@ -297,9 +310,10 @@ class StandaloneCluster:
 
 @contextmanager
 def standalone_cluster(base: Path, env: Mapping[str, str] | None = None, cores: int = 2,
-                       memory: str = "1g") -> Iterator[StandaloneCluster]:
+                       memory: str = "1g", workers: int = 1) -> Iterator[StandaloneCluster]:
     """A started cluster for the ``with`` block; stopped (and checked empty) after it."""
-    cluster = StandaloneCluster(base, cores=cores, memory=memory, env=dict(env or {})).start()
+    cluster = StandaloneCluster(base, cores=cores, memory=memory, env=dict(env or {}),
+                                workers=workers).start()
     try:
         yield cluster
     finally:

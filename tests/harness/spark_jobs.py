@@ -8,7 +8,7 @@ test kills the driver with SIGKILL.
 ``spark_jobs.py connect ROOT``: a write and a read through Spark Connect
 (``remote("local[2]")``), printing ``connect: N`` with the rows read back.
 
-``spark_jobs.py cluster ROOT TOPIC ROWS MARKERS OPTIONS_JSON PIPELINE_ROOT``: made
+``spark_jobs.py cluster ROOT TOPIC ROWS MARKERS OPTIONS_JSON ATTEMPTS_ROOT PIPELINE_ROOT``: made
 for a standalone cluster (tests/harness/spark_cluster.py), where task attempts run in
 executor JVMs.  One application, so that its executors start once:
 
@@ -18,9 +18,25 @@ executor JVMs.  One application, so that its executors start once:
    per task attempt, the JVM that ran it (also left as a file in MARKERS).
    OPTIONS_JSON holds extra options for every read and write (a store's
    credentials);
-2. runs the batch pipeline example (``txlog.examples.batch_pipeline``, its
+2. with ATTEMPTS_ROOT (a root with topics ``killed``, ``outlived-commit`` and
+   ``outlived-abort``, 4 partitions each): three pooled jobs (no prefix) of 4,000
+   rows from two tasks, with task attempts that die or outlive their task as
+   tests/harness/faults/sitecustomize.py plans them (TXLOG_TEST_ATTEMPT_FAULTS, set
+   by the cluster): in ``killed`` task 0's first attempt ends its Python worker
+   after it wrote; in ``outlived-*`` task 1's first attempt leaves a straggler that
+   joins the job once it is decided, and the job commits (its retry writes) or is
+   aborted (every attempt of task 1 fails).  Prints ``attempts: {json}``: per topic,
+   the job's error (None if it committed) and what the planted attempt left;
+3. runs the batch pipeline example (``txlog.examples.batch_pipeline``, its
    command-line entry point) on PIPELINE_ROOT with 2,000 orders, which prints
    ``exactly once: OK`` and stops the session.
+
+``spark_jobs.py speculation ROOT TOPIC ROWS MARKERS OPTIONS_JSON``: made for a
+standalone cluster of two workers on two addresses, submitted with speculation on:
+ROWS rows exactly once from two tasks, the first attempt of task 0 holding on after
+it wrote (as the test plans it: tests/harness/faults/sitecustomize.py) until Spark
+kills it for the speculative copy that won.  Prints
+``speculated: {json}`` (as ``retried`` does, with each attempt's executor host).
 
 ``spark_jobs.py sink-safety ROOT SCRATCH``: the sink's safety scenarios in one
 application (one JVM start), each printing ``<scenario>: {json}``: two queries with
@@ -115,7 +131,6 @@ def _serving_jvm() -> tuple[int | None, bool]:
 
 def retried(root: str, topic: str, rows: str, markers: str, options_json: str) -> None:
     """Part 1 of ``cluster``: leaves the session running for part 2."""
-    from pyspark.sql import functions as F
     from pyspark.sql.types import IntegerType, StructField, StructType
 
     from txlog.spark.session import spark_session
@@ -155,6 +170,16 @@ def retried(root: str, topic: str, rows: str, markers: str, options_json: str) -
     for key, value in options.items():
         writer = writer.option(key, value)
     writer.save()
+    result = _read_back(spark, root, topic, int(rows), markers, options)
+    spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    print(f"retried: {json.dumps(result)}", flush=True)
+
+
+def _read_back(spark, root: str, topic: str, rows: int, markers: str,
+               options: dict[str, str]) -> dict:
+    """The topic read back through Spark, committed and uncommitted, and the attempts'
+    markers: what ``retried`` and ``speculation`` print."""
+    from pyspark.sql import functions as F
 
     def read(isolation: str):
         reader = spark.read.format("txlog").option("path", root).option("subscribe", topic) \
@@ -166,9 +191,9 @@ def retried(root: str, topic: str, rows: str, markers: str, options_json: str) -
     key = F.col("key").cast("string")
     committed = read("read_committed").agg(
         F.count("*").alias("committed"), F.count_distinct(key).alias("distinct_keys"),
-        F.count_if(~key.between("k000000", f"k{int(rows) - 1:06d}")).alias("keys_outside"),
+        F.count_if(~key.between("k000000", f"k{rows - 1:06d}")).alias("keys_outside"),
     ).first().asDict()
-    result = {
+    return {
         "master": spark.sparkContext.master,
         "driver_jvm": spark.sparkContext._jvm.ProcessHandle.current().pid(),
         **committed,
@@ -176,15 +201,97 @@ def retried(root: str, topic: str, rows: str, markers: str, options_json: str) -
         "attempts": [json.loads(open(os.path.join(markers, name)).read())
                      for name in sorted(os.listdir(markers))],
     }
-    spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-    print(f"retried: {json.dumps(result)}", flush=True)
+
+
+def _executor_host() -> str | None:
+    """The host the executor serving this Python worker registered with (``--hostname``)."""
+    jvm, executor = _serving_jvm()
+    if not executor:
+        return None
+    with open(f"/proc/{jvm}/cmdline", "rb") as f:
+        argv = f.read().decode().split("\0")
+    return argv[argv.index("--hostname") + 1]
+
+
+def speculation(root: str, topic: str, rows: str, markers: str, options_json: str) -> None:
+    """ROWS rows exactly once from two tasks, with speculation on (the submit's conf): the
+    first attempt of task 0 writes its rows and then holds on (planned by the test:
+    tests/harness/faults/sitecustomize.py, ``stall``), so that Spark runs a speculative
+    copy (attempt 1, on the other worker's host), which wins; Spark then kills the first.
+    Prints ``speculated: {json}`` as ``retried`` prints ``retried``."""
+    from txlog.spark.session import spark_session
+
+    options: dict[str, str] = json.loads(options_json)
+    spark = spark_session("txlog-test-speculation")
+    df = _rows(spark, int(rows), 2)
+
+    def mark_attempt(batches):
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        with open(os.path.join(markers, f"{ctx.partitionId()}-{ctx.attemptNumber()}"), "w") as f:
+            json.dump({"partition": ctx.partitionId(), "attempt": ctx.attemptNumber(),
+                       "host": _executor_host()}, f)
+        yield from batches
+
+    writer = df.mapInArrow(mark_attempt, df.schema).write.format("txlog") \
+        .mode("append").option("path", root).option("topic", topic)
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    writer.save()
+    print(f"speculated: {json.dumps(_read_back(spark, root, topic, int(rows), markers, options))}",
+          flush=True)
+    spark.stop()
+
+
+# What tests/harness/faults/sitecustomize.py does to one task of each job of ``attempts``.
+ATTEMPT_PLANS = {"killed": {"task": 0, "action": "exit"},
+                 "outlived-commit": {"task": 1, "action": "outlive", "fail": "first"},
+                 "outlived-abort": {"task": 1, "action": "outlive", "fail": "all"}}
+
+
+def attempts(root: str, options_json: str) -> None:
+    """Part 2 of ``cluster``: pooled jobs whose planted attempts die or outlive their task."""
+    from txlog.spark.session import spark_session
+
+    spark = spark_session("txlog-test-retried")  # the running one
+    faults = os.environ["TXLOG_TEST_ATTEMPT_FAULTS"]
+    results = {}
+    for topic, plan in ATTEMPT_PLANS.items():
+        with open(os.path.join(faults, f"plan-{topic}.json"), "w") as f:
+            json.dump(plan, f)
+        writer = _rows(spark, 4_000, 2).write.format("txlog").mode("append") \
+            .option("path", root).option("topic", topic)
+        for key, value in json.loads(options_json).items():
+            writer = writer.option(key, value)
+        error = None
+        try:
+            writer.save()
+        except Exception as exc:  # the aborted job: its message is checked by the test
+            error = _error_text(exc)
+        left = os.path.join(faults, f"{'sent' if plan['action'] == 'exit' else 'straggler'}"
+                                    f"-{topic}.json")
+        _wait_for_file(left, os.path.join(faults, f"straggler-{topic}.log"))
+        with open(left) as f:
+            results[topic] = {"error": error, "planted": json.load(f)}
+    print(f"attempts: {json.dumps(results)}", flush=True)
+
+
+def _wait_for_file(path: str, log: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            tail = open(log).read()[-3000:] if os.path.exists(log) else "(no log)"
+            raise SystemExit(f"{path} did not appear in {timeout_s}s\n{tail}")
+        time.sleep(0.05)
 
 
 def cluster(root: str, topic: str, rows: str, markers: str, options_json: str,
-            pipeline_root: str) -> int:
+            attempts_root: str, pipeline_root: str) -> int:
     from txlog.examples import batch_pipeline
 
     retried(root, topic, rows, markers, options_json)
+    attempts(attempts_root, options_json)
     return batch_pipeline.main([pipeline_root, "--orders", "2000"])
 
 
@@ -442,5 +549,5 @@ def foreach_batch(root: str, checkpoint: str, kill_batch: str, marker: str) -> N
 
 
 if __name__ == "__main__":
-    sys.exit({"hang": hang, "connect": connect, "cluster": cluster,
+    sys.exit({"hang": hang, "connect": connect, "cluster": cluster, "speculation": speculation,
               "sink-safety": sink_safety, "foreach-batch": foreach_batch}[sys.argv[1]](*sys.argv[2:]))

@@ -435,7 +435,7 @@ def test_many_jobs_with_retried_tasks_leave_ids_and_producers_bounded(spark, roo
         return sorted(ids), sum(len(log.partition("events", p).state().producers)
                                 for p in range(4))
 
-    seen = set()
+    seen = []
     for _ in range(jobs):
         write(retried, root, topic="events", **options)
         # The job returned at its decision: roll it forward (as the next reader or writer
@@ -443,13 +443,13 @@ def test_many_jobs_with_retried_tasks_leave_ids_and_producers_bounded(spark, roo
         assert hanging(log) == []
         log.gc(chain_age_s=0, decision_age_s=0, temp_age_s=0)
         ids, entries = counts()
-        seen.add((tuple(ids), entries))
+        seen.append((tuple(ids), entries))
     # Task 0's two attempts and task 1's, the same three ids in every job.  The attempts
     # that succeed write every partition; the failed one's records reach the partitions
     # only when its writer sent them before the failure (the task races its sender), and
     # its producer's entries then stay as the others' do: at most one entry per id and
     # partition, however many jobs ran.
-    assert len({ids for ids, _ in seen}) == 1 and len(ids) == 3
-    assert all(2 * 4 <= n <= 3 * 4 for _, n in seen)
+    assert len({ids for ids, _ in seen}) == 1 and len(ids) == 3, seen
+    assert all(2 * 4 <= n <= 3 * 4 for _, n in seen), [n for _, n in seen]
     assert read(spark, root, subscribe="events").count() == jobs * 400
     assert hanging(log) == []
