@@ -197,7 +197,7 @@ def largest_state(log: Log, partitions: int) -> tuple[int, int]:
     log reads: format.md 3.1)."""
     sizes = []
     for p in range(partitions):
-        fields, entries = log.partition(TOPIC, p).state().snapshot_parts(full=True)
+        fields, entries = log.partition(TOPIC, p).loaded_state().snapshot_parts(full=True)
         packed = len(msgpack.packb(fields))
         sizes.append((packed + len(entries), packed))
     return max(s[0] for s in sizes), max(s[1] for s in sizes)

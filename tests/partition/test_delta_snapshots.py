@@ -13,7 +13,7 @@ from txlog.format.batch import BatchHeader
 from txlog.format.snapshot_frame import unframe
 from txlog.partition.partition_log import PartitionLog
 from txlog.partition.producer_state import ProducerState
-from txlog.partition.state_manager import SNAPSHOT_INTERVAL
+from txlog.partition.state_manager import SNAPSHOT_INTERVAL, SnapshotGone
 from txlog.storage.local import LocalStorage
 from txlog.storage.paths import SNAPSHOT_DIR, SNAPSHOT_SUFFIX
 
@@ -194,6 +194,24 @@ def test_a_delta_whose_base_is_gone_is_skipped(tmp_path: Path, ticking: _Clock) 
     with pytest.raises(InvalidProducerEpochError):  # in the gone base: loaded anew
         _send(fresh, 1002, epoch=2)
     assert dict(fresh.state().producers.items()) == _folded()
+
+
+def test_listing_every_entry_loads_again_when_the_base_goes_after_the_load(
+        tmp_path: Path, ticking: _Clock) -> None:
+    """A state loaded from a delta reads its base's entries only when they are needed; a
+    merge that deletes the base first leaves the cached state unable to list them
+    (``txlog producers describe``, the admin client's describe_producers):
+    ``loaded_state`` loads the partition again instead of failing."""
+    root = tmp_path / "log"
+    log, _ = _compacted_then(root, range(1000, 1005), range(2000, 2000 + SNAPSHOT_INTERVAL + 1))
+    fresh = _open(root)[1]
+    assert fresh.state().producers.unread  # the base's section not read yet
+    log.compact("t", upto_lag=60)
+    log.compact("t", upto_lag=50)
+    log.merge_segments("t")
+    with pytest.raises(SnapshotGone):
+        fresh.state().producers.load()
+    assert dict(fresh.loaded_state().producers.items()) == _folded()
 
 
 def test_an_appender_whose_cache_outlived_a_compaction_builds_on_the_newer_segment(

@@ -161,7 +161,7 @@ def run_producers(args: argparse.Namespace) -> None:
     partitions = range(desc.partitions) if args.partition is None else [args.partition]
     rows = []
     for p in partitions:
-        state = log.partition(args.topic, p).state()
+        state = log.partition(args.topic, p).loaded_state()
         for pid, entry in sorted(state.producers.items()):
             rows.append((p, pid, entry.epoch, entry.last_seq, utc(entry.last_timestamp),
                          entry.txn_first_offset if entry.in_transaction else "-",

@@ -170,7 +170,7 @@ class KafkaAdminClient(GroupAdmin):
         out = {}
         with translated():
             for topic, partition in partitions:
-                state = self._root.partition(topic, partition).state()
+                state = self._root.partition(topic, partition).loaded_state()
                 out[TopicPartition(topic, partition)] = PartitionProducerState([
                     ProducerState(pid, entry.epoch, entry.last_seq, entry.last_timestamp, -1,
                                   entry.txn_first_offset if entry.in_transaction else -1)

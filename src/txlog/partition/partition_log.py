@@ -65,6 +65,10 @@ class PartitionLog:
         ``listing``: the caller is about to read, which lists the batch objects anyway)."""
         return self._states.state(listing)
 
+    def loaded_state(self) -> ProducerState:
+        """The current state with every producer entry read (StateManager.loaded_state)."""
+        return self._states.loaded_state()
+
     def proven_state(self) -> ProducerState:
         """The cached state if a refresh or an append's anchor check proved it current
         within GUESS_WINDOW_S, else a refreshed one (what a producer's expiry sweep right

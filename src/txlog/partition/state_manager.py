@@ -69,6 +69,10 @@ SNAPSHOT_HEAD_READ = 4 * 1024
 # into a topic deleted and re-created meanwhile.
 GUESS_WINDOW_S = 0.5
 
+# Reloads a listing of every producer entry tries when the object its entries were to
+# be read from keeps being compacted away under it.
+ENTRY_RELOADS = 5
+
 
 class SnapshotGone(FileNotFoundError):
     """The snapshot or segment a state's unread entries are in is gone (pruned, compacted
@@ -142,6 +146,25 @@ class StateManager:
         self.cache.reset()
 
     # --- producer state -------------------------------------------------------
+
+    def loaded_state(self) -> ProducerState:
+        """The state with every producer entry read, for tools that list them all.
+
+        Entries are read lazily from the snapshot or segment the state was loaded
+        from, and a compaction or retention may delete that object first: the
+        state is then loaded again from what replaced it, as an append does.
+        """
+        with self.lock:
+            for _ in range(ENTRY_RELOADS - 1):
+                state = self.state()
+                try:
+                    state.producers.load()
+                    return state
+                except SnapshotGone:
+                    self._drop_cache()
+            state = self.state()
+            state.producers.load()  # gone yet again: the caller's error
+            return state
 
     def state(self, listing: bool = False) -> ProducerState:
         """The producer state at the current log end (refreshed from storage).
