@@ -59,9 +59,9 @@ def config_item(text: str) -> tuple[str, Any]:
     return key, config_value(value)
 
 
-def json_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true",
-                        help="one JSON object per row instead of a table")
+def json_option(parser: argparse.ArgumentParser,
+                help: str = "one JSON object per row instead of a table") -> None:
+    parser.add_argument("--json", action="store_true", help=help)
 
 
 def partitions_option(parser: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ import argparse
 import json
 from typing import Any
 
-from .common import CommandError, LeafParser, open_log
+from .common import CommandError, LeafParser, json_option, open_log
 
 
 def add_tables(commands: Any, leaf_parser: LeafParser) -> None:
@@ -31,7 +31,7 @@ def add_tables(commands: Any, leaf_parser: LeafParser) -> None:
                     "withdraws its file and starts again from the new offsets. Refuses a "
                     "table built from an earlier incarnation of the topic.")
     sync.add_argument("topic", metavar="TOPIC", help="topic name")
-    _json_option(sync)
+    json_option(sync, help="print it as one JSON object instead")
     describe = leaf_parser(
         table_cmds, "describe", help="print the table's newest metadata file and data files",
         description="Print the newest metadata file of TOPIC's table (what pyiceberg or "
@@ -39,12 +39,7 @@ def add_tables(commands: Any, leaf_parser: LeafParser) -> None:
                     "partition, then every data file (what DuckDB or spark.read.parquet "
                     "read).")
     describe.add_argument("topic", metavar="TOPIC", help="topic name")
-    _json_option(describe)
-
-
-def _json_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true",
-                        help="print it as one JSON object instead")
+    json_option(describe, help="print it as one JSON object instead")
 
 
 def run_tables(args: argparse.Namespace) -> None:
