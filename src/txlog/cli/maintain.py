@@ -92,6 +92,9 @@ def _line(report: PassReport) -> str:
             parts.append(f"{report.records_synced} records synced to tables"
                          + (f" ({report.offsets_lost} offsets gone before a sync)"
                             if report.offsets_lost else ""))
+        if report.table_files_compacted or report.table_files_expired:
+            parts.append(f"{report.table_files_compacted} table files compacted, "
+                         f"{report.table_files_expired} expired")
         parts.append(f"{report.segments_deleted} segments deleted")
     if "gc" in report.steps:
         parts.append(f"{report.gc_removed} objects collected")
