@@ -43,8 +43,9 @@ def add_maintain(commands: Any, leaf_parser: LeafParser) -> None:
                     "fails on one partition is reported and the others go on; --once and "
                     "--passes exit with status 1 if any pass reported an error. Before "
                     "retention, the Iceberg table of each topic whose txlog.table.sync is "
-                    "true is synced (as 'txlog tables sync'); a topic whose sync fails "
-                    "keeps its segments until a later pass.")
+                    "true is synced (as 'txlog tables sync'), then compacted and expired "
+                    "by its properties (as 'txlog tables compact' and 'expire'); a topic "
+                    "whose sync fails keeps its segments until a later pass.")
     maintain.add_argument("--topic", metavar="TOPIC", action="append",
                           help="only this topic (repeatable; default: every topic, listed "
                                "again on each pass)")

@@ -52,7 +52,8 @@ def add_topics(commands: Any, leaf_parser: LeafParser) -> None:
                     "--alter --add-config/--delete-config); 'txlog compact' and 'txlog "
                     "retention' read them. And txlog's own txlog.table.sync: true has "
                     "'txlog maintain' sync the topic's Iceberg table before each retention "
-                    "run.")
+                    "run; txlog.table.time-bucket (hour, day or none; default day) sets the "
+                    "time bucket of that table's partition spec when a sync creates it.")
     alter.add_argument("name", metavar="NAME", help="topic name")
     alter.add_argument("--partitions", metavar="N", type=positive_int,
                        help="the new total number of partitions (more than now, at most "
@@ -61,7 +62,8 @@ def add_topics(commands: Any, leaf_parser: LeafParser) -> None:
                        default=[],
                        help="set a setting, repeatable: retention.ms=MS, retention.bytes=N "
                             f"(-1: no limit), segment.bytes=N (at least {MIN_SEGMENT_BYTES}), "
-                            "txlog.table.sync=true|false")
+                            "txlog.table.sync=true|false, "
+                            "txlog.table.time-bucket=hour|day|none")
     alter.add_argument("--delete-config", metavar="KEY", action="append", default=[],
                        help="remove a setting, back to Kafka's default (repeatable)")
     delete = leaf_parser(
