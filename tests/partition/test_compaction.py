@@ -396,3 +396,20 @@ def test_a_batch_object_missing_from_storage_is_a_hole_named_by_its_offset(tmp_p
     with pytest.raises(CorruptBatchError, match="missing") as hole:
         _table(part, 0)
     assert hole.value.offset == 3 and hole.value.path.endswith(part.batch_path(3))
+
+
+def test_a_listing_for_an_older_state_keeps_the_bases_applied_since(tmp_path: Path) -> None:
+    """A reader's state taken, then this process's producer appends (noting the new
+    base), then the reader's refs list the batch objects up to its older log end: the
+    base noted meanwhile must stay, or the next append leaves the list a gap."""
+    log = Log(tmp_path, fsync=False)
+    log.create_topic("t", 1)
+    _fill(log, "t", 4)
+    part = log.partition("t", 0)
+    cache = part._cache
+    reader_end = part._states.state().end_offset
+    _fill(log, "t", 1, prefix="w")  # applied by this process after the reader's state
+    cache._bases_complete = False  # as after another process's compaction
+    cache.refs(0, reader_end, reader_end)
+    _fill(log, "t", 1, prefix="x")
+    assert cache._bases == list(range(6)) and cache._gap(cache._bases) is None

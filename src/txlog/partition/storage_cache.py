@@ -432,9 +432,18 @@ class StorageCache:
         the state the caller just refreshed up to ``log_end`` (state_manager.py says when
         one does): a read then finds the batches without listing them again."""
         with self.lock:
-            merged = sorted(set(listed) | set(self._bases))
-            self._bases = [b for b in merged if self._compacted_end <= b < log_end]
-            self._bases_complete = True
+            self._merge_listing(listed, log_end)
+
+    def _merge_listing(self, listed: list[int], log_end: int) -> None:
+        """Take ``listed`` up to ``log_end`` as the complete list of batch objects.
+
+        Bases noted past ``log_end`` stay: a thread may apply batches after the
+        caller's state was taken, and dropping those would leave the list with a
+        gap once the next one is noted (note_batch only appends).  Listed ones
+        past ``log_end`` are left out: they may be strays in retired slots."""
+        merged = {b for b in listed if b < log_end} | set(self._bases)
+        self._bases = sorted(b for b in merged if b >= self._compacted_end)
+        self._bases_complete = True
 
     def _tail_bases(self, log_end: int) -> list[int]:
         """Bases of the batch objects from the compacted end to ``log_end``.
@@ -444,10 +453,7 @@ class StorageCache:
         """
         for _ in range(RELOADS):
             if not self._bases_complete:
-                listed = self.list_batches()
-                merged = sorted(set(listed) | set(self._bases))
-                self._bases = [b for b in merged if self._compacted_end <= b < log_end]
-                self._bases_complete = True
+                self._merge_listing(self.list_batches(), log_end)
             if self._compacted_end >= log_end or \
                     (self._bases and self._bases[0] == self._compacted_end):
                 return self._bases
