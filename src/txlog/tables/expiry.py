@@ -103,7 +103,10 @@ def _named_files(catalog: RootCatalog, table: Table) -> set[str]:
     for snapshot in table.snapshots():
         named.add(catalog.relative(snapshot.manifest_list))
         for manifest in snapshot.manifests(table.io):
-            named.add(catalog.relative(manifest.manifest_path))
+            path = catalog.relative(manifest.manifest_path)
+            if path in named:
+                continue  # an earlier snapshot's too: its entries are in already
+            named.add(path)
             named.update(catalog.relative(e.data_file.file_path)
                          for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True))
     return named

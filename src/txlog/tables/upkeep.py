@@ -57,7 +57,7 @@ class Rewritten:
 
     topic: str
     snapshot_id: int | None
-    removed: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()  # data files, paths under the root
     added: tuple[str, ...] = ()
     records: int = 0  # rows read from the removed files
     kept: int = 0  # rows written to the added ones
@@ -174,7 +174,8 @@ def _rewrite(root: Root, topic: str, plan: Plan, keep: Keep, extra: dict[str, st
             continue  # a sync or another rewrite moved the table: plan again
         new = committed.current_snapshot()
         return Rewritten(topic, None if new is None else new.snapshot_id,
-                         tuple(f.file_path for f in removed), tuple(added), read, kept, conflicts)
+                         tuple(catalog.relative(f.file_path) for f in removed), tuple(added),
+                         read, kept, conflicts)
     raise CommitFailedError(f"the rewrite of topic {topic!r}'s table gave up after "
                             f"{MAX_ATTEMPTS} commits lost to other writers")
 
