@@ -117,6 +117,20 @@ def test_a_table_keeps_its_spec_and_a_changed_bucket_is_refused(log, tmp_path):
     assert sync_table(Root(tmp_path / "log"), TOPIC).records == 3
 
 
+def test_syncs_merge_the_tables_manifests(log, tmp_path):
+    """pyiceberg's merge-append, on for new tables: the manifests stay few."""
+    root = synced_in_pieces(log, tmp_path, 1, partitions=1)
+    with load(root).transaction() as tx:
+        tx.set_properties({"commit.manifest.min-count-to-merge": "3"})
+    for _ in range(4):
+        produce(log, 1, 2)
+        sync_table(root, TOPIC)
+    table = load(root)
+    manifests = table.current_snapshot().manifests(table.io)
+    assert len(manifests) < 3, len(manifests)  # five syncs, each an added manifest
+    assert rows(root).num_rows == 11
+
+
 def test_an_unpartitioned_table_of_before_specs_keeps_working(log, tmp_path, monkeypatch):
     from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 
