@@ -114,23 +114,35 @@ def split(table: Table, records: pa.Table, target_bytes: int | None = None) -> l
             keys.append(name)
             continue
         micros = _MICROS[next(n for n, t in _TRANSFORMS.items() if t == f.transform)]
-        ts = pc.cast(pc.cast(records[name], pa.timestamp("us")), pa.int64())
+        ts = pc.cast(records[name], pa.int64())  # microseconds since the epoch, UTC
         bucket = pc.floor(pc.divide(pc.cast(ts, pa.float64()), float(micros)))
         records = records.append_column(f.name, pc.cast(bucket, pa.int64()))
         keys.append(f.name)
         computed.append(f.name)
     records = records.take(pc.sort_indices(records, [(k, "ascending") for k in
                                                      [*keys, "offset"]]))
-    counts = records.group_by(keys, use_threads=False).aggregate([("offset", "count")]) \
-        if keys else pa.table({"offset_count": [records.num_rows]})
+    runs = _runs(records, keys)
     records = records.drop_columns(computed)
     pieces, start = [], 0
-    for count in counts["offset_count"].to_pylist():  # a loop per spec partition
+    for count in runs:  # a loop per spec partition
         group = records.slice(start, count)
         rows = max(1, int(target * count / max(1, group.nbytes)))
         pieces += [group.slice(i, rows) for i in range(0, count, rows)]
         start += count
     return pieces
+
+
+def _runs(records: pa.Table, keys: list[str]) -> list[int]:
+    """The lengths of the runs of equal ``keys`` in ``records`` (sorted by them)."""
+    n = records.num_rows
+    change = None
+    for k in keys:
+        column = records[k]
+        differs = pc.not_equal(column.slice(1), column.slice(0, n - 1))
+        change = differs if change is None else pc.or_(change, differs)
+    bounds = [0, n] if change is None else \
+        [0, *(i + 1 for i in pc.indices_nonzero(change).to_pylist()), n]
+    return [end - begin for begin, end in zip(bounds, bounds[1:])]
 
 
 def deadline() -> float:
