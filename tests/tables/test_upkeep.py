@@ -149,6 +149,8 @@ def test_an_unpartitioned_table_of_before_specs_keeps_working(log, tmp_path, mon
     before = rows(root)
     done = compact_table(root, TOPIC, min_files=2)
     assert len(done.removed) == 4 and len(data_files(root)) == 1
+    # and its syncs merge manifests from now on
+    assert load(root).metadata.properties["commit.manifest-merge.enabled"] == "true"
     assert checksum(rows(root)) == checksum(before)
 
 
