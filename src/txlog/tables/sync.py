@@ -30,9 +30,12 @@ from ..errors import (CommitFailedError, InconsistentTopicIdError, OffsetOutOfRa
 from ..partition.isolation import READ_COMMITTED
 from ..partition.partition_log import PartitionLog
 from ..root.root import Root
+from ..root.value_schema import value_fields
 from ..storage.paths import table_data_path
 from .catalog import RootCatalog, table_identifier
 from .cuts import PartitionSpans, committed_before, consistent_cuts, spans_of
+from .evolution import follow_value_schema
+from .values import ERRORS_KEY, error_count, typed_schema, with_typed_values
 
 # Snapshot summary keys (docs/tables.md, "Layout"); Iceberg summaries hold strings.
 TOPIC_ID_KEY = "txlog.topic-id"
@@ -85,12 +88,13 @@ def covered(table: Table) -> Covered:
                    {int(p): int(o) for p, o in offsets.items()})
 
 
-def open_table(root: Root, topic: str, topic_id: str) -> Table:
-    """The topic's table, created empty on first use; refused if another incarnation's."""
+def open_table(root: Root, topic: str, topic_id: str, schema: pa.Schema | None = None) -> Table:
+    """The topic's table, created empty on first use (with ``schema``, by default Kafka's
+    columns); refused if another incarnation's."""
     catalog = RootCatalog(root.storage)
     if not catalog.table_exists(table_identifier(topic)):
         try:
-            catalog.create_table(table_identifier(topic), spark_schema(True),
+            catalog.create_table(table_identifier(topic), schema or spark_schema(True),
                                  properties={**TABLE_PROPERTIES, TOPIC_ID_KEY: topic_id})
         except TableAlreadyExistsError:
             pass  # another sync created it a moment ago: use theirs
@@ -110,9 +114,11 @@ def sync_table(root: Root, topic: str, pause: Pause | None = None) -> SyncResult
     conflicts = 0
     for _ in range(MAX_ATTEMPTS):
         desc = root.describe_topic(topic, refresh=True)
-        table = open_table(root, topic, desc.topic_id)
+        table = open_table(root, topic, desc.topic_id, typed_schema(value_fields(desc.config)))
         try:
-            result = _attempt(root, table, desc.topic_id, desc.partitions, step)
+            fields = follow_value_schema(table, desc,
+                                         lambda: root.describe_topic(topic, refresh=True))
+            result = _attempt(root, table, desc.topic_id, desc.partitions, step, fields)
         except CommitFailedException:
             conflicts += 1  # another sync committed first: again, from its offsets
             continue
@@ -124,9 +130,10 @@ def sync_table(root: Root, topic: str, pause: Pause | None = None) -> SyncResult
                             "starts moving under its reads)")
 
 
-def _attempt(root: Root, table: Table, topic_id: str, partitions: int, step: Pause
-             ) -> SyncResult:
-    """One try: cuts from the offsets ``table`` covers, the read, the pinned commit."""
+def _attempt(root: Root, table: Table, topic_id: str, partitions: int, step: Pause,
+             fields: pa.StructType | None = None) -> SyncResult:
+    """One try: cuts from the offsets ``table`` covers, the read, the pinned commit; values
+    parsed into ``fields`` (values.py; None: not parsed)."""
     topic = table.name()[1]
     previous = covered(table).offsets
     parts = [root.partition(topic, p, topic_id) for p in range(partitions)]
@@ -136,11 +143,13 @@ def _attempt(root: Root, table: Table, topic_id: str, partitions: int, step: Pau
     if all(o == previous.get(p, 0) for p, o in offsets.items()) and not skipped:
         return SyncResult(topic, topic_id, None, table.metadata_location, 0, previous, offsets)
     step("read", None)
-    records = pa.concat_tables([_read(part, starts[i], cuts[part.partition])
-                                for i, part in enumerate(parts)])
+    records = with_typed_values(pa.concat_tables([_read(part, starts[i], cuts[part.partition])
+                                                  for i, part in enumerate(parts)]), fields)
     files = [_write(root, topic, records)] if records.num_rows else []
     summary = {TOPIC_ID_KEY: topic_id, OFFSETS_KEY: json.dumps({str(p): o for p, o in
                                                                   sorted(offsets.items())})}
+    if fields is not None:
+        summary[ERRORS_KEY] = str(error_count(records))
     if skipped:
         summary[SKIPPED_KEY] = json.dumps({str(p): list(r) for p, r in sorted(skipped.items())})
     step("commit", None)
