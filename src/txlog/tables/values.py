@@ -29,6 +29,12 @@ VALUE_FIELDS = "value_fields"
 VALUE_ERROR = "value_error"
 ERRORS_KEY = "txlog.value-errors"  # snapshot summary: values of the snapshot that did not parse
 NOT_AN_OBJECT = "not a JSON object"
+NOT_UTF8 = "not valid UTF-8"
+# Well-formed UTF-8 byte by byte (RFC 3629: no overlong forms, surrogates or code points
+# past U+10FFFF); on binary values Arrow's regular expressions match bytes.
+UTF8 = (r"^(?:[\x00-\x7F]|[\xC2-\xDF][\x80-\xBF]|\xE0[\xA0-\xBF][\x80-\xBF]"
+        r"|[\xE1-\xEC\xEE\xEF][\x80-\xBF]{2}|\xED[\x80-\x9F][\x80-\xBF]"
+        r"|\xF0[\x90-\xBF][\x80-\xBF]{2}|[\xF1-\xF3][\x80-\xBF]{3}|\xF4[\x80-\x8F][\x80-\xBF]{2})*$")
 # Arrow's JSON reader parses a block per thread; no value may straddle two, so a block
 # is at least the longest value, and otherwise this many bytes.
 MIN_BLOCK = 1 << 22
@@ -61,10 +67,12 @@ def error_count(records: pa.Table) -> int:
 def parse_json_values(values: pa.Array, fields: pa.StructType) -> tuple[pa.Array, pa.Array]:
     """Each value's fields (null where it is null or did not parse) and its error (null
     where it parsed, or is null: a tombstone is no error)."""
-    n = len(values)
-    candidate = pc.and_(pc.match_substring_regex(values, r"^[ \t\r\n]*\{"),
-                        pc.match_substring_regex(values, r"\}[ \t\r\n]*$"))
-    positions = np.flatnonzero(candidate.fill_null(False).to_numpy(zero_copy_only=False))
+    # Arrow's JSON reader copies a string's bytes unchecked: well-formed UTF-8 (RFC 3629),
+    # checked here byte-wise, is what keeps broken text out of a string column.
+    utf8 = pc.match_substring_regex(values, UTF8).fill_null(False)
+    candidate = pc.and_(utf8, pc.and_(pc.match_substring_regex(values, r"^[ \t\r\n]*\{"),
+                                      pc.match_substring_regex(values, r"\}[ \t\r\n]*$")))
+    positions = _where(candidate)
     blocks: list[tuple[int, pa.Table]] = []
     failed: dict[int, str] = {}
     if len(positions):
@@ -73,13 +81,18 @@ def parse_json_values(values: pa.Array, fields: pa.StructType) -> tuple[pa.Array
         if blocks else pa.array([], fields)
     good = np.concatenate([positions[lo:lo + t.num_rows] for lo, t in blocks]) \
         if blocks else np.array([], np.int64)
-    structs = parsed.cast(fields).take(_scatter(n, good))
-    # Error 0 is every non-candidate value's; error 1 + i the i-th failed candidate's.
-    codes = np.full(n, -1, np.int64)
-    codes[np.flatnonzero(pc.invert(candidate).fill_null(False).to_numpy(zero_copy_only=False))] = 0
-    codes[positions[list(failed)]] = np.arange(1, len(failed) + 1)
-    messages = pa.array([NOT_AN_OBJECT, *failed.values()], pa.string())
+    structs = parsed.cast(fields).take(_scatter(len(values), good))
+    # Error codes: 0 not UTF-8, 1 not an object, 2 + i the i-th failed candidate's.
+    codes = np.full(len(values), -1, np.int64)
+    codes[_where(pc.and_(pc.is_valid(values), pc.invert(candidate)))] = 1
+    codes[_where(pc.and_(pc.is_valid(values), pc.invert(utf8)))] = 0
+    codes[positions[list(failed)]] = np.arange(2, len(failed) + 2)
+    messages = pa.array([NOT_UTF8, NOT_AN_OBJECT, *failed.values()], pa.string())
     return structs, messages.take(pa.array(codes, mask=codes < 0))
+
+
+def _where(mask: pa.Array) -> np.ndarray:
+    return np.flatnonzero(mask.fill_null(False).to_numpy(zero_copy_only=False))
 
 
 def _scatter(n: int, rows: np.ndarray) -> pa.Array:
@@ -120,8 +133,6 @@ class _Parser:
         try:
             table = self._read(lo, hi)
             problem = None if table.num_rows == hi - lo else "more than one JSON value"
-        except UnicodeDecodeError:  # Arrow's message quotes the bad bytes
-            problem = "not valid UTF-8"
         except pa.ArrowInvalid as exc:
             problem = str(exc).split(" in row ")[0]
         if problem is None:
