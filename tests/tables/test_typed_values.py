@@ -19,6 +19,7 @@ from txlog.root.value_schema import VALUE_FORMAT, VALUE_SCHEMA, parse_value_sche
 
 pytest.importorskip("pyiceberg", reason="needs the tables extra: pip install -e '.[tables]'")
 
+import txlog.tables.values as values_module  # noqa: E402
 from txlog.tables.catalog import RootCatalog, table_identifier  # noqa: E402
 from txlog.tables.evolution import follow_value_schema  # noqa: E402
 from txlog.tables.sync import sync_table  # noqa: E402
@@ -119,16 +120,46 @@ def test_good_values_are_typed_and_bad_ones_kept_with_their_error():
     ]
 
 
-def test_bad_values_are_found_among_many_good_ones():
-    """The block fails; bisection keeps every good value typed and blames only the bad."""
-    values = [b'{"id": %d}' % i for i in range(1000)]
-    bad = {7: b'{"id": true}', 500: b'{"id": 1}{"id": 2}', 501: b'{"id": "x"}', 999: b"]"}
+def counting_reads(monkeypatch) -> list[int]:
+    """The number of Arrow JSON reads the parse makes, and the rows each was given."""
+    reads: list[int] = []
+    read = values_module._Parser._read
+
+    def counted(parser, lo: int, hi: int) -> pa.Table:
+        reads.append(hi - lo)
+        return read(parser, lo, hi)
+
+    monkeypatch.setattr(values_module._Parser, "_read", counted)
+    return reads
+
+
+def test_bad_values_are_found_among_many_good_ones(monkeypatch):
+    """The block fails; bisection keeps every good value typed and blames only the bad,
+    with at most two reads per bad value and halving (docs/tables.md: the cost)."""
+    reads = counting_reads(monkeypatch)
+    values = [b'{"id": %d}' % i for i in range(1025)]
+    bad = {7: b'{"id": true}', 500: b'{"id": 1} {"id": 2}', 501: b'{"id": "x"}', 1024: b"]"}
     for i, v in bad.items():
         values[i] = v
     got = parse(values, {"id": "long"})
     assert [i for i, (_, error) in enumerate(got) if error] == sorted(bad)
     assert all(fields == {"id": i} for i, (fields, _) in enumerate(got) if i not in bad)
     assert all(fields is None for i, (fields, _) in enumerate(got) if i in bad)
+    # "]" is no candidate: three bad among 1024 candidates, ten halvings each at most.
+    assert len(reads) <= 1 + 2 * 3 * 10 and sum(reads) <= 1024 * (1 + 2 * 2)
+    reads.clear()
+    parse(values[:7] + values[8:500], {"id": "long"})
+    assert reads == [499]  # all good: one read
+
+
+def test_values_spread_over_lines_take_one_read_across_many_blocks(monkeypatch):
+    """Blocks as small as the longest value: Arrow's reader that finds objects' ends
+    keeps a value spread over lines whole, where the line reader would cut it."""
+    monkeypatch.setattr(values_module, "MIN_BLOCK", 1)
+    reads = counting_reads(monkeypatch)
+    values = [b'{\n  "id": %d,\n  "name": "n%d"\n}' % (i, i) for i in range(300)]
+    assert parse(values) == [(row(id=i, name=f"n{i}"), None) for i in range(300)]
+    assert reads == [300]
 
 
 def test_a_record_holding_two_objects_next_to_an_empty_one_is_not_split_between_them():
