@@ -237,6 +237,11 @@ def test_an_added_field_evolves_the_table_and_old_rows_read_it_as_null(log, tmp_
     rows = by_offset(root)
     assert rows[(0, 0)][1] == {"id": 1, "item": {"sku": "a", "qty": None}, "note": None}
     assert rows[(0, 1)][1] == {"id": 2, "item": {"sku": "b", "qty": 6}, "note": "m"}
+    duckdb = pytest.importorskip("duckdb")  # a file-list reader: the old file lacks the fields
+    files = [task.file.file_path for task in table.scan().plan_files()]
+    assert len(files) == 2
+    assert duckdb.sql(f"SELECT value_fields FROM read_parquet({files}, union_by_name = true) "
+                      'ORDER BY "offset"').fetchall() == [(rows[(0, 0)][1],), (rows[(0, 1)][1],)]
 
 
 def test_a_json_format_set_on_an_untyped_table_adds_the_typed_columns(log, tmp_path):
