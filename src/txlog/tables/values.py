@@ -114,8 +114,8 @@ class _Parser:
         longest = int(np.max(np.diff(self.offsets)))
         self.schema = pa.schema(list(fields))
         self.block = max(longest + 1, MIN_BLOCK)
-        # Arrow's faster reader takes each line for a value; a value spread over lines
-        # (JSON allows newlines as whitespace) needs the one that finds objects' ends.
+        # Arrow's faster reader cuts its blocks at newlines; where a value spreads over
+        # lines (JSON allows newlines as whitespace), blocks must end where objects do.
         self.spread = bool(pc.any(pc.match_substring_regex(values, r"[\r\n]")).as_py())
 
     def _read(self, lo: int, hi: int) -> pa.Table:
@@ -133,7 +133,7 @@ class _Parser:
         try:
             table = self._read(lo, hi)
             problem = None if table.num_rows == hi - lo else "more than one JSON value"
-        except pa.ArrowInvalid as exc:
+        except ValueError as exc:  # ArrowInvalid: the values, not the reader, are at fault
             problem = str(exc).split(" in row ")[0]
         if problem is None:
             blocks.append((lo, table))
