@@ -197,7 +197,7 @@ def test_a_sync_keeps_every_record_typed_or_with_its_error_and_counts_the_errors
     send(log, b'{"id": "two"}', b'{"id": 3}', partition=1)
     root = Root(tmp_path / "log")
     first = sync_table(root, TOPIC)
-    assert first.records == 5
+    assert first.records == 5 and first.value_errors == 2
     assert load(root).current_snapshot().summary[ERRORS_KEY] == "2"
     assert by_offset(root) == {
         (0, 0): (b'{"id": 1, "tags": ["a"]}', {"id": 1, "tags": ["a"]}, None),

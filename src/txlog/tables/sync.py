@@ -67,6 +67,7 @@ class SyncResult:
     skipped: dict[int, tuple[int, int]] = field(default_factory=dict)
     conflicts: int = 0
     files: tuple[str, ...] = ()
+    value_errors: int | None = None  # values that did not parse (None: untyped, or no commit)
 
 
 @dataclass(frozen=True)
@@ -148,8 +149,9 @@ def _attempt(root: Root, table: Table, topic_id: str, partitions: int, step: Pau
     files = [_write(root, topic, records)] if records.num_rows else []
     summary = {TOPIC_ID_KEY: topic_id, OFFSETS_KEY: json.dumps({str(p): o for p, o in
                                                                   sorted(offsets.items())})}
-    if fields is not None:
-        summary[ERRORS_KEY] = str(error_count(records))
+    errors = None if fields is None else error_count(records)
+    if errors is not None:
+        summary[ERRORS_KEY] = str(errors)
     if skipped:
         summary[SKIPPED_KEY] = json.dumps({str(p): list(r) for p, r in sorted(skipped.items())})
     step("commit", None)
@@ -157,7 +159,7 @@ def _attempt(root: Root, table: Table, topic_id: str, partitions: int, step: Pau
     snapshot = committed.current_snapshot()
     return SyncResult(topic, topic_id, None if snapshot is None else snapshot.snapshot_id,
                       committed.metadata_location, records.num_rows, previous, offsets,
-                      skipped, files=tuple(files))
+                      skipped, files=tuple(files), value_errors=errors)
 
 
 def _starts(parts: list[PartitionLog], previous: dict[int, int]
