@@ -4,7 +4,9 @@ One attempt reads the table's newest snapshot and the offsets it covers, works
 out consistent cuts (cuts.py), reads ``[offsets, cuts)`` of every partition
 read_committed through the partition reader (no control records, never past
 the LSO), writes the records as one Parquet data file with Kafka's record
-columns (those ``format("txlog")`` reads), and commits a snapshot whose
+columns (those ``format("txlog")`` reads; a json topic's typed values beside
+them, values.py, its table's schema first following added fields,
+evolution.py), and commits a snapshot whose
 summary records the cuts, the topic id and any range lost before the sync.
 The commit is pinned to the metadata the offsets came from (catalog.py): if
 another sync committed first, this one deletes its file and starts again from
