@@ -134,8 +134,8 @@ def test_syncs_merge_the_tables_manifests(log, tmp_path):
 def test_an_unpartitioned_table_of_before_specs_keeps_working(log, tmp_path, monkeypatch):
     from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 
-    def old_layout(desc):
-        schema, _, _ = layout.new_table(desc)
+    def old_layout(desc, columns=None):
+        schema, _, _ = layout.new_table(desc, columns)
         return schema, UNPARTITIONED_PARTITION_SPEC, {}
 
     import txlog.tables.sync as sync
@@ -332,3 +332,25 @@ def test_a_commit_after_its_window_is_refused_and_its_files_withdrawn(log, tmp_p
         compact_table(root, TOPIC, min_files=1)
     assert {p for p in all_files(root) if "/data/" in p} == {p for p in files if "/data/" in p}
     assert covered(load(root)).offsets == {0: 6, 1: 6}
+
+
+def test_compaction_across_an_added_value_field_reads_old_rows_with_it_null(log, tmp_path):
+    """Typed values: the files before and after a field was added are rewritten together
+    in the table's current schema, the old row's new field null."""
+    def schema(fields: dict) -> dict:
+        return {"txlog.value.format": "json", "txlog.value.schema": json.dumps(fields)}
+
+    log.create_topic(TOPIC, partitions=1, config=schema({"id": "long"}))
+    root = Root(tmp_path / "log")
+    producer = log.producer()
+    producer.send(TOPIC, b'{"id": 1, "n": 5}', partition=0).get()
+    sync_table(root, TOPIC)
+    log.alter_topic_config(TOPIC, set=schema({"id": "long", "n": "int"}))
+    producer.send(TOPIC, b'{"id": 2, "n": 6}', partition=0).get()
+    producer.close()
+    sync_table(root, TOPIC)
+    before = rows(root)
+    done = compact_table(root, TOPIC, min_files=2)
+    assert len(done.removed) == 2 and len(data_files(root)) == 1
+    assert checksum(rows(root)) == checksum(before)
+    assert rows(root)["value_fields"].to_pylist() == [{"id": 1, "n": None}, {"id": 2, "n": 6}]

@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import InvalidConfigError
 from ..partition.compaction import DEFAULT_SEGMENT_BYTES
 from ..partition.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PRODUCER_ID_EXPIRATION
+from .value_schema import VALUE_FORMAT, VALUE_FORMATS, VALUE_SCHEMA, check_value_config, schema_problem
 
 MAX_PARTITIONS = 10_000
 
@@ -34,7 +35,7 @@ TABLE_TIME_BUCKET = "txlog.table.time-bucket"
 TIME_BUCKETS = ("hour", "day", "none")
 # What ``alter_topic_config`` may change: keys that appenders do not cache.
 ALTERABLE_CONFIG = ("retention.ms", "retention.bytes", "segment.bytes", TABLE_SYNC,
-                    TABLE_TIME_BUCKET)
+                    TABLE_TIME_BUCKET, VALUE_FORMAT, VALUE_SCHEMA)
 
 
 def _int_at_least(low: int) -> Any:
@@ -54,6 +55,9 @@ _CONFIG_RULES = {
     "segment.bytes": _int_at_least(MIN_SEGMENT_BYTES),
     TABLE_SYNC: lambda v: None if v in ("true", "false") else "true or false",
     TABLE_TIME_BUCKET: lambda v: None if v in TIME_BUCKETS else f"one of {TIME_BUCKETS}",
+    # txlog's own too: how a sync parses the values into typed columns (value_schema.py).
+    VALUE_FORMAT: lambda v: None if v in VALUE_FORMATS else f"one of {VALUE_FORMATS}",
+    VALUE_SCHEMA: schema_problem,
     # Not alterable: the producer state is a fold every process must compute alike.
     PRODUCER_ID_EXPIRATION: _int_at_least(1),
 }
@@ -89,7 +93,9 @@ def check_new_topic(name: str, partitions: Any, config: dict[str, Any] | None) -
         raise InvalidConfigError(
             f"topic {name!r}: partitions must be an integer from 1 to {MAX_PARTITIONS}, "
             f"not {partitions!r}")
-    return _check_config(name, dict(config or {}))
+    checked = _check_config(name, dict(config or {}))
+    check_value_config(name, checked)
+    return checked
 
 
 def check_alteration(name: str, set: dict[str, Any], delete: list[str] | tuple[str, ...]

@@ -52,9 +52,13 @@ _TRANSFORMS: dict[str, Transform] = {"hour": HourTransform(), "day": DayTransfor
 _FIELD_IDS = 1000  # Iceberg's first partition field id
 
 
-def new_table(desc: TopicDescription) -> tuple[Schema, PartitionSpec, dict[str, str]]:
-    """The schema, spec and upkeep properties of a table created now for ``desc``."""
-    schema = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(spark_schema(True)))
+def new_table(desc: TopicDescription, columns: pa.Schema | None = None
+              ) -> tuple[Schema, PartitionSpec, dict[str, str]]:
+    """The schema (``columns``, by default Kafka's), spec and upkeep properties of a table
+    created now for ``desc``: the spec names the schema's field ids, so they are assigned
+    here (as create_table would, in the same order)."""
+    schema = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(
+        columns or spark_schema(True)))
     bucket = desc.config.get(TABLE_TIME_BUCKET, DEFAULT_TIME_BUCKET)
     fields = [PartitionField(schema.find_field("partition").field_id, _FIELD_IDS,
                              IdentityTransform(), "partition")]

@@ -27,12 +27,11 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException, ValidationException
-from pyiceberg.expressions import And, BooleanExpression, EqualTo, LessThan, Or
-from pyiceberg.io.pyarrow import parquet_file_to_data_file
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, LessThan, Or
+from pyiceberg.io.pyarrow import ArrowScan, parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
-from pyiceberg.table import Table, TableProperties
+from pyiceberg.table import FileScanTask, Table, TableProperties
 
 from ..errors import CommitFailedError, OffsetOutOfRangeError
 from ..root.root import Root
@@ -66,7 +65,7 @@ class Rewritten:
 
 # Chooses the groups of data files to rewrite (one group's new files hold its rows) and
 # what of their rows stays.
-Plan = Callable[[Table], list[list[DataFile]]]
+Plan = Callable[[Table], list[list[FileScanTask]]]
 Keep = Callable[[pa.Table], pa.Table]
 
 
@@ -75,7 +74,7 @@ def compact_table(root: Root, topic: str, min_files: int | None = None,
     """Rewrite each spec partition's small files into files of about the target size,
     once a partition has ``min_files`` of them (the table's ``txlog.compact.min-files``
     by default)."""
-    def plan(table: Table) -> list[list[DataFile]]:
+    def plan(table: Table) -> list[list[FileScanTask]]:
         return small_groups(table, min_files or int_property(table, MIN_FILES_KEY,
                                                               DEFAULT_MIN_FILES),
                             target_bytes or target_file_bytes(table))
@@ -83,24 +82,25 @@ def compact_table(root: Root, topic: str, min_files: int | None = None,
                     target_bytes)
 
 
-def small_groups(table: Table, min_files: int, target: int) -> list[list[DataFile]]:
+def small_groups(table: Table, min_files: int, target: int) -> list[list[FileScanTask]]:
     """Runs of small files of one spec partition, each run at most about ``target`` bytes
     and of at least two files, from partitions with at least ``min_files`` small files."""
-    by_partition: dict[tuple[int, tuple[object, ...]], list[DataFile]] = defaultdict(list)
+    by_partition: dict[tuple[int, tuple[object, ...]], list[FileScanTask]] = defaultdict(list)
     for task in table.scan().plan_files():
         f = task.file
         if f.file_size_in_bytes < target * SMALL_SHARE:
-            by_partition[(f.spec_id, tuple(f.partition._data))].append(f)
-    groups: list[list[DataFile]] = []
-    for files in by_partition.values():
-        if len(files) < max(2, min_files):
+            by_partition[(f.spec_id, tuple(f.partition._data))].append(task)
+    groups: list[list[FileScanTask]] = []
+    for tasks in by_partition.values():
+        if len(tasks) < max(2, min_files):
             continue
-        run: list[DataFile] = []
-        for f in sorted(files, key=lambda f: f.file_path):
-            if run and sum(g.file_size_in_bytes for g in run) + f.file_size_in_bytes > target:
+        run: list[FileScanTask] = []
+        for task in sorted(tasks, key=lambda t: t.file.file_path):
+            size = task.file.file_size_in_bytes
+            if run and sum(t.file.file_size_in_bytes for t in run) + size > target:
                 groups.append(run)
                 run = []
-            run.append(f)
+            run.append(task)
         groups.append(run)
     return [g for g in groups if len(g) >= 2]
 
@@ -127,8 +127,8 @@ def purge_table(root: Root, topic: str, before: dict[int, int],
         return Rewritten(topic, None)
     matching: BooleanExpression = wanted[0] if len(wanted) == 1 else Or(*wanted)
 
-    def plan(table: Table) -> list[list[DataFile]]:
-        return [[t.file] for t in table.scan(row_filter=matching).plan_files()]
+    def plan(table: Table) -> list[list[FileScanTask]]:
+        return [[t] for t in table.scan(row_filter=matching).plan_files()]
 
     def keep(rows: pa.Table) -> pa.Table:
         top = max(before) + 1
@@ -157,8 +157,7 @@ def _rewrite(root: Root, topic: str, plan: Plan, keep: Keep, extra: dict[str, st
         added: list[str] = []
         read = kept = 0
         for group in groups:  # one group in memory at a time
-            rows = pa.concat_tables([_read(root, catalog, f) for f in group],
-                                    promote_options="default")
+            rows = _read(table, group)
             stay = keep(rows)
             read, kept = read + rows.num_rows, kept + stay.num_rows
             added += [_write(root, topic, piece) for piece in split(table, stay, target_bytes)]
@@ -167,7 +166,7 @@ def _rewrite(root: Root, topic: str, plan: Plan, keep: Keep, extra: dict[str, st
         summary.update(extra)
         if pause is not None:
             pause("commit")
-        removed = [f for g in groups for f in g]
+        removed = [t.file for g in groups for t in g]
         try:
             committed = _commit(root, table, removed, added, summary, until)
         except (CommitFailedException, ValidationException):
@@ -180,8 +179,10 @@ def _rewrite(root: Root, topic: str, plan: Plan, keep: Keep, extra: dict[str, st
                             f"{MAX_ATTEMPTS} commits lost to other writers")
 
 
-def _read(root: Root, catalog: RootCatalog, f: DataFile) -> pa.Table:
-    return pq.read_table(pa.BufferReader(root.storage.read_buffer(catalog.relative(f.file_path))))
+def _read(table: Table, tasks: list[FileScanTask]) -> pa.Table:
+    """The files' rows in the table's current schema: pyiceberg's reader fills a field
+    added since a file was written with nulls (the typed values' schema only grows)."""
+    return ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(tasks)
 
 
 def _commit(root: Root, table: Table, removed: list[DataFile], added: list[str],
