@@ -354,3 +354,20 @@ def test_compaction_across_an_added_value_field_reads_old_rows_with_it_null(log,
     assert len(done.removed) == 2 and len(data_files(root)) == 1
     assert checksum(rows(root)) == checksum(before)
     assert rows(root)["value_fields"].to_pylist() == [{"id": 1, "n": None}, {"id": 2, "n": 6}]
+
+
+
+def test_compaction_writes_each_stretch_of_offsets_into_one_file(log, tmp_path):
+    """Runs of small files are taken in offset order, so a purge finds a stretch of
+    offsets in few files."""
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.types import LongType
+
+    root = synced_in_pieces(log, tmp_path, 6, partitions=1)
+    size = max(f.file_size_in_bytes for f in data_files(root))
+    done = compact_table(root, TOPIC, min_files=2, target_bytes=int(size * 2.2))
+    assert len(done.removed) == 6 and len(done.added) == 3  # three runs of two files
+    field = load(root).schema().find_field("offset").field_id
+    ranges = sorted((from_bytes(LongType(), f.lower_bounds[field]),
+                     from_bytes(LongType(), f.upper_bounds[field])) for f in data_files(root))
+    assert ranges == [(0, 5), (6, 11), (12, 17)]

@@ -28,10 +28,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, LessThan, Or
 from pyiceberg.io.pyarrow import ArrowScan, parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask, Table, TableProperties
+from pyiceberg.types import LongType
 
 from ..errors import CommitFailedError, OffsetOutOfRangeError
 from ..root.root import Root
@@ -90,12 +92,20 @@ def small_groups(table: Table, min_files: int, target: int) -> list[list[FileSca
         f = task.file
         if f.file_size_in_bytes < target * SMALL_SHARE:
             by_partition[(f.spec_id, tuple(f.partition._data))].append(task)
+    offset_id = table.schema().find_field("offset").field_id
+
+    def first_offset(task: FileScanTask) -> int:
+        low = (task.file.lower_bounds or {}).get(offset_id)
+        return -1 if low is None else int(from_bytes(LongType(), low))
+
     groups: list[list[FileScanTask]] = []
     for tasks in by_partition.values():
         if len(tasks) < max(2, min_files):
             continue
+        # In offset order: each new file then holds one stretch of offsets, which a purge
+        # (whose plan prunes files by their offset bounds) finds in few files.
         run: list[FileScanTask] = []
-        for task in sorted(tasks, key=lambda t: t.file.file_path):
+        for task in sorted(tasks, key=first_offset):
             size = task.file.file_size_in_bytes
             if run and sum(t.file.file_size_in_bytes for t in run) + size > target:
                 groups.append(run)
