@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 
     from ..tables.readers import NewestSnapshot
 
-# What read_table decides itself: the topic, and where the topic's part starts and ends.
-_DECIDED = ("subscribe", "subscribePattern", "assign", "startingOffsets", "startingTimestamp",
+# What read_table decides itself: the root and topic, and where the topic's part starts
+# and ends.
+_DECIDED = ("path", "subscribe", "subscribePattern", "assign", "startingOffsets", "startingTimestamp",
             "startingOffsetsByTimestamp", "endingOffsets", "endingTimestamp",
             "endingOffsetsByTimestamp")
 
@@ -82,9 +83,9 @@ def _newest_snapshot(root: str, topic: str, options: Mapping[str, str]) -> Newes
     decided = sorted(k for k in options if k.lower() in {d.lower() for d in _DECIDED})
     if decided:
         raise InvalidConfigError(
-            f"read_table reads topic {topic!r} from its table's offsets to the latest; it "
-            f"takes no {', '.join(map(repr, decided))} (read format('txlog') itself for other "
-            "topics or positions)")
+            f"read_table reads topic {topic!r} of root {root!r} from its table's offsets to "
+            f"the latest; it takes no {', '.join(map(repr, decided))} option (read "
+            "format('txlog') itself for other topics or positions)")
     parsed = ReadOptions.parse({**options, "path": root, "subscribe": topic}, streaming=False)
     if parsed.isolation_level != READ_COMMITTED:
         raise InvalidConfigError(
