@@ -150,6 +150,11 @@ class InconsistentTopicIdError(TxlogError):
     """
 
 
+class ValueSchemaChangedError(TxlogError):
+    """A topic's value schema changed in a way its table cannot follow: only added fields
+    change a table's schema (docs/tables.md, "Typed values")."""
+
+
 class ConcurrentTransactionsError(TxlogError):
     """Another process changed the transaction at the same moment; retry."""
 

@@ -14,9 +14,10 @@ tests need from MotoS3: ``storage_options``, ``env`` (for child processes),
   name with 412, as GCS does.
 * **Azure**: Azurite, Microsoft's emulator, from the npm registry.  It needs
   node; the first session installs it with npm into
-  ``~/.cache/txlog-test/azurite`` (``TXLOG_AZURITE_DIR`` overrides) and later
-  ones reuse it.  It refuses a second ``Put Blob`` with ``If-None-Match: *``
-  with 409 BlobAlreadyExists, as Azure does.
+  ``~/.cache/txlog-test/azurite/<version>`` (``TXLOG_AZURITE_DIR`` overrides the
+  parent) and later ones reuse it once its launcher answers.  It refuses a
+  second ``Put Blob`` with ``If-None-Match: *`` with 409 BlobAlreadyExists, as
+  Azure does.
 
 When an emulator cannot be had (no wheel, no node, npm cannot reach its
 registry, the process does not come up) ``EmulatorUnavailable`` says why, and
@@ -214,28 +215,40 @@ class Azurite(_Emulator):
 
     @staticmethod
     def _install() -> str:
-        """The azurite-blob launcher, installed with npm on first use."""
+        """The azurite-blob launcher, installed with npm on first use.
+
+        npm writes node_modules in place, so an install cut short (a killed test run,
+        a timeout) leaves a tree whose launcher exists but cannot start; such a cache
+        once skipped every Azure test on CI.  So the install goes into a staging
+        directory that is renamed into place only after its launcher has answered,
+        and a cached launcher is asked for its version before it is trusted."""
         node, npm = shutil.which("node"), shutil.which("npm")
         if node is None or npm is None:
             raise EmulatorUnavailable("Azurite needs node and npm, which are not on PATH")
         cache = Path(os.environ.get("TXLOG_AZURITE_DIR",
                                     Path.home() / ".cache" / "txlog-test" / "azurite"))
-        launcher = cache / "node_modules" / ".bin" / "azurite-blob"
-        package = cache / "node_modules" / "azurite" / "package.json"
+        home = cache / AZURITE_VERSION
+        launcher = home / "node_modules" / ".bin" / "azurite-blob"
         cache.mkdir(parents=True, exist_ok=True)
         # Test processes running side by side (pytest -n) share the cache: one installs,
         # the others wait for it, rather than two npm runs writing one node_modules.
         with open(cache / ".install.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if (launcher.exists() and package.exists()
-                    and f'"version": "{AZURITE_VERSION}"' in package.read_text()):
+            if _answers(launcher):
                 return str(launcher)
-            done = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix",
-                                   str(cache), f"azurite@{AZURITE_VERSION}"],
-                                  capture_output=True, text=True, timeout=600, check=False)
-        if done.returncode != 0 or not launcher.exists():
-            raise EmulatorUnavailable(f"npm install azurite@{AZURITE_VERSION} into {cache} "
-                                      f"failed ({done.returncode}): {done.stderr[-600:]}")
+            staging = cache / f".staging-{uuid.uuid4().hex}"
+            try:
+                done = subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix",
+                                       str(staging), f"azurite@{AZURITE_VERSION}"],
+                                      capture_output=True, text=True, timeout=600, check=False)
+                if done.returncode != 0 or not _answers(staging / launcher.relative_to(home)):
+                    raise EmulatorUnavailable(
+                        f"npm install azurite@{AZURITE_VERSION} into {staging} failed "
+                        f"({done.returncode}): {done.stderr[-600:]}")
+                shutil.rmtree(home, ignore_errors=True)
+                staging.rename(home)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
         return str(launcher)
 
     @property
@@ -251,3 +264,15 @@ class Azurite(_Emulator):
     def env(self) -> dict[str, str]:
         """What a child process needs to reach the emulator without storage options."""
         return {"AZURE_STORAGE_CONNECTION_STRING": self.connection_string}
+
+
+def _answers(launcher: Path) -> bool:
+    """Whether an installed azurite-blob starts far enough to print its version."""
+    if not launcher.exists():
+        return False
+    try:
+        done = subprocess.run([str(launcher), "--version"], capture_output=True, text=True,
+                              timeout=60, check=False)
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0 and done.stdout.strip() == AZURITE_VERSION

@@ -365,3 +365,51 @@ def test_compaction_retention_and_gc_on_every_backend(every_root, tmp_path: Path
     assert 0 < start == any_root.log().partition("t", 0).log_start()
     with pytest.raises(OffsetOutOfRangeError):
         any_root.log().partition("t", 0).read(0)
+
+
+def test_a_base_lost_from_the_cache_is_listed_again_not_skipped(tmp_path: Path) -> None:
+    """A long-lived process whose cached list of batch objects lost a base: the known
+    header before the gap gives it away, so the list is taken again.  Without that
+    check the read skips the batch's records and every compaction stops at the gap."""
+    log = Log(tmp_path, fsync=False)
+    log.create_topic("t", 1)
+    _fill(log, "t", 12)
+    part = log.partition("t", 0)
+    before = _table(part, 0)
+    cache = part._cache
+    assert len(cache._bases) == 12 and cache._bases_complete  # headers known, list complete
+    cache._bases.remove(5)
+    assert _table(part, 0) == before
+    assert [(c.base_offset, c.end_offset) for c in log.compact("t", min_batches=12)[0]] \
+        == [(0, 12)]
+
+
+def test_a_batch_object_missing_from_storage_is_a_hole_named_by_its_offset(tmp_path: Path
+                                                                         ) -> None:
+    log = Log(tmp_path, fsync=False)
+    log.create_topic("t", 1)
+    _fill(log, "t", 6)
+    part = log.partition("t", 0)
+    _table(part, 0)
+    os.remove(tmp_path / part.batch_path(3))
+    part._cache._bases.remove(3)  # as a listing after the loss would find it
+    with pytest.raises(CorruptBatchError, match="missing") as hole:
+        _table(part, 0)
+    assert hole.value.offset == 3 and hole.value.path.endswith(part.batch_path(3))
+
+
+def test_a_listing_for_an_older_state_keeps_the_bases_applied_since(tmp_path: Path) -> None:
+    """A reader's state taken, then this process's producer appends (noting the new
+    base), then the reader's refs list the batch objects up to its older log end: the
+    base noted meanwhile must stay, or the next append leaves the list a gap."""
+    log = Log(tmp_path, fsync=False)
+    log.create_topic("t", 1)
+    _fill(log, "t", 4)
+    part = log.partition("t", 0)
+    cache = part._cache
+    reader_end = part._states.state().end_offset
+    _fill(log, "t", 1, prefix="w")  # applied by this process after the reader's state
+    cache._bases_complete = False  # as after another process's compaction
+    cache.refs(0, reader_end, reader_end)
+    _fill(log, "t", 1, prefix="x")
+    assert cache._bases == list(range(6)) and cache._gap(cache._bases) is None

@@ -69,7 +69,8 @@ def _print_sync(result: Any, as_json: bool) -> None:
                           "previous": {str(p): o for p, o in sorted(result.previous.items())},
                           "offsets": {str(p): o for p, o in sorted(result.offsets.items())},
                           "skipped": skipped, "conflicts": result.conflicts,
-                          "metadata": result.metadata_location, "files": list(result.files)}))
+                          "metadata": result.metadata_location, "files": list(result.files),
+                          "value_errors": result.value_errors}))
         return
     for p, end in sorted(result.offsets.items()):
         lost = result.skipped.get(p)
@@ -81,7 +82,9 @@ def _print_sync(result: Any, as_json: bool) -> None:
     else:
         print(f"snapshot {result.snapshot_id}: {result.records} records appended "
               f"({result.conflicts} commits lost to other syncs first); metadata "
-              f"{result.metadata_location}")
+              f"{result.metadata_location}" + (
+                  f"; {result.value_errors} values did not parse (their value_error says why)"
+                  if result.value_errors else ""))
 
 
 def _print_description(desc: Any, as_json: bool) -> None:

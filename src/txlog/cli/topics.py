@@ -32,7 +32,8 @@ def add_topics(commands: Any, leaf_parser: LeafParser) -> None:
     create.add_argument("--config", metavar="KEY=VALUE", type=config_item, action="append",
                         default=[],
                         help="topic setting, repeatable: message.timestamp.type="
-                             "CreateTime|LogAppendTime, max.message.bytes=N")
+                             "CreateTime|LogAppendTime, max.message.bytes=N, and those "
+                             "'topics alter --config' sets")
     describe = leaf_parser(
         topic_cmds, "describe", help="show a topic's settings and per-partition offsets",
         description="Show a topic's partition count, its effective settings (Kafka's "
@@ -52,7 +53,9 @@ def add_topics(commands: Any, leaf_parser: LeafParser) -> None:
                     "--alter --add-config/--delete-config); 'txlog compact' and 'txlog "
                     "retention' read them. And txlog's own txlog.table.sync: true has "
                     "'txlog maintain' sync the topic's Iceberg table before each retention "
-                    "run.")
+                    "run; txlog.value.format=json with txlog.value.schema (a JSON object "
+                    "of field name -> type) has the sync parse values into typed columns "
+                    "(docs/tables.md, 'Typed values').")
     alter.add_argument("name", metavar="NAME", help="topic name")
     alter.add_argument("--partitions", metavar="N", type=positive_int,
                        help="the new total number of partitions (more than now, at most "
@@ -61,7 +64,8 @@ def add_topics(commands: Any, leaf_parser: LeafParser) -> None:
                        default=[],
                        help="set a setting, repeatable: retention.ms=MS, retention.bytes=N "
                             f"(-1: no limit), segment.bytes=N (at least {MIN_SEGMENT_BYTES}), "
-                            "txlog.table.sync=true|false")
+                            "txlog.table.sync=true|false, txlog.value.format=none|json, "
+                            "txlog.value.schema=JSON")
     alter.add_argument("--delete-config", metavar="KEY", action="append", default=[],
                        help="remove a setting, back to Kafka's default (repeatable)")
     delete = leaf_parser(

@@ -14,6 +14,7 @@ describes this incarnation of the topic, is the state manager's business
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +32,8 @@ from ..format.topic_ids import current_topic_id
 from ..storage.contract import Storage
 from ..storage.paths import (BATCH_SUFFIX, LOG_START_SUFFIX, batch_path, listed_segment_names,
                              named_offsets, partition_dir, segment_path, segments_dir)
+
+logger = logging.getLogger(__name__)
 
 RELOADS = 5  # listings or loads in one call before giving up (storage keeps changing under us)
 
@@ -429,9 +432,18 @@ class StorageCache:
         the state the caller just refreshed up to ``log_end`` (state_manager.py says when
         one does): a read then finds the batches without listing them again."""
         with self.lock:
-            merged = sorted(set(listed) | set(self._bases))
-            self._bases = [b for b in merged if self._compacted_end <= b < log_end]
-            self._bases_complete = True
+            self._merge_listing(listed, log_end)
+
+    def _merge_listing(self, listed: list[int], log_end: int) -> None:
+        """Take ``listed`` up to ``log_end`` as the complete list of batch objects.
+
+        Bases noted past ``log_end`` stay: a thread may apply batches after the
+        caller's state was taken, and dropping those would leave the list with a
+        gap once the next one is noted (note_batch only appends).  Listed ones
+        past ``log_end`` are left out: they may be strays in retired slots."""
+        merged = {b for b in listed if b < log_end} | set(self._bases)
+        self._bases = sorted(b for b in merged if b >= self._compacted_end)
+        self._bases_complete = True
 
     def _tail_bases(self, log_end: int) -> list[int]:
         """Bases of the batch objects from the compacted end to ``log_end``.
@@ -441,10 +453,7 @@ class StorageCache:
         """
         for _ in range(RELOADS):
             if not self._bases_complete:
-                listed = self.list_batches()
-                merged = sorted(set(listed) | set(self._bases))
-                self._bases = [b for b in merged if self._compacted_end <= b < log_end]
-                self._bases_complete = True
+                self._merge_listing(self.list_batches(), log_end)
             if self._compacted_end >= log_end or \
                     (self._bases and self._bases[0] == self._compacted_end):
                 return self._bases
@@ -462,6 +471,7 @@ class StorageCache:
         """
         with self.lock:
             for _ in range(RELOADS):
+                listing_now = not self._bases_complete
                 tail = self._tail_bases(log_end)
                 try:
                     out = self._segment_part(start, min(end, self._compacted_end))
@@ -471,10 +481,33 @@ class StorageCache:
                 first = max(start, self._compacted_end)
                 lo = max(bisect.bisect_right(tail, first) - 1, 0)
                 hi = bisect.bisect_left(tail, end, lo=lo)
+                missing = self._gap(tail[lo:hi])
+                if missing is not None:
+                    if listing_now:  # storage itself lacks it: a hole, never skipped
+                        raise CorruptBatchError("batch file is missing from the log",
+                                                self.url(self.batch_path(missing)), missing)
+                    logger.warning("%s-%d: the cached batch bases skip offset %d; listing "
+                                   "them again", self.topic, self.partition, missing)
+                    self._bases_complete = False
+                    continue
                 out.extend(BatchRef(b, self.batch_path(b)) for b in tail[lo:hi])
                 return out
             raise StorageError(f"{self.topic}-{self.partition}: segments kept vanishing "
                                "under a read")
+
+    def _gap(self, bases: list[int]) -> int | None:
+        """The first offset missing between consecutive ``bases`` whose headers are known.
+
+        Batch objects from the compacted end are contiguous, so a known header
+        whose next offset is not the next base means the cached list lost a base:
+        a reader would skip that batch's records without a word, and a compaction
+        would stop its run there on every pass (a long-lived process was once seen
+        to stop compacting a partition so; a fresh one compacted it at once)."""
+        for base, following in zip(bases, bases[1:]):
+            header = self._headers.get(base)
+            if header is not None and header.next_offset != following:
+                return header.next_offset
+        return None
 
     def _segment_part(self, start: int, end: int) -> list[BatchRef]:
         if start >= end:

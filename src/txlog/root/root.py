@@ -36,6 +36,7 @@ from ..transactions.producer_ids import ProducerIdAllocator
 from .root_config import AUTO_CREATE, RootConfig, check_root_alteration
 from .topics import (PartitionCount, TopicConfig, TopicDescription, check_alteration,
                      check_growth, check_new_topic)
+from .value_schema import check_value_config
 
 FORMAT_VERSION = 1
 
@@ -323,7 +324,7 @@ class Root:
         desc = self.describe_topic(name, refresh=True)
         return self._update_chain(
             desc, topic_config_path(name), "its config was being altered",
-            lambda value: TopicConfig.current(desc, value).altered(checked, delete).encode())
+            lambda value: _whole(name, TopicConfig.current(desc, value).altered(checked, delete)))
 
     def create_partitions(self, name: str, total: int) -> TopicDescription:
         """Grow topic ``name`` to ``total`` partitions (Kafka's CreatePartitions).
@@ -423,3 +424,10 @@ class Root:
 def _no_version() -> None:
     """The newest version of a chain that a listing showed holds none."""
     return None
+
+
+def _whole(name: str, config: TopicConfig) -> dict[str, Any]:
+    """An altered config's next version, once the keys that must go together do
+    (txlog.value.format and its schema): each key alone was checked before."""
+    check_value_config(name, config.config)
+    return config.encode()

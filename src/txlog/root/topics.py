@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import InvalidConfigError
 from ..partition.compaction import DEFAULT_SEGMENT_BYTES
 from ..partition.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, PRODUCER_ID_EXPIRATION
+from .value_schema import VALUE_FORMAT, VALUE_FORMATS, VALUE_SCHEMA, check_value_config, schema_problem
 
 MAX_PARTITIONS = 10_000
 
@@ -29,7 +30,8 @@ MIN_SEGMENT_BYTES = 1024
 # table before each retention run (docs/tables.md); unset or "false": it does not.
 TABLE_SYNC = "txlog.table.sync"
 # What ``alter_topic_config`` may change: keys that appenders do not cache.
-ALTERABLE_CONFIG = ("retention.ms", "retention.bytes", "segment.bytes", TABLE_SYNC)
+ALTERABLE_CONFIG = ("retention.ms", "retention.bytes", "segment.bytes", TABLE_SYNC,
+                    VALUE_FORMAT, VALUE_SCHEMA)
 
 
 def _int_at_least(low: int) -> Any:
@@ -48,6 +50,9 @@ _CONFIG_RULES = {
     "retention.bytes": _int_at_least(-1),  # -1: no limit by size
     "segment.bytes": _int_at_least(MIN_SEGMENT_BYTES),
     TABLE_SYNC: lambda v: None if v in ("true", "false") else "true or false",
+    # txlog's own too: how a sync parses the values into typed columns (value_schema.py).
+    VALUE_FORMAT: lambda v: None if v in VALUE_FORMATS else f"one of {VALUE_FORMATS}",
+    VALUE_SCHEMA: schema_problem,
     # Not alterable: the producer state is a fold every process must compute alike.
     PRODUCER_ID_EXPIRATION: _int_at_least(1),
 }
@@ -83,7 +88,9 @@ def check_new_topic(name: str, partitions: Any, config: dict[str, Any] | None) -
         raise InvalidConfigError(
             f"topic {name!r}: partitions must be an integer from 1 to {MAX_PARTITIONS}, "
             f"not {partitions!r}")
-    return _check_config(name, dict(config or {}))
+    checked = _check_config(name, dict(config or {}))
+    check_value_config(name, checked)
+    return checked
 
 
 def check_alteration(name: str, set: dict[str, Any], delete: list[str] | tuple[str, ...]

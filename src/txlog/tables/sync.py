@@ -4,7 +4,9 @@ One attempt reads the table's newest snapshot and the offsets it covers, works
 out consistent cuts (cuts.py), reads ``[offsets, cuts)`` of every partition
 read_committed through the partition reader (no control records, never past
 the LSO), writes the records as one Parquet data file with Kafka's record
-columns (those ``format("txlog")`` reads), and commits a snapshot whose
+columns (those ``format("txlog")`` reads; a json topic's typed values beside
+them, values.py, its table's schema first following added fields,
+evolution.py), and commits a snapshot whose
 summary records the cuts, the topic id and any range lost before the sync.
 The commit is pinned to the metadata the offsets came from (catalog.py): if
 another sync committed first, this one deletes its file and starts again from
@@ -30,9 +32,12 @@ from ..errors import (CommitFailedError, InconsistentTopicIdError, OffsetOutOfRa
 from ..partition.isolation import READ_COMMITTED
 from ..partition.partition_log import PartitionLog
 from ..root.root import Root
+from ..root.value_schema import value_fields
 from ..storage.paths import table_data_path
 from .catalog import RootCatalog, table_identifier
 from .cuts import PartitionSpans, committed_before, consistent_cuts, spans_of
+from .evolution import follow_value_schema
+from .values import ERRORS_KEY, error_count, typed_schema, with_typed_values
 
 # Snapshot summary keys (docs/tables.md, "Layout"); Iceberg summaries hold strings.
 TOPIC_ID_KEY = "txlog.topic-id"
@@ -64,6 +69,7 @@ class SyncResult:
     skipped: dict[int, tuple[int, int]] = field(default_factory=dict)
     conflicts: int = 0
     files: tuple[str, ...] = ()
+    value_errors: int | None = None  # values that did not parse (None: untyped, or no commit)
 
 
 @dataclass(frozen=True)
@@ -85,12 +91,13 @@ def covered(table: Table) -> Covered:
                    {int(p): int(o) for p, o in offsets.items()})
 
 
-def open_table(root: Root, topic: str, topic_id: str) -> Table:
-    """The topic's table, created empty on first use; refused if another incarnation's."""
+def open_table(root: Root, topic: str, topic_id: str, schema: pa.Schema | None = None) -> Table:
+    """The topic's table, created empty on first use (with ``schema``, by default Kafka's
+    columns); refused if another incarnation's."""
     catalog = RootCatalog(root.storage)
     if not catalog.table_exists(table_identifier(topic)):
         try:
-            catalog.create_table(table_identifier(topic), spark_schema(True),
+            catalog.create_table(table_identifier(topic), schema or spark_schema(True),
                                  properties={**TABLE_PROPERTIES, TOPIC_ID_KEY: topic_id})
         except TableAlreadyExistsError:
             pass  # another sync created it a moment ago: use theirs
@@ -116,9 +123,11 @@ def sync_table(root: Root, topic: str, pause: Pause | None = None) -> SyncResult
     conflicts = 0
     for _ in range(MAX_ATTEMPTS):
         desc = root.describe_topic(topic, refresh=True)
-        table = open_table(root, topic, desc.topic_id)
+        table = open_table(root, topic, desc.topic_id, typed_schema(value_fields(desc.config)))
         try:
-            result = _attempt(root, table, desc.topic_id, desc.partitions, step)
+            fields = follow_value_schema(table, desc,
+                                         lambda: root.describe_topic(topic, refresh=True))
+            result = _attempt(root, table, desc.topic_id, desc.partitions, step, fields)
         except CommitFailedException:
             conflicts += 1  # another sync committed first: again, from its offsets
             continue
@@ -130,9 +139,10 @@ def sync_table(root: Root, topic: str, pause: Pause | None = None) -> SyncResult
                             "starts moving under its reads)")
 
 
-def _attempt(root: Root, table: Table, topic_id: str, partitions: int, step: Pause
-             ) -> SyncResult:
-    """One try: cuts from the offsets ``table`` covers, the read, the pinned commit."""
+def _attempt(root: Root, table: Table, topic_id: str, partitions: int, step: Pause,
+             fields: pa.StructType | None = None) -> SyncResult:
+    """One try: cuts from the offsets ``table`` covers, the read, the pinned commit; values
+    parsed into ``fields`` (values.py; None: not parsed)."""
     topic = table.name()[1]
     previous = covered(table).offsets
     parts = [root.partition(topic, p, topic_id) for p in range(partitions)]
@@ -142,11 +152,14 @@ def _attempt(root: Root, table: Table, topic_id: str, partitions: int, step: Pau
     if all(o == previous.get(p, 0) for p, o in offsets.items()) and not skipped:
         return SyncResult(topic, topic_id, None, table.metadata_location, 0, previous, offsets)
     step("read", None)
-    records = pa.concat_tables([_read(part, starts[i], cuts[part.partition])
-                                for i, part in enumerate(parts)])
+    records = with_typed_values(pa.concat_tables([_read(part, starts[i], cuts[part.partition])
+                                                  for i, part in enumerate(parts)]), fields)
     files = [_write(root, topic, records)] if records.num_rows else []
     summary = {TOPIC_ID_KEY: topic_id, OFFSETS_KEY: json.dumps({str(p): o for p, o in
                                                                   sorted(offsets.items())})}
+    errors = None if fields is None else error_count(records)
+    if errors is not None:
+        summary[ERRORS_KEY] = str(errors)
     if skipped:
         summary[SKIPPED_KEY] = json.dumps({str(p): list(r) for p, r in sorted(skipped.items())})
     step("commit", None)
@@ -154,7 +167,7 @@ def _attempt(root: Root, table: Table, topic_id: str, partitions: int, step: Pau
     snapshot = committed.current_snapshot()
     return SyncResult(topic, topic_id, None if snapshot is None else snapshot.snapshot_id,
                       committed.metadata_location, records.num_rows, previous, offsets,
-                      skipped, files=tuple(files))
+                      skipped, files=tuple(files), value_errors=errors)
 
 
 def _starts(parts: list[PartitionLog], previous: dict[int, int]
