@@ -9,7 +9,7 @@ read pinned to the snapshot's offsets for every value of every column.
 from __future__ import annotations
 
 import pytest
-from table_readers import TOPIC, build, checksum, engine_reads, keys
+from table_readers import TOPIC, build, checksum, engine_reads, keys, typed
 
 from txlog import Log
 from txlog.errors import InconsistentTopicIdError
@@ -25,7 +25,8 @@ pytest.importorskip("duckdb", reason="needs the test extra: pip install -e '.[te
 def check_engines(log: Log, url: str, storage_options: dict, polars_options: dict) -> None:
     syncer = Root(url, storage_options=storage_options, create=False)
     built = build(log, syncer)
-    pinned = log.read(TOPIC, start=0, end=built.snapshot, include_headers=True)
+    pinned = typed(log.read(TOPIC, start=0, end=built.snapshot, include_headers=True))
+    assert 0 < pinned["value_error"].null_count < pinned.num_rows  # typed, and errors kept
     covered = {k for k in built.committed if k[1] < built.snapshot[k[0]]}
     assert keys(pinned) == covered and len(covered) < len(built.committed)  # a tail past it
     for engine, records in engine_reads(url, storage_options, polars_options).items():

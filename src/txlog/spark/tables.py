@@ -17,8 +17,10 @@ pyiceberg (the tables extra) is imported when a function here is called, so
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
+
+import pyarrow as pa
 
 from ..errors import InvalidConfigError
 from ..partition.isolation import READ_COMMITTED
@@ -45,8 +47,9 @@ def read_table(spark: SparkSession, root: str, topic: str, **options: str) -> Da
     ``options`` are ``format("txlog")``'s read options, for its part of the read and for
     the columns (``includeHeaders``; the same columns, in the same order, as
     ``format("txlog")`` gives), the storage options (``txlog.storage.*``) and
-    ``failOnDataLoss``.  The topic and the positions are read_table's to set, and the
-    read is read_committed (what a table holds).  No table yet: the whole topic, from
+    ``failOnDataLoss``; a typed table's two columns follow them.  The root, the topic and
+    the positions are read_table's to set, and the read is read_committed (what a table
+    holds).  No table yet: the whole topic, from
     offset 0.  A table built from another incarnation of the topic (deleted and
     re-created): InconsistentTopicIdError.
     """
@@ -54,6 +57,8 @@ def read_table(spark: SparkSession, root: str, topic: str, **options: str) -> Da
     tail = (spark.read.format("txlog").options(**options).option("path", root)
             .option("subscribe", topic)
             .option("startingOffsets", _offsets_json(snapshot)).load())
+    if snapshot.value_fields is not None:
+        tail = _typed(tail, snapshot.value_fields)
     if not snapshot.files:
         return tail
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -61,6 +66,24 @@ def read_table(spark: SparkSession, root: str, topic: str, **options: str) -> Da
     assert snapshot.schema is not None  # a table has a schema
     files = spark.read.schema(from_arrow_schema(snapshot.schema)).parquet(*snapshot.files)
     return files.select(*tail.columns).unionByName(tail)
+
+
+def _typed(records: DataFrame, fields: pa.StructType) -> DataFrame:
+    """``records`` with a typed table's two columns, parsed as a sync parses them: the same
+    Arrow function (txlog.tables.values) on each batch, so both parts agree value for value."""
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from ..tables.values import VALUE_ERROR, VALUE_FIELDS, with_typed_values
+
+    def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield from with_typed_values(pa.Table.from_batches([batch]), fields).to_batches()
+
+    # A new StructType: add() would change the DataFrame's own (cached) schema in place.
+    schema = StructType([*records.schema.fields, StructField(VALUE_FIELDS, from_arrow_type(fields)),
+                         StructField(VALUE_ERROR, StringType())])
+    return records.mapInArrow(parse, schema)
 
 
 def table_starting_offsets(root: str, topic: str, **options: str) -> str:

@@ -8,7 +8,9 @@ those added since the snapshot starting at 0.  All of it is read here, from
 one snapshot, so the files and the offsets always belong together: the
 snapshot holds exactly ``[0, offsets[p])`` read_committed of each partition
 (less what its syncs recorded as skipped), and the topic continues at
-``offsets[p]``.  The engines' own calls live in their layers (txlog.spark)
+``offsets[p]``.  A typed table's records past the snapshot get its typed
+columns from the same parse as the sync's (values.py), with the table's
+fields.  The engines' own calls live in their layers (txlog.spark)
 or in the reader's code (docs/tables.md, "How each engine reads the table").
 """
 
@@ -22,7 +24,9 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 
 from ..root.root import Root
 from .catalog import RootCatalog, table_identifier
+from .evolution import plain
 from .sync import check_topic_id, covered
+from .values import VALUE_FIELDS
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,7 @@ class NewestSnapshot:
     files: tuple[str, ...]
     schema: pa.Schema | None
     offsets: dict[int, int]
+    value_fields: pa.StructType | None = None  # a typed table's struct, as values.py parses
 
     def starting_offsets(self) -> dict[int, int]:
         """Where the topic goes on past the snapshot, for every partition it has now: the
@@ -61,7 +66,8 @@ def newest_snapshot(root: Root, topic: str) -> NewestSnapshot:
     snapshot = table.current_snapshot()
     files = () if snapshot is None else \
         tuple(task.file.file_path for task in table.scan().plan_files())
+    schema = schema_to_pyarrow(table.schema(), include_field_ids=False)
+    fields = plain(schema.field(VALUE_FIELDS).type) if VALUE_FIELDS in schema.names else None
     return NewestSnapshot(topic, desc.topic_id, desc.partitions, table.metadata_location,
-                          None if snapshot is None else snapshot.snapshot_id, files,
-                          schema_to_pyarrow(table.schema(), include_field_ids=False),
-                          covered(table).offsets)
+                          None if snapshot is None else snapshot.snapshot_id, files, schema,
+                          covered(table).offsets, fields)
