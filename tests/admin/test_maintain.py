@@ -257,3 +257,26 @@ def test_a_topic_whose_table_sync_fails_keeps_its_segments(tmp_path):
     report = Maintainer(log.services, MaintenanceSettings()).run_pass(["retention"])
     assert len(report.errors) == 1 and report.errors[0].startswith("table sync t:")
     assert len(before) == 2 and segment_files(tmp_path / "log", "t", 0) == before
+
+
+def test_a_pass_compacts_and_expires_a_synced_table_by_its_properties(tmp_path):
+    import pytest
+    pytest.importorskip("pyiceberg", reason="needs the tables extra")
+    from txlog.tables.catalog import RootCatalog, table_identifier
+    from txlog.tables.sync import describe_table
+
+    log = Log(tmp_path / "log")
+    log.create_topic("synced", 1, config={"txlog.table.sync": "true"})
+    maintainer = Maintainer(log.services, MaintenanceSettings())
+    producer = log.producer()
+    producer.send("synced", b"first").get()
+    assert maintainer.run_pass(["retention"]).table_files_compacted == 0  # one file
+    table = RootCatalog(log.services.storage).load_table(table_identifier("synced"))
+    with table.transaction() as tx:
+        tx.set_properties({"txlog.compact.min-files": "2"})
+    producer.send("synced", b"second").get()
+    producer.close()
+    report = maintainer.run_pass(["retention"])
+    assert report.errors == [] and report.records_synced == 1
+    assert report.table_files_compacted == 2 and report.table_files_expired == 0
+    assert len(describe_table(log.services, "synced").files) == 1

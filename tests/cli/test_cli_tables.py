@@ -58,3 +58,29 @@ def test_txlog_and_its_command_import_without_pyiceberg():
     out = subprocess.run([sys.executable, "-c", probe], env=python_env(), check=True,
                          capture_output=True, text=True).stdout
     assert out.strip() == "[]"
+
+
+def test_compact_purge_and_expire_keep_the_table_in_shape(tmp_path, capsys):
+    path = str(tmp_path / "log")
+    log = Log(path)
+    log.create_topic("t", 1)
+    producer = log.producer()
+    for i in range(3):
+        producer.send("t", b"v%d" % i, partition=0).get()
+        run(capsys, "--root", path, "tables", "sync", "t")
+    producer.close()
+    code, out, _ = run(capsys, "--root", path, "tables", "compact", "t", "--min-files", "2",
+                       "--json")
+    compacted = json.loads(out)
+    assert code == 0 and len(compacted["removed"]) == 3 and len(compacted["added"]) == 1
+    assert compacted["records"] == compacted["kept"] == 3
+    code, out, _ = run(capsys, "--root", path, "tables", "purge", "t", "--offset", "2")
+    assert code == 0 and "3 records read, 1 kept" in out
+    code, _, err = run(capsys, "--root", path, "tables", "purge", "t", "--offset", "4")
+    assert code == 1 and "only below 3" in err
+    code, _, err = run(capsys, "--root", path, "tables", "expire", "t", "--age-s", "60")
+    assert code == 1 and "commit window" in err
+    code, out, _ = run(capsys, "--root", path, "tables", "expire", "t")
+    assert code == 0 and out.startswith("0 snapshots expired")
+    code, out, _ = run(capsys, "--root", path, "tables", "describe", "t", "--json")
+    assert json.loads(out)["records"] == 1

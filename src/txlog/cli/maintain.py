@@ -43,8 +43,9 @@ def add_maintain(commands: Any, leaf_parser: LeafParser) -> None:
                     "fails on one partition is reported and the others go on; --once and "
                     "--passes exit with status 1 if any pass reported an error. Before "
                     "retention, the Iceberg table of each topic whose txlog.table.sync is "
-                    "true is synced (as 'txlog tables sync'); a topic whose sync fails "
-                    "keeps its segments until a later pass.")
+                    "true is synced (as 'txlog tables sync'), then compacted and expired "
+                    "by its properties (as 'txlog tables compact' and 'expire'); a topic "
+                    "whose sync fails keeps its segments until a later pass.")
     maintain.add_argument("--topic", metavar="TOPIC", action="append",
                           help="only this topic (repeatable; default: every topic, listed "
                                "again on each pass)")
@@ -92,6 +93,9 @@ def _line(report: PassReport) -> str:
             parts.append(f"{report.records_synced} records synced to tables"
                          + (f" ({report.offsets_lost} offsets gone before a sync)"
                             if report.offsets_lost else ""))
+        if report.table_files_compacted or report.table_files_expired:
+            parts.append(f"{report.table_files_compacted} table files compacted, "
+                         f"{report.table_files_expired} expired")
         parts.append(f"{report.segments_deleted} segments deleted")
     if "gc" in report.steps:
         parts.append(f"{report.gc_removed} objects collected")

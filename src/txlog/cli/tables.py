@@ -11,6 +11,8 @@ import json
 from typing import Any
 
 from .common import CommandError, LeafParser, json_option, open_log
+from .table_upkeep import ACTIONS as UPKEEP_ACTIONS
+from .table_upkeep import add_upkeep, run_upkeep
 
 
 def add_tables(commands: Any, leaf_parser: LeafParser) -> None:
@@ -40,6 +42,7 @@ def add_tables(commands: Any, leaf_parser: LeafParser) -> None:
                     "read).")
     describe.add_argument("topic", metavar="TOPIC", help="topic name")
     json_option(describe, help="print it as one JSON object instead")
+    add_upkeep(table_cmds, leaf_parser)
 
 
 def run_tables(args: argparse.Namespace) -> None:
@@ -55,6 +58,9 @@ def run_tables(args: argparse.Namespace) -> None:
         _print_sync(sync.sync_table(root, args.topic), args.json)
         return
     try:
+        if args.action in UPKEEP_ACTIONS:
+            run_upkeep(args, root)
+            return
         described = sync.describe_table(root, args.topic)
     except NoSuchTableError as exc:
         raise CommandError(f"{exc}: 'txlog tables sync {args.topic}' creates it") from None

@@ -53,9 +53,10 @@ def add_topics(commands: Any, leaf_parser: LeafParser) -> None:
                     "--alter --add-config/--delete-config); 'txlog compact' and 'txlog "
                     "retention' read them. And txlog's own txlog.table.sync: true has "
                     "'txlog maintain' sync the topic's Iceberg table before each retention "
-                    "run; txlog.value.format=json with txlog.value.schema (a JSON object "
-                    "of field name -> type) has the sync parse values into typed columns "
-                    "(docs/tables.md, 'Typed values').")
+                    "run; txlog.table.time-bucket (hour, day or none; default day) is its "
+                    "partition spec's time bucket; txlog.value.format=json with "
+                    "txlog.value.schema (a JSON object of field name -> type) has the sync "
+                    "parse values into typed columns (docs/tables.md).")
     alter.add_argument("name", metavar="NAME", help="topic name")
     alter.add_argument("--partitions", metavar="N", type=positive_int,
                        help="the new total number of partitions (more than now, at most "
@@ -64,8 +65,8 @@ def add_topics(commands: Any, leaf_parser: LeafParser) -> None:
                        default=[],
                        help="set a setting, repeatable: retention.ms=MS, retention.bytes=N "
                             f"(-1: no limit), segment.bytes=N (at least {MIN_SEGMENT_BYTES}), "
-                            "txlog.table.sync=true|false, txlog.value.format=none|json, "
-                            "txlog.value.schema=JSON")
+                            "txlog.table.sync=true|false, txlog.table.time-bucket=hour|"
+                            "day|none, txlog.value.format=none|json, txlog.value.schema=JSON")
     alter.add_argument("--delete-config", metavar="KEY", action="append", default=[],
                        help="remove a setting, back to Kafka's default (repeatable)")
     delete = leaf_parser(

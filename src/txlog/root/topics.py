@@ -29,9 +29,13 @@ MIN_SEGMENT_BYTES = 1024
 # txlog's own key (not Kafka's): "true" has `txlog maintain` sync the topic's Iceberg
 # table before each retention run (docs/tables.md); unset or "false": it does not.
 TABLE_SYNC = "txlog.table.sync"
+# txlog's own key: the time bucket of the table's partition spec (beside the Kafka
+# partition), fixed when the table is created (docs/tables.md, "Layout"); unset: day.
+TABLE_TIME_BUCKET = "txlog.table.time-bucket"
+TIME_BUCKETS = ("hour", "day", "none")
 # What ``alter_topic_config`` may change: keys that appenders do not cache.
 ALTERABLE_CONFIG = ("retention.ms", "retention.bytes", "segment.bytes", TABLE_SYNC,
-                    VALUE_FORMAT, VALUE_SCHEMA)
+                    TABLE_TIME_BUCKET, VALUE_FORMAT, VALUE_SCHEMA)
 
 
 def _int_at_least(low: int) -> Any:
@@ -50,6 +54,7 @@ _CONFIG_RULES = {
     "retention.bytes": _int_at_least(-1),  # -1: no limit by size
     "segment.bytes": _int_at_least(MIN_SEGMENT_BYTES),
     TABLE_SYNC: lambda v: None if v in ("true", "false") else "true or false",
+    TABLE_TIME_BUCKET: lambda v: None if v in TIME_BUCKETS else f"one of {TIME_BUCKETS}",
     # txlog's own too: how a sync parses the values into typed columns (value_schema.py).
     VALUE_FORMAT: lambda v: None if v in VALUE_FORMATS else f"one of {VALUE_FORMATS}",
     VALUE_SCHEMA: schema_problem,

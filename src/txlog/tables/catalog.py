@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -128,7 +129,14 @@ class RootCatalog(MetastoreCatalog):
     writer whose commit lost the race may not re-apply its files on the new
     snapshot (pyiceberg's retry would: its records were read from the old
     offsets, so they would be appended twice).
+
+    ``deadline`` (monotonic seconds): a commit after it is refused, its files
+    being older than the writer's commit window (layout.COMMIT_WINDOW_S), so
+    that expiry, which takes older unnamed files for orphans, never deletes a
+    file a commit is about to name.
     """
+
+    deadline: float | None = None
 
     def __init__(self, storage: Storage, pinned: str | None = None) -> None:
         super().__init__("txlog")
@@ -225,6 +233,9 @@ class RootCatalog(MetastoreCatalog):
             raise CommitFailedException(
                 f"table of {topic!r}: this commit was computed from {self.pinned} and may not "
                 f"be re-applied onto {table.metadata_location}")
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise CommitFailedException(f"table of {topic!r}: the commit window of the files "
+                                        "it names has passed; writing them again")
         version, location = self.head(topic)
         if location != table.metadata_location:
             raise CommitFailedException(

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
 from pyiceberg.table import Table, TableProperties
 
-from ..clients.columns import spark_schema, to_spark_table
+from ..clients.columns import to_spark_table
 from ..errors import (CommitFailedError, InconsistentTopicIdError, OffsetOutOfRangeError,
                       StorageError)
 from ..partition.isolation import READ_COMMITTED
@@ -37,6 +37,7 @@ from ..storage.paths import table_data_path
 from .catalog import RootCatalog, table_identifier
 from .cuts import PartitionSpans, committed_before, consistent_cuts, spans_of
 from .evolution import follow_value_schema
+from .layout import check_layout, deadline, new_table, split
 from .values import ERRORS_KEY, error_count, typed_schema, with_typed_values
 
 # Snapshot summary keys (docs/tables.md, "Layout"); Iceberg summaries hold strings.
@@ -95,14 +96,18 @@ def open_table(root: Root, topic: str, topic_id: str, schema: pa.Schema | None =
     """The topic's table, created empty on first use (with ``schema``, by default Kafka's
     columns); refused if another incarnation's."""
     catalog = RootCatalog(root.storage)
+    desc = root.describe_topic(topic)
     if not catalog.table_exists(table_identifier(topic)):
+        columns, spec, layout = new_table(desc, schema)
         try:
-            catalog.create_table(table_identifier(topic), schema or spark_schema(True),
-                                 properties={**TABLE_PROPERTIES, TOPIC_ID_KEY: topic_id})
+            catalog.create_table(table_identifier(topic), columns, partition_spec=spec,
+                                 properties={**layout, **TABLE_PROPERTIES,
+                                             TOPIC_ID_KEY: topic_id})
         except TableAlreadyExistsError:
             pass  # another sync created it a moment ago: use theirs
     table = catalog.load_table(table_identifier(topic))
     check_topic_id(table, topic, topic_id)
+    check_layout(table, desc)
     return table
 
 
@@ -154,7 +159,8 @@ def _attempt(root: Root, table: Table, topic_id: str, partitions: int, step: Pau
     step("read", None)
     records = with_typed_values(pa.concat_tables([_read(part, starts[i], cuts[part.partition])
                                                   for i, part in enumerate(parts)]), fields)
-    files = [_write(root, topic, records)] if records.num_rows else []
+    until = deadline()
+    files = [_write(root, topic, piece) for piece in split(table, records)]
     summary = {TOPIC_ID_KEY: topic_id, OFFSETS_KEY: json.dumps({str(p): o for p, o in
                                                                   sorted(offsets.items())})}
     errors = None if fields is None else error_count(records)
@@ -163,7 +169,7 @@ def _attempt(root: Root, table: Table, topic_id: str, partitions: int, step: Pau
     if skipped:
         summary[SKIPPED_KEY] = json.dumps({str(p): list(r) for p, r in sorted(skipped.items())})
     step("commit", None)
-    committed = _commit(root, table, files, summary)
+    committed = _commit(root, table, files, summary, until)
     snapshot = committed.current_snapshot()
     return SyncResult(topic, topic_id, None if snapshot is None else snapshot.snapshot_id,
                       committed.metadata_location, records.num_rows, previous, offsets,
@@ -220,11 +226,14 @@ def _write(root: Root, topic: str, records: pa.Table) -> str:
     return path
 
 
-def _commit(root: Root, table: Table, files: list[str], summary: dict[str, str]) -> Table:
-    """Commit ``files`` onto exactly ``table``'s metadata.  When the commit did not land
-    (CommitFailedException: pinned elsewhere, or the pointer moved) the files are deleted,
-    no snapshot naming them; after any other error they may be named, and stay."""
+def _commit(root: Root, table: Table, files: list[str], summary: dict[str, str],
+            until: float | None = None) -> Table:
+    """Commit ``files`` onto exactly ``table``'s metadata, by ``until`` (layout.deadline).
+    When the commit did not land (CommitFailedException: pinned elsewhere, the pointer
+    moved, or too late) the files are deleted, no snapshot naming them; after any other
+    error they may be named, and stay."""
     catalog = RootCatalog(root.storage, pinned=table.metadata_location)
+    catalog.deadline = until
     pinned = Table(table.name(), table.metadata, table.metadata_location, table.io, catalog)
     try:
         tx = pinned.transaction()

@@ -1,0 +1,143 @@
+"""Snapshot expiry: old snapshots, the files only they named, and old pointer versions.
+
+One age bound (the table's ``history.expire.max-snapshot-age-ms``, an hour
+by default) says how long a reader may hold what it loaded, and how long a
+writer may take between writing a file and committing it (less: the commit
+window, layout.py).  So expiry removes
+
+* every snapshot but the newest whose successor was committed more than the
+  bound ago: until then a reader may still hold it as the newest;
+* every pointer version whose successor is older than the bound, with the
+  metadata file it named: a reader that read the pointer read it then;
+* every other file of the table (data files, manifests, manifest lists,
+  metadata files) that no retained snapshot or pointer version names and
+  that is older than the bound: an orphan of a writer that died or lost its
+  commit, never a file of a writer still inside its commit window.
+
+docs/tables.md ("Upkeep") argues each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgpack
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
+from pyiceberg.table.update.snapshot import ExpireSnapshots
+
+from .. import clock
+from ..errors import CommitFailedError
+from ..root.root import Root
+from ..storage.paths import table_dir, table_pointer_dir, version_path
+from .catalog import RootCatalog, table_identifier
+from .layout import DEFAULT_MAX_SNAPSHOT_AGE_MS, MAX_SNAPSHOT_AGE_KEY, int_property
+from .sync import MAX_ATTEMPTS
+
+_FILE_DIRS = ("data", "metadata")
+
+
+@dataclass(frozen=True)
+class Expired:
+    """What one expiry removed: snapshot ids, files and pointer versions (root paths)."""
+
+    topic: str
+    snapshots: tuple[int, ...] = ()
+    files: tuple[str, ...] = ()
+    pointer_versions: tuple[str, ...] = ()
+
+
+def expire_table(root: Root, topic: str, age_s: float | None = None,
+                 now_ms: int | None = None) -> Expired:
+    """Expire the topic's table by the age bound (``age_s``, else the table's property);
+    ``now_ms`` stands for the present (tests)."""
+    catalog = RootCatalog(root.storage)
+    now_ms = clock.now_ms() if now_ms is None else now_ms
+    for _ in range(MAX_ATTEMPTS):
+        table = catalog.load_table(table_identifier(topic))
+        age_ms = age_s * 1000 if age_s is not None else \
+            int_property(table, MAX_SNAPSHOT_AGE_KEY, DEFAULT_MAX_SNAPSHOT_AGE_MS)
+        cutoff_ms = now_ms - age_ms
+        # Listed before the retained files are read: a file written after this listing is
+        # no candidate, and one written before it is named by the metadata read below, or
+        # is an orphan, or belongs to a writer still inside its commit window (younger).
+        old = {f"{table_dir(topic)}/{d}/{name}" for d in _FILE_DIRS
+               for name, created in root.storage.list_times(f"{table_dir(topic)}/{d}")
+               if created * 1000 < cutoff_ms}
+        gone = expired_snapshots(table, cutoff_ms)
+        if gone:
+            try:
+                table = _commit_expiry(root, table, gone)
+            except CommitFailedException:
+                continue  # another writer committed first: from its metadata, again
+        versions = _trim_pointer(root, topic, cutoff_ms)
+        needed = _named_files(catalog, table) | _named_metadata(root, catalog, topic)
+        files = sorted(old - needed)
+        for path in files:
+            root.storage.delete(path)
+        return Expired(topic, tuple(gone), tuple(files), tuple(versions))
+    raise CommitFailedError(f"the expiry of topic {topic!r}'s table gave up after "
+                            f"{MAX_ATTEMPTS} commits lost to other writers")
+
+
+def expired_snapshots(table: Table, cutoff_ms: float) -> list[int]:
+    """Snapshots whose successor was committed before ``cutoff_ms``; never the newest."""
+    current = table.current_snapshot()
+    ordered = sorted(table.snapshots(), key=lambda s: s.sequence_number or 0)
+    return [s.snapshot_id for s, after in zip(ordered, ordered[1:])
+            if after.timestamp_ms < cutoff_ms and
+            (current is None or s.snapshot_id != current.snapshot_id)]
+
+
+def _commit_expiry(root: Root, table: Table, snapshot_ids: list[int]) -> Table:
+    catalog = RootCatalog(root.storage, pinned=table.metadata_location)
+    pinned = Table(table.name(), table.metadata, table.metadata_location, table.io, catalog)
+    tx = pinned.transaction()
+    ExpireSnapshots(tx).by_ids(snapshot_ids).commit()
+    return tx.commit_transaction()
+
+
+def _named_files(catalog: RootCatalog, table: Table) -> set[str]:
+    """Every data file, manifest and manifest list a snapshot of ``table`` names."""
+    named: set[str] = set()
+    for snapshot in table.snapshots():
+        named.add(catalog.relative(snapshot.manifest_list))
+        for manifest in snapshot.manifests(table.io):
+            path = catalog.relative(manifest.manifest_path)
+            if path in named:
+                continue  # an earlier snapshot's too: its entries are in already
+            named.add(path)
+            named.update(catalog.relative(e.data_file.file_path)
+                         for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True))
+    return named
+
+
+def _trim_pointer(root: Root, topic: str, cutoff_ms: float) -> list[str]:
+    """Pointer versions deleted whose successor is older than ``cutoff_ms``, oldest first;
+    the newest always stays.  A committer that read version v publishes v + 1 only if
+    absent, so deleting v once v + 1 exists never lets a commit through."""
+    directory = table_pointer_dir(topic)
+    times = sorted((int(n), t) for n, t in root.storage.list_times(directory) if n.isdigit())
+    deleted = []
+    for (version, _), (_, successor) in zip(times, times[1:]):
+        if successor * 1000 >= cutoff_ms:
+            break
+        path = version_path(directory, version)
+        root.storage.delete(path)
+        deleted.append(path)
+    return deleted
+
+
+def _named_metadata(root: Root, catalog: RootCatalog, topic: str) -> set[str]:
+    """The metadata files the remaining pointer versions name (listed after the trim)."""
+    directory = table_pointer_dir(topic)
+    named = set()
+    for name in root.storage.list(directory):
+        if not name.isdigit():
+            continue
+        try:
+            value = msgpack.unpackb(root.storage.read(f"{directory}/{name}"))
+        except FileNotFoundError:
+            continue  # trimmed meanwhile by another expiry
+        named.add(value["metadata"])
+    return named
