@@ -49,9 +49,8 @@ def read_table(spark: SparkSession, root: str, topic: str, **options: str) -> Da
     ``format("txlog")`` gives), the storage options (``txlog.storage.*``) and
     ``failOnDataLoss``; a typed table's two columns follow them.  The root, the topic and
     the positions are read_table's to set, and the read is read_committed (what a table
-    holds).  No table yet: the whole topic, from
-    offset 0.  A table built from another incarnation of the topic (deleted and
-    re-created): InconsistentTopicIdError.
+    holds).  No table yet: the whole topic, from offset 0.  A table built from another
+    incarnation of the topic (deleted and re-created): InconsistentTopicIdError.
     """
     snapshot = _newest_snapshot(root, topic, options)
     tail = (spark.read.format("txlog").options(**options).option("path", root)
@@ -81,7 +80,8 @@ def _typed(records: DataFrame, fields: pa.StructType) -> DataFrame:
             yield from with_typed_values(pa.Table.from_batches([batch]), fields).to_batches()
 
     # A new StructType: add() would change the DataFrame's own (cached) schema in place.
-    schema = StructType([*records.schema.fields, StructField(VALUE_FIELDS, from_arrow_type(fields)),
+    schema = StructType([*records.schema.fields,
+                         StructField(VALUE_FIELDS, from_arrow_type(fields)),
                          StructField(VALUE_ERROR, StringType())])
     return records.mapInArrow(parse, schema)
 
