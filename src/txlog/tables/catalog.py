@@ -26,6 +26,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pyarrow.fs import FileSystem, FSSpecHandler, PyFileSystem
 from pyiceberg.catalog import MetastoreCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.io import FileIO, OutputStream
@@ -38,6 +39,7 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from ..errors import StorageError
 from ..storage.chain import VersionChain
 from ..storage.contract import Storage
+from ..storage.object_store import FsspecStorage
 from ..storage.paths import TABLES_DIR, table_dir, table_pointer_dir
 
 if TYPE_CHECKING:
@@ -109,6 +111,14 @@ class StorageFileIO(PyArrowFileIO):
     def new_output(self, location: str) -> PyArrowFile:
         return _PublishedOutput(super().new_output(location), self._storage,
                                 self._relative(location))
+
+    def _initialize_fs(self, scheme: str, netloc: str | None = None) -> FileSystem:
+        """An object-store root's files are read through the root's own fsspec filesystem
+        (its endpoint and credentials), not one pyiceberg would build from properties."""
+        if isinstance(self._storage, FsspecStorage) and \
+                self._storage.url.startswith(f"{scheme}://"):
+            return PyFileSystem(FSSpecHandler(self._storage.fs))
+        return super()._initialize_fs(scheme, netloc)
 
 
 class RootCatalog(MetastoreCatalog):

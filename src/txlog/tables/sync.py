@@ -106,14 +106,20 @@ def open_table(root: Root, topic: str, topic_id: str, schema: pa.Schema | None =
         except TableAlreadyExistsError:
             pass  # another sync created it a moment ago: use theirs
     table = catalog.load_table(table_identifier(topic))
+    check_topic_id(table, topic, topic_id)
+    check_layout(table, desc)
+    return table
+
+
+def check_topic_id(table: Table, topic: str, topic_id: str) -> None:
+    """Refuse a table built from another incarnation of ``topic`` than ``topic_id``'s: a
+    sync never appends to it, and a reader never continues it with the new one's records."""
     held = covered(table).topic_id
     if held != topic_id:
         raise InconsistentTopicIdError(
             f"the table of topic {topic!r} holds topic id {held}, but the topic now has id "
-            f"{topic_id}: it was deleted and re-created, and a sync never mixes two "
+            f"{topic_id}: it was deleted and re-created, and a table never mixes two "
             f"incarnations in one table (move tables/{topic} away to start a new one)")
-    check_layout(table, desc)
-    return table
 
 
 def sync_table(root: Root, topic: str, pause: Pause | None = None) -> SyncResult:
@@ -215,7 +221,7 @@ def _write(root: Root, topic: str, records: pa.Table) -> str:
     sink = pa.BufferOutputStream()
     pq.write_table(records, sink)
     path = table_data_path(topic, uuid.uuid4().hex)
-    if not root.storage.publish_if_absent(path, sink.getvalue()):
+    if not root.storage.publish_if_absent(path, sink.getvalue().to_pybytes()):
         raise StorageError(f"data file {path} exists already")
     return path
 
