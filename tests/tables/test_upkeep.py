@@ -289,6 +289,20 @@ def test_expiry_removes_old_snapshots_their_files_and_old_orphans_only(log, tmp_
     assert sync_table(Root(tmp_path / "log"), TOPIC).records == 6
 
 
+def test_an_expiry_age_inside_the_writers_commit_window_is_refused(log, tmp_path):
+    """A bound shorter than the window would take a sync's uncommitted files for orphans,
+    whether an argument or the table's property sets it."""
+    root = synced_in_pieces(log, tmp_path, 1)
+    with pytest.raises(InvalidConfigError, match="age_s: 60000 ms"):
+        expire_table(root, TOPIC, age_s=60)
+    with load(root).transaction() as tx:
+        tx.set_properties({layout.MAX_SNAPSHOT_AGE_KEY: "60000"})
+    files = all_files(root)
+    with pytest.raises(InvalidConfigError, match=layout.MAX_SNAPSHOT_AGE_KEY):
+        expire_table(root, TOPIC, now_ms=int(time.time() * 1000) + 2 * HOUR_MS)
+    assert all_files(root) == files
+
+
 def test_expiry_keeps_a_snapshot_until_its_successor_is_older_than_the_bound(log, tmp_path):
     """A reader may hold a snapshot for as long as it was the newest, plus the bound."""
     root = synced_in_pieces(log, tmp_path, 2)

@@ -27,11 +27,12 @@ from pyiceberg.table import Table
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from .. import clock
-from ..errors import CommitFailedError
+from ..errors import CommitFailedError, InvalidConfigError
 from ..root.root import Root
 from ..storage.paths import table_dir, table_pointer_dir, version_path
 from .catalog import RootCatalog, table_identifier
-from .layout import DEFAULT_MAX_SNAPSHOT_AGE_MS, MAX_SNAPSHOT_AGE_KEY, int_property
+from .layout import (COMMIT_WINDOW_S, DEFAULT_MAX_SNAPSHOT_AGE_MS, MAX_SNAPSHOT_AGE_KEY,
+                     int_property)
 from .sync import MAX_ATTEMPTS
 
 _FILE_DIRS = ("data", "metadata")
@@ -57,6 +58,12 @@ def expire_table(root: Root, topic: str, age_s: float | None = None,
         table = catalog.load_table(table_identifier(topic))
         age_ms = age_s * 1000 if age_s is not None else \
             int_property(table, MAX_SNAPSHOT_AGE_KEY, DEFAULT_MAX_SNAPSHOT_AGE_MS)
+        if age_ms <= COMMIT_WINDOW_S * 1000:  # the bound alone keeps writers' files
+            source = "age_s" if age_s is not None else f"table property {MAX_SNAPSHOT_AGE_KEY}"
+            raise InvalidConfigError(
+                f"the expiry age of topic {topic!r}'s table ({source}: {age_ms:g} ms) must "
+                f"exceed the writers' commit window of {COMMIT_WINDOW_S * 1000:.0f} ms: a "
+                "sync's files not committed yet would be taken for orphans")
         cutoff_ms = now_ms - age_ms
         # Listed before the retained files are read: a file written after this listing is
         # no candidate, and one written before it is named by the metadata read below, or
