@@ -2,7 +2,8 @@
 
 Builds a topic of ``--rows`` rows of ``--dataset`` (bench_datasets.py) written
 by a transactional producer in ``--syncs`` committed transactions, the table
-synced after each, then a tail of ``--tail`` of the rows (a fraction) committed
+synced after each (each sync timed: the first ten against the last ten, issue
+35's sync-cost goal) and compacted once at the end, then a tail of ``--tail`` of the rows (a fraction) committed
 past the newest snapshot.  Spark then writes the topic's records (read once
 through ``format("txlog")``) as Parquet, and the two reads are timed into the
 ``noop`` sink, taking turns (spark_batch_benchmark.paired: a warm-up, then the
@@ -26,11 +27,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import tempfile
 import time
 
 from bench_datasets import DATASETS, dataset
-from spark_batch_benchmark import paired
+from spark_batch_benchmark import paired, timed
 
 from txlog import Log
 
@@ -39,8 +41,11 @@ PARTITIONS = 4
 
 
 def build(path: str, name: str, rows: int, syncs: int, tail: float) -> int:
-    """The topic and its table; returns the number of rows synced."""
+    """The topic and its table, synced after each of ``syncs`` transactions and then
+    maintained (one compaction, as a ``txlog maintain`` pass after the last sync); returns
+    the number of rows synced.  Prints each sync's cost early and late in the history."""
     from txlog.tables.sync import sync_table
+    from txlog.tables.upkeep import compact_table
 
     log = Log(path)
     log.create_topic(TOPIC, partitions=PARTITIONS)
@@ -50,16 +55,23 @@ def build(path: str, name: str, rows: int, syncs: int, tail: float) -> int:
     producer.init_transactions()
     bounds = [synced * i // syncs for i in range(syncs + 1)] + [rows]
     started = time.perf_counter()
+    costs = []
     for i, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False)):
         if hi > lo:
             producer.begin_transaction()
             producer.send_table(TOPIC, records.slice(lo, hi - lo))
             producer.commit_transaction()
         if i < syncs:
-            sync_table(log.services, TOPIC)
+            costs.append(timed(lambda: sync_table(log.services, TOPIC)))
     producer.close()
     print(f"built in {time.perf_counter() - started:.1f} s: {synced} rows in {syncs} syncs, "
           f"a tail of {rows - synced}")
+    window = min(10, len(costs))
+    early, late = statistics.median(costs[:window]), statistics.median(costs[-window:])
+    print(f"one sync, median of syncs 1-{window}: {early * 1000:.1f} ms; of the last "
+          f"{window} (history of {syncs}): {late * 1000:.1f} ms; ratio {late / early:.2f}")
+    compacted = timed(lambda: compact_table(log.services, TOPIC))
+    print(f"maintained: one compaction in {compacted:.1f} s")
     return synced
 
 
@@ -92,8 +104,10 @@ def main() -> None:
     table_bytes = _bytes(os.path.join(log_path, "tables"))
     topic_bytes = _bytes(log_path) - table_bytes  # the root's objects besides the table's
     print(f"{args.rows} rows of {args.dataset}, local[2]; scratch {scratch}")
+    named = sum(os.path.getsize(f.removeprefix("file://")) for f in described.files)
     print(f"table: {len(described.files)} data files, {described.records} records\n"
-          f"{'bytes, topic':>34}: {topic_bytes:>13,}\n{'table':>34}: {table_bytes:>13,}\n"
+          f"{'bytes, topic':>34}: {topic_bytes:>13,}\n{'table (all files)':>34}: "
+          f"{table_bytes:>13,}\n{'data files the snapshot names':>34}: {named:>13,}\n"
           f"{'parquet written by Spark':>34}: {_bytes(parquet_path):>13,}\n")
 
     def through_table() -> None:
