@@ -303,6 +303,31 @@ def test_an_expiry_age_inside_the_writers_commit_window_is_refused(log, tmp_path
     assert all_files(root) == files
 
 
+def test_snapshots_past_the_count_go_young_but_their_files_stay_for_the_bound(log, tmp_path):
+    """At most txlog.expire.max-snapshots stay in the metadata, however young, so that an
+    append's cost does not grow with the table's history; the files only they named are
+    old by their creation (as a compaction's inputs are) yet a reader may hold them, so
+    the retired record keeps them for the bound from the expiry."""
+    root = synced_in_pieces(log, tmp_path, 4)
+    compact_table(root, TOPIC, min_files=2)
+    with load(root).transaction() as tx:
+        tx.set_properties({layout.MAX_SNAPSHOTS_KEY: "2"})
+    before = rows(root)
+    replaced = all_files(root) - {RootCatalog(root.storage).relative(f.file_path)
+                                  for f in data_files(root)}
+    for path in all_files(root):
+        age(root, path, -2 * 3600)  # written two hours ago: old by their creation
+    done = expire_table(root, TOPIC)
+    assert len(load(root).snapshots()) == 2 and len(done.snapshots) == 3  # of 4 syncs + 1
+    assert done.files == () and all_files(root) >= replaced
+    assert root.storage.list(f"{table_dir(TOPIC)}/retired")
+    later = expire_table(root, TOPIC, now_ms=int(time.time() * 1000) + 2 * HOUR_MS)
+    old_data = {p for p in replaced if "/data/" in p}
+    assert old_data and old_data <= set(later.files)
+    assert root.storage.list(f"{table_dir(TOPIC)}/retired") == []
+    assert checksum(rows(root)) == checksum(before)
+
+
 def test_expiry_keeps_a_snapshot_until_its_successor_is_older_than_the_bound(log, tmp_path):
     """A reader may hold a snapshot for as long as it was the newest, plus the bound."""
     root = synced_in_pieces(log, tmp_path, 2)

@@ -161,6 +161,11 @@ def table_pointer_dir(topic: str) -> str:
     return f"{table_dir(topic)}/pointer"
 
 
+def table_retired_dir(topic: str) -> str:
+    """Records of the files of snapshots expired by count, kept for the age bound."""
+    return f"{table_dir(topic)}/retired"
+
+
 def table_data_path(topic: str, name: str) -> str:
     """A data file a sync writes (a unique name: two syncs never write the same file)."""
     return f"{table_dir(topic)}/data/{name}.parquet"

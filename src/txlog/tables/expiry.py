@@ -7,32 +7,42 @@ window, layout.py).  So expiry removes
 
 * every snapshot but the newest whose successor was committed more than the
   bound ago: until then a reader may still hold it as the newest;
+* every snapshot but the newest ``txlog.expire.max-snapshots`` (20 by
+  default), however young: each append copies the whole metadata, every
+  snapshot included, many times over (benchmarks/README.md), so a table
+  holding an hour of syncs would make each sync slower the more often it
+  runs.  The files such a snapshot names may still be held by a reader, so
+  a *retired record* listing them is published before the snapshot leaves
+  the metadata, and keeps them for the bound from its own creation;
 * every pointer version whose successor is older than the bound, with the
   metadata file it named: a reader that read the pointer read it then;
 * every other file of the table (data files, manifests, manifest lists,
   metadata files) that no retained snapshot or pointer version names and
-  that is older than the bound: an orphan of a writer that died or lost its
-  commit, never a file of a writer still inside its commit window.
+  that is older than the bound and that no retired record younger than the
+  bound lists: an orphan of a writer that died or lost its commit, never a
+  file of a writer still inside its commit window.
 
 docs/tables.md ("Upkeep") argues each.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 import msgpack
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from .. import clock
 from ..errors import CommitFailedError, InvalidConfigError
 from ..root.root import Root
-from ..storage.paths import table_dir, table_pointer_dir, version_path
+from ..storage.paths import table_dir, table_pointer_dir, table_retired_dir, version_path
 from .catalog import RootCatalog, table_identifier
-from .layout import (COMMIT_WINDOW_S, DEFAULT_MAX_SNAPSHOT_AGE_MS, MAX_SNAPSHOT_AGE_KEY,
-                     int_property)
+from .layout import (COMMIT_WINDOW_S, DEFAULT_MAX_SNAPSHOTS, DEFAULT_MAX_SNAPSHOT_AGE_MS,
+                     MAX_SNAPSHOT_AGE_KEY, MAX_SNAPSHOTS_KEY, int_property)
 from .sync import MAX_ATTEMPTS
 
 _FILE_DIRS = ("data", "metadata")
@@ -71,29 +81,71 @@ def expire_table(root: Root, topic: str, age_s: float | None = None,
         old = {f"{table_dir(topic)}/{d}/{name}" for d in _FILE_DIRS
                for name, created in root.storage.list_times(f"{table_dir(topic)}/{d}")
                if created * 1000 < cutoff_ms}
-        gone = expired_snapshots(table, cutoff_ms)
+        gone, young = expired_snapshots(table, cutoff_ms, max(
+            int_property(table, MAX_SNAPSHOTS_KEY, DEFAULT_MAX_SNAPSHOTS), 1))
         if gone:
+            if young:  # durable before the snapshots leave the metadata
+                _retire(root, catalog, table, young)
             try:
                 table = _commit_expiry(root, table, gone)
             except CommitFailedException:
                 continue  # another writer committed first: from its metadata, again
         versions = _trim_pointer(root, topic, cutoff_ms)
+        # Listed after the metadata above was loaded: a record that expiry's commit
+        # depended on was published before that commit, so before this load.
+        records, retired = _retired(root, topic, cutoff_ms)
         needed = _named_files(catalog, table) | _named_metadata(root, catalog, topic)
-        files = sorted(old - needed)
-        for path in files:
+        files = sorted(old - needed - retired)
+        for path in files + records:
             root.storage.delete(path)
         return Expired(topic, tuple(gone), tuple(files), tuple(versions))
     raise CommitFailedError(f"the expiry of topic {topic!r}'s table gave up after "
                             f"{MAX_ATTEMPTS} commits lost to other writers")
 
 
-def expired_snapshots(table: Table, cutoff_ms: float) -> list[int]:
-    """Snapshots whose successor was committed before ``cutoff_ms``; never the newest."""
+def expired_snapshots(table: Table, cutoff_ms: float, keep: int
+                      ) -> tuple[list[int], list[Snapshot]]:
+    """The snapshots to expire: those whose successor was committed before ``cutoff_ms``,
+    and all but the newest ``keep``; never the current one.  Second, those of them a
+    reader may still hold (their successor is younger): their files need a record."""
     current = table.current_snapshot()
     ordered = sorted(table.snapshots(), key=lambda s: s.sequence_number or 0)
-    return [s.snapshot_id for s, after in zip(ordered, ordered[1:])
-            if after.timestamp_ms < cutoff_ms and
-            (current is None or s.snapshot_id != current.snapshot_id)]
+    surplus = len(ordered) - keep
+    gone, young = [], []
+    for i, (snapshot, after) in enumerate(zip(ordered, ordered[1:])):
+        if current is not None and snapshot.snapshot_id == current.snapshot_id:
+            continue
+        if after.timestamp_ms < cutoff_ms:
+            gone.append(snapshot.snapshot_id)
+        elif i < surplus:
+            gone.append(snapshot.snapshot_id)
+            young.append(snapshot)
+    return gone, young
+
+
+def _retire(root: Root, catalog: RootCatalog, table: Table, snapshots: list[Snapshot]) -> None:
+    """Publish the record of the files ``snapshots`` name (its creation time starts the
+    bound for them; a record of files still named elsewhere only keeps them longer)."""
+    names = sorted(_files_of(catalog, table, snapshots))
+    path = f"{table_retired_dir(table.name()[1])}/{uuid.uuid4().hex}"
+    root.storage.publish_if_absent(path, msgpack.packb(names))
+
+
+def _retired(root: Root, topic: str, cutoff_ms: float) -> tuple[list[str], set[str]]:
+    """The records older than the bound (they protect nothing now), and the files the
+    younger ones list."""
+    directory = table_retired_dir(topic)
+    old, kept = [], set()
+    for name, created in root.storage.list_times(directory):
+        path = f"{directory}/{name}"
+        if created * 1000 < cutoff_ms:
+            old.append(path)
+            continue
+        try:
+            kept.update(msgpack.unpackb(root.storage.read(path)))
+        except FileNotFoundError:
+            continue  # deleted by another expiry, which found it old: so is it now
+    return old, kept
 
 
 def _commit_expiry(root: Root, table: Table, snapshot_ids: list[int]) -> Table:
@@ -106,8 +158,13 @@ def _commit_expiry(root: Root, table: Table, snapshot_ids: list[int]) -> Table:
 
 def _named_files(catalog: RootCatalog, table: Table) -> set[str]:
     """Every data file, manifest and manifest list a snapshot of ``table`` names."""
+    return _files_of(catalog, table, table.snapshots())
+
+
+def _files_of(catalog: RootCatalog, table: Table, snapshots: list[Snapshot]) -> set[str]:
+    """Every data file, manifest and manifest list ``snapshots`` (of ``table``) name."""
     named: set[str] = set()
-    for snapshot in table.snapshots():
+    for snapshot in snapshots:
         named.add(catalog.relative(snapshot.manifest_list))
         for manifest in snapshot.manifests(table.io):
             path = catalog.relative(manifest.manifest_path)
