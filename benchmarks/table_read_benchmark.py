@@ -3,8 +3,10 @@
 Builds a topic of ``--rows`` rows of ``--dataset`` (bench_datasets.py) written
 by a transactional producer in ``--syncs`` committed transactions, the table
 synced after each (each sync timed: the first ten against the last ten, issue
-35's sync-cost goal) and compacted once at the end, then a tail of ``--tail`` of the rows (a fraction) committed
-past the newest snapshot.  Spark then writes the topic's records (read once
+35's sync-cost goal; with ``--upkeep-every N`` compacted and expired after
+every Nth sync, as ``txlog maintain`` passes do) and compacted once at the
+end, then a tail of ``--tail`` of the rows (a fraction) committed past the
+newest snapshot.  Spark then writes the topic's records (read once
 through ``format("txlog")``) as Parquet, and the two reads are timed into the
 ``noop`` sink, taking turns (spark_batch_benchmark.paired: a warm-up, then the
 median of ``--runs``):
@@ -40,10 +42,12 @@ TOPIC = "bench"
 PARTITIONS = 4
 
 
-def build(path: str, name: str, rows: int, syncs: int, tail: float) -> int:
+def build(path: str, name: str, rows: int, syncs: int, tail: float, upkeep: int) -> int:
     """The topic and its table, synced after each of ``syncs`` transactions and then
-    maintained (one compaction, as a ``txlog maintain`` pass after the last sync); returns
+    maintained (one compaction, as a ``txlog maintain`` pass after the last sync; with
+    ``upkeep`` N, also a compaction and an expiry after every Nth sync, untimed); returns
     the number of rows synced.  Prints each sync's cost early and late in the history."""
+    from txlog.tables.expiry import expire_table
     from txlog.tables.sync import sync_table
     from txlog.tables.upkeep import compact_table
 
@@ -63,6 +67,9 @@ def build(path: str, name: str, rows: int, syncs: int, tail: float) -> int:
             producer.commit_transaction()
         if i < syncs:
             costs.append(timed(lambda: sync_table(log.services, TOPIC)))
+            if upkeep and (i + 1) % upkeep == 0:
+                compact_table(log.services, TOPIC)
+                expire_table(log.services, TOPIC)
     producer.close()
     print(f"built in {time.perf_counter() - started:.1f} s: {synced} rows in {syncs} syncs, "
           f"a tail of {rows - synced}")
@@ -88,6 +95,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--dataset", choices=DATASETS, default="events")
     parser.add_argument("--dir", help="scratch directory (default: a temporary one)")
+    parser.add_argument("--upkeep-every", type=int, default=0, metavar="N",
+                        help="compact and expire the table after every Nth sync (0: never)")
     args = parser.parse_args()
 
     from txlog.spark import read_table
@@ -96,7 +105,7 @@ def main() -> None:
 
     scratch = args.dir or tempfile.mkdtemp(prefix="txlog-table-bench-")
     log_path, parquet_path = os.path.join(scratch, "log"), os.path.join(scratch, "parquet")
-    build(log_path, args.dataset, args.rows, args.syncs, args.tail)
+    build(log_path, args.dataset, args.rows, args.syncs, args.tail, args.upkeep_every)
     described = describe_table(Log(log_path).services, TOPIC)
     spark = spark_session("txlog-table-benchmark", master="local[2]")
     spark.read.format("txlog").option("path", log_path).option("subscribe", TOPIC).load() \

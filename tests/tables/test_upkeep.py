@@ -305,9 +305,10 @@ def test_an_expiry_age_inside_the_writers_commit_window_is_refused(log, tmp_path
 
 def test_snapshots_past_the_count_go_young_but_their_files_stay_for_the_bound(log, tmp_path):
     """At most txlog.expire.max-snapshots stay in the metadata, however young, so that an
-    append's cost does not grow with the table's history; the files only they named are
-    old by their creation (as a compaction's inputs are) yet a reader may hold them, so
-    the retired record keeps them for the bound from the expiry."""
+    append's cost does not grow with the table's history, and as many pointer versions;
+    the files only they named are old by their creation (as a compaction's inputs are)
+    yet a reader may hold them, so the retired records keep them for the bound from the
+    expiry."""
     root = synced_in_pieces(log, tmp_path, 4)
     compact_table(root, TOPIC, min_files=2)
     with load(root).transaction() as tx:
@@ -319,7 +320,8 @@ def test_snapshots_past_the_count_go_young_but_their_files_stay_for_the_bound(lo
         age(root, path, -2 * 3600)  # written two hours ago: old by their creation
     done = expire_table(root, TOPIC)
     assert len(load(root).snapshots()) == 2 and len(done.snapshots) == 3  # of 4 syncs + 1
-    assert done.files == () and all_files(root) >= replaced
+    assert done.files == () and all_files(root) >= replaced  # metadata files included
+    assert len(root.storage.list(table_pointer_dir(TOPIC))) == 2  # pointer versions too
     assert root.storage.list(f"{table_dir(TOPIC)}/retired")
     later = expire_table(root, TOPIC, now_ms=int(time.time() * 1000) + 2 * HOUR_MS)
     old_data = {p for p in replaced if "/data/" in p}

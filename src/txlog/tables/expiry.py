@@ -81,20 +81,20 @@ def expire_table(root: Root, topic: str, age_s: float | None = None,
         old = {f"{table_dir(topic)}/{d}/{name}" for d in _FILE_DIRS
                for name, created in root.storage.list_times(f"{table_dir(topic)}/{d}")
                if created * 1000 < cutoff_ms}
-        gone, young = expired_snapshots(table, cutoff_ms, max(
-            int_property(table, MAX_SNAPSHOTS_KEY, DEFAULT_MAX_SNAPSHOTS), 1))
+        keep = max(int_property(table, MAX_SNAPSHOTS_KEY, DEFAULT_MAX_SNAPSHOTS), 1)
+        gone, young = expired_snapshots(table, cutoff_ms, keep)
         if gone:
             if young:  # durable before the snapshots leave the metadata
-                _retire(root, catalog, table, young)
+                _retire(root, topic, sorted(_files_of(catalog, table, young)))
             try:
                 table = _commit_expiry(root, table, gone)
             except CommitFailedException:
                 continue  # another writer committed first: from its metadata, again
-        versions = _trim_pointer(root, topic, cutoff_ms)
+        versions = _trim_pointer(root, topic, cutoff_ms, keep)
         # Listed after the metadata above was loaded: a record that expiry's commit
         # depended on was published before that commit, so before this load.
         records, retired = _retired(root, topic, cutoff_ms)
-        needed = _named_files(catalog, table) | _named_metadata(root, catalog, topic)
+        needed = _named_files(catalog, table) | _named_metadata(root, topic)
         files = sorted(old - needed - retired)
         for path in files + records:
             root.storage.delete(path)
@@ -123,11 +123,11 @@ def expired_snapshots(table: Table, cutoff_ms: float, keep: int
     return gone, young
 
 
-def _retire(root: Root, catalog: RootCatalog, table: Table, snapshots: list[Snapshot]) -> None:
-    """Publish the record of the files ``snapshots`` name (its creation time starts the
-    bound for them; a record of files still named elsewhere only keeps them longer)."""
-    names = sorted(_files_of(catalog, table, snapshots))
-    path = f"{table_retired_dir(table.name()[1])}/{uuid.uuid4().hex}"
+def _retire(root: Root, topic: str, names: list[str]) -> None:
+    """Publish the record of ``names``, files a reader may still hold that nothing will
+    name: its creation time starts the bound for them (a record of files still named
+    elsewhere only keeps them longer)."""
+    path = f"{table_retired_dir(topic)}/{uuid.uuid4().hex}"
     root.storage.publish_if_absent(path, msgpack.packb(names))
 
 
@@ -176,32 +176,47 @@ def _files_of(catalog: RootCatalog, table: Table, snapshots: list[Snapshot]) -> 
     return named
 
 
-def _trim_pointer(root: Root, topic: str, cutoff_ms: float) -> list[str]:
-    """Pointer versions deleted whose successor is older than ``cutoff_ms``, oldest first;
-    the newest always stays.  A committer that read version v publishes v + 1 only if
-    absent, so deleting v once v + 1 exists never lets a commit through."""
+def _trim_pointer(root: Root, topic: str, cutoff_ms: float, keep: int) -> list[str]:
+    """Pointer versions deleted, oldest first: those whose successor is older than
+    ``cutoff_ms``, and all but the newest ``keep`` (a new catalog lists them all); the
+    newest always stays.  A committer that read version v publishes v + 1 only if absent,
+    so deleting v once v + 1 exists never lets a commit through.  A reader that read v
+    may still read the metadata file it names, so for versions whose successor is young
+    that file goes into a retired record first."""
     directory = table_pointer_dir(topic)
     times = sorted((int(n), t) for n, t in root.storage.list_times(directory) if n.isdigit())
+    doomed, young = [], []
+    for i, ((version, _), (_, successor)) in enumerate(zip(times, times[1:])):
+        if successor * 1000 < cutoff_ms:
+            doomed.append(version)
+        elif i < len(times) - keep:
+            doomed.append(version)
+            young.append(version)
+    if young:
+        _retire(root, topic, sorted(_metadata_of(root, directory, young)))
     deleted = []
-    for (version, _), (_, successor) in zip(times, times[1:]):
-        if successor * 1000 >= cutoff_ms:
-            break
+    for version in doomed:
         path = version_path(directory, version)
         root.storage.delete(path)
         deleted.append(path)
     return deleted
 
 
-def _named_metadata(root: Root, catalog: RootCatalog, topic: str) -> set[str]:
-    """The metadata files the remaining pointer versions name (listed after the trim)."""
-    directory = table_pointer_dir(topic)
+def _metadata_of(root: Root, directory: str, versions: list[int]) -> set[str]:
+    """The metadata files pointer ``versions`` name (one deleted meanwhile: skipped, its
+    deleter took care of it)."""
     named = set()
-    for name in root.storage.list(directory):
-        if not name.isdigit():
-            continue
+    for version in versions:
         try:
-            value = msgpack.unpackb(root.storage.read(f"{directory}/{name}"))
+            value = msgpack.unpackb(root.storage.read(version_path(directory, version)))
         except FileNotFoundError:
-            continue  # trimmed meanwhile by another expiry
+            continue
         named.add(value["metadata"])
     return named
+
+
+def _named_metadata(root: Root, topic: str) -> set[str]:
+    """The metadata files the remaining pointer versions name (listed after the trim)."""
+    directory = table_pointer_dir(topic)
+    return _metadata_of(root, directory, [int(n) for n in root.storage.list(directory)
+                                          if n.isdigit()])
