@@ -8,11 +8,12 @@ once, fresh, for the whole walk.  ``Log`` and the ``Maintainer`` both call it.
 
 from __future__ import annotations
 
-from ..errors import OffsetOutOfRangeError
+from ..errors import InvalidConfigError, OffsetOutOfRangeError
 from ..partition.compaction import DEFAULT_BUFFER_BYTES, DEFAULT_MIN_BATCHES, Compacted
 from ..partition.retention import Retained
 from ..partition.segment_merge import Merged
 from ..root.root import Root
+from ..root.topics import TABLE_HOLD_RETENTION
 
 
 def partitions_of(root: Root, topic: str, partitions: list[int] | None) -> list[int]:
@@ -54,11 +55,26 @@ def merge_segments(root: Root, topic: str, partitions: list[int] | None = None,
 
 def apply_retention(root: Root, topic: str, partitions: list[int] | None = None,
                     now_ms: int | None = None) -> dict[int, Retained]:
-    """``Log.apply_retention``: the oldest segments the topic's retention allows deleted."""
+    """``Log.apply_retention``: the oldest segments the topic's retention allows deleted;
+    with ``txlog.table.hold-retention``, none past what the topic's table covers."""
     desc = root.describe_topic(topic, refresh=True)
+    held = _table_offsets(root, topic) if desc.setting(TABLE_HOLD_RETENTION) == "true" \
+        else None
     return {p: root.partition(topic, p).apply_retention(
-                desc.setting("retention.ms"), desc.setting("retention.bytes"), now_ms)
+                desc.setting("retention.ms"), desc.setting("retention.bytes"), now_ms,
+                None if held is None else held.get(p, 0))
             for p in partitions_of(root, topic, partitions)}
+
+
+def _table_offsets(root: Root, topic: str) -> dict[int, int]:
+    """The offsets the topic's table covers (none yet: nothing), for the retention hold."""
+    try:
+        from ..tables.readers import covered_offsets
+    except ImportError as exc:
+        raise InvalidConfigError(
+            f"topic {topic!r} sets {TABLE_HOLD_RETENTION}=true, which needs the tables "
+            f"extra (pip install 'txlog[tables]') to read its table: {exc}") from None
+    return covered_offsets(root, topic)
 
 
 def delete_records(root: Root, offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:

@@ -29,9 +29,8 @@ def add_topics(commands: Any, leaf_parser: LeafParser) -> None:
                              f"(1 to {MAX_NAME_LENGTH})")
     create.add_argument("--partitions", metavar="N", type=positive_int, required=True,
                         help=f"number of partitions (1 to {MAX_PARTITIONS})")
-    create.add_argument("--config", metavar="KEY=VALUE", type=config_item, action="append",
-                        default=[],
-                        help="topic setting, repeatable: message.timestamp.type="
+    create.add_argument("--config", metavar="KEY=VALUE", type=config_item, default=[],
+                        action="append", help="topic setting, repeatable: message.timestamp.type="
                              "CreateTime|LogAppendTime, max.message.bytes=N, and those "
                              "'topics alter --config' sets")
     describe = leaf_parser(
@@ -43,8 +42,7 @@ def add_topics(commands: Any, leaf_parser: LeafParser) -> None:
     describe.add_argument("name", metavar="NAME", help="topic name")
     json_option(describe)
     alter = leaf_parser(
-        topic_cmds, "alter", help="add partitions to a topic or change its retention and "
-                                  "segment settings",
+        topic_cmds, "alter", help="add partitions to a topic or change its settings",
         description="Add partitions to a topic (partitions are never removed): existing "
                     "records stay where they are; keyed records sent from now on may hash "
                     "to a new partition, as in Kafka, and readers subscribed to the topic, "
@@ -54,9 +52,10 @@ def add_topics(commands: Any, leaf_parser: LeafParser) -> None:
                     "retention' read them. And txlog's own txlog.table.sync: true has "
                     "'txlog maintain' sync the topic's Iceberg table before each retention "
                     "run; txlog.table.time-bucket (hour, day or none; default day) is its "
-                    "partition spec's time bucket; txlog.value.format=json with "
-                    "txlog.value.schema (a JSON object of field name -> type) has the sync "
-                    "parse values into typed columns (docs/tables.md).")
+                    "partition spec's time bucket; txlog.table.hold-retention=true keeps "
+                    "retention from deleting a segment the table has not taken; txlog.value."
+                    "format=json with txlog.value.schema (a JSON object of field name -> "
+                    "type) has the sync parse values into typed columns (docs/tables.md).")
     alter.add_argument("name", metavar="NAME", help="topic name")
     alter.add_argument("--partitions", metavar="N", type=positive_int,
                        help="the new total number of partitions (more than now, at most "
@@ -65,8 +64,9 @@ def add_topics(commands: Any, leaf_parser: LeafParser) -> None:
                        default=[],
                        help="set a setting, repeatable: retention.ms=MS, retention.bytes=N "
                             f"(-1: no limit), segment.bytes=N (at least {MIN_SEGMENT_BYTES}), "
-                            "txlog.table.sync=true|false, txlog.table.time-bucket=hour|"
-                            "day|none, txlog.value.format=none|json, txlog.value.schema=JSON")
+                            "txlog.table.sync=true|false, txlog.table.time-bucket=hour|day|"
+                            "none, txlog.table.hold-retention=true|false, txlog.value.format"
+                            "=none|json, txlog.value.schema=JSON")
     alter.add_argument("--delete-config", metavar="KEY", action="append", default=[],
                        help="remove a setting, back to Kafka's default (repeatable)")
     delete = leaf_parser(

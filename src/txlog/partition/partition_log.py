@@ -196,6 +196,6 @@ class PartitionLog:
         return retire_batches(self._states, self._cache.compacted_end(refresh=True))
 
     def apply_retention(self, retention_ms: int = -1, retention_bytes: int = -1,
-                        now_ms: int | None = None) -> Retained:
+                        now_ms: int | None = None, held_from: int | None = None) -> Retained:
         """Delete the oldest whole segments that retention allows (retention.py)."""
-        return apply_retention(self._states, retention_ms, retention_bytes, now_ms)
+        return apply_retention(self._states, retention_ms, retention_bytes, now_ms, held_from)

@@ -41,14 +41,15 @@ class Retained:
 
 
 def apply_retention(states: StateManager, retention_ms: int = -1, retention_bytes: int = -1,
-                    now_ms: int | None = None) -> Retained:
+                    now_ms: int | None = None, held_from: int | None = None) -> Retained:
     """Delete the oldest segments that retention allows (Kafka's rules, whole segments).
 
     A segment goes when its newest record is older than ``retention_ms``, or
     while the partition without it still holds ``retention_bytes`` or more;
     -1 disables a rule.  A segment that ends at or below the log start
     recorded by delete-records goes whatever the rules say.  The newest
-    segment always stays.
+    segment always stays, and so does every segment that ends past
+    ``held_from`` (records a reader, the topic's table, has not taken yet).
     """
     now_ms = clock.now_ms() if now_ms is None else now_ms
     cache = states.cache
@@ -66,7 +67,8 @@ def apply_retention(states: StateManager, retention_ms: int = -1, retention_byte
     start = max(pieces[0].start if pieces else 0, recorded[-1] if recorded else 0)
     doomed = []
     if len(heads) >= 2 and (retention_ms >= 0 or retention_bytes >= 0 or recorded):
-        doomed = _doomed(states, heads, start, retention_ms, retention_bytes, now_ms)
+        doomed = _doomed(states, heads, start, retention_ms, retention_bytes, now_ms,
+                         held_from)
     _delete_below(states, doomed, hidden, recorded)
     log_start = cache.log_start()  # listed again: another retention may have run meanwhile
     if doomed:
@@ -76,7 +78,7 @@ def apply_retention(states: StateManager, retention_ms: int = -1, retention_byte
 
 
 def _doomed(states: StateManager, heads: list[tuple[SegmentPiece, SegmentHead]], start: int,
-            retention_ms: int, retention_bytes: int, now_ms: int
+            retention_ms: int, retention_bytes: int, now_ms: int, held_from: int | None
             ) -> list[tuple[SegmentPiece, SegmentHead]]:
     """The oldest segments that the rules or the log ``start`` let go, oldest first, up
     to the first that must stay (never the newest).  It only reads: deciding is kept
@@ -88,6 +90,8 @@ def _doomed(states: StateManager, heads: list[tuple[SegmentPiece, SegmentHead]],
     for piece, head in heads[:-1]:
         assert piece.end is not None  # pieces() fills every end in
         by_start = piece.end <= start
+        if not by_start and held_from is not None and piece.end > held_from:
+            break
         by_size = retention_bytes >= 0 and total - head.total_length >= retention_bytes
         by_time = False
         if retention_ms >= 0 and not (by_start or by_size):

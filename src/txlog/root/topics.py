@@ -33,9 +33,12 @@ TABLE_SYNC = "txlog.table.sync"
 # partition), fixed when the table is created (docs/tables.md, "Layout"); unset: day.
 TABLE_TIME_BUCKET = "txlog.table.time-bucket"
 TIME_BUCKETS = ("hour", "day", "none")
+# txlog's own key: "true" keeps retention's time and size rules from deleting a segment
+# that holds records the topic's table does not cover yet (docs/tables.md).
+TABLE_HOLD_RETENTION = "txlog.table.hold-retention"
 # What ``alter_topic_config`` may change: keys that appenders do not cache.
 ALTERABLE_CONFIG = ("retention.ms", "retention.bytes", "segment.bytes", TABLE_SYNC,
-                    TABLE_TIME_BUCKET, VALUE_FORMAT, VALUE_SCHEMA)
+                    TABLE_TIME_BUCKET, TABLE_HOLD_RETENTION, VALUE_FORMAT, VALUE_SCHEMA)
 
 
 def _int_at_least(low: int) -> Any:
@@ -54,6 +57,7 @@ _CONFIG_RULES = {
     "retention.bytes": _int_at_least(-1),  # -1: no limit by size
     "segment.bytes": _int_at_least(MIN_SEGMENT_BYTES),
     TABLE_SYNC: lambda v: None if v in ("true", "false") else "true or false",
+    TABLE_HOLD_RETENTION: lambda v: None if v in ("true", "false") else "true or false",
     TABLE_TIME_BUCKET: lambda v: None if v in TIME_BUCKETS else f"one of {TIME_BUCKETS}",
     # txlog's own too: how a sync parses the values into typed columns (value_schema.py).
     VALUE_FORMAT: lambda v: None if v in VALUE_FORMATS else f"one of {VALUE_FORMATS}",

@@ -71,3 +71,15 @@ def newest_snapshot(root: Root, topic: str) -> NewestSnapshot:
     return NewestSnapshot(topic, desc.topic_id, desc.partitions, table.metadata_location,
                           None if snapshot is None else snapshot.snapshot_id, files, schema,
                           covered(table).offsets, fields)
+
+
+def covered_offsets(root: Root, topic: str) -> dict[int, int]:
+    """The offsets the newest snapshot of the topic's table covers ({} with no table yet),
+    without planning its files; InconsistentTopicIdError for another incarnation's."""
+    desc = root.describe_topic(topic, refresh=True)
+    try:
+        table = RootCatalog(root.storage).load_table(table_identifier(topic))
+    except NoSuchTableError:
+        return {}
+    check_topic_id(table, topic, desc.topic_id)
+    return covered(table).offsets
