@@ -21,8 +21,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.table import Table
 
 from ..root.root import Root
+from ..root.topics import TopicDescription
 from .catalog import RootCatalog, table_identifier
 from .evolution import plain
 from .sync import check_topic_id, covered
@@ -57,12 +59,9 @@ class NewestSnapshot:
 def newest_snapshot(root: Root, topic: str) -> NewestSnapshot:
     """The table's newest snapshot and the topic's partitions; InconsistentTopicIdError if
     the table holds another incarnation of the topic (it was deleted and re-created)."""
-    desc = root.describe_topic(topic, refresh=True)
-    try:
-        table = RootCatalog(root.storage).load_table(table_identifier(topic))
-    except NoSuchTableError:
+    desc, table = _checked_table(root, topic)
+    if table is None:
         return NewestSnapshot(topic, desc.topic_id, desc.partitions, None, None, (), None, {})
-    check_topic_id(table, topic, desc.topic_id)
     snapshot = table.current_snapshot()
     files = () if snapshot is None else \
         tuple(task.file.file_path for task in table.scan().plan_files())
@@ -76,10 +75,16 @@ def newest_snapshot(root: Root, topic: str) -> NewestSnapshot:
 def covered_offsets(root: Root, topic: str) -> dict[int, int]:
     """The offsets the newest snapshot of the topic's table covers ({} with no table yet),
     without planning its files; InconsistentTopicIdError for another incarnation's."""
+    _, table = _checked_table(root, topic)
+    return {} if table is None else covered(table).offsets
+
+
+def _checked_table(root: Root, topic: str) -> tuple[TopicDescription, Table | None]:
+    """The topic now, and its table (None: none yet), refused if another incarnation's."""
     desc = root.describe_topic(topic, refresh=True)
     try:
         table = RootCatalog(root.storage).load_table(table_identifier(topic))
     except NoSuchTableError:
-        return {}
+        return desc, None
     check_topic_id(table, topic, desc.topic_id)
-    return covered(table).offsets
+    return desc, table

@@ -32,6 +32,7 @@ from ..errors import (CommitFailedError, InconsistentTopicIdError, OffsetOutOfRa
 from ..partition.isolation import READ_COMMITTED
 from ..partition.partition_log import PartitionLog
 from ..root.root import Root
+from ..root.topics import TopicDescription
 from ..root.value_schema import value_fields
 from ..storage.paths import table_data_path
 from .catalog import RootCatalog, table_identifier
@@ -92,11 +93,11 @@ def covered(table: Table) -> Covered:
                    {int(p): int(o) for p, o in offsets.items()})
 
 
-def open_table(root: Root, topic: str, topic_id: str, schema: pa.Schema | None = None) -> Table:
-    """The topic's table, created empty on first use (with ``schema``, by default Kafka's
-    columns); refused if another incarnation's."""
+def open_table(root: Root, desc: TopicDescription, schema: pa.Schema | None = None) -> Table:
+    """The table of the topic ``desc`` describes, created empty on first use (with
+    ``schema``, by default Kafka's columns); refused if another incarnation's."""
     catalog = RootCatalog(root.storage)
-    desc = root.describe_topic(topic)
+    topic, topic_id = desc.name, desc.topic_id
     if not catalog.table_exists(table_identifier(topic)):
         columns, spec, layout = new_table(desc, schema)
         try:
@@ -128,7 +129,7 @@ def sync_table(root: Root, topic: str, pause: Pause | None = None) -> SyncResult
     conflicts = 0
     for _ in range(MAX_ATTEMPTS):
         desc = root.describe_topic(topic, refresh=True)
-        table = open_table(root, topic, desc.topic_id, typed_schema(value_fields(desc.config)))
+        table = open_table(root, desc, typed_schema(value_fields(desc.config)))
         try:
             fields = follow_value_schema(table, desc,
                                          lambda: root.describe_topic(topic, refresh=True))
