@@ -90,11 +90,12 @@ def expire_table(root: Root, topic: str, age_s: float | None = None,
                 table = _commit_expiry(root, table, gone)
             except CommitFailedException:
                 continue  # another writer committed first: from its metadata, again
-        versions = _trim_pointer(root, topic, cutoff_ms, keep)
+        versions, remaining = _trim_pointer(root, topic, cutoff_ms, keep)
         # Listed after the metadata above was loaded: a record that expiry's commit
         # depended on was published before that commit, so before this load.
         records, retired = _retired(root, topic, cutoff_ms)
-        needed = _named_files(catalog, table) | _named_metadata(root, topic)
+        needed = _named_files(catalog, table) | \
+            _metadata_of(root, table_pointer_dir(topic), remaining)
         files = sorted(old - needed - retired)
         for path in files + records:
             root.storage.delete(path)
@@ -176,13 +177,17 @@ def _files_of(catalog: RootCatalog, table: Table, snapshots: list[Snapshot]) -> 
     return named
 
 
-def _trim_pointer(root: Root, topic: str, cutoff_ms: float, keep: int) -> list[str]:
+def _trim_pointer(root: Root, topic: str, cutoff_ms: float, keep: int
+                  ) -> tuple[list[str], list[int]]:
     """Pointer versions deleted, oldest first: those whose successor is older than
     ``cutoff_ms``, and all but the newest ``keep`` (a new catalog lists them all); the
-    newest always stays.  A committer that read version v publishes v + 1 only if absent,
-    so deleting v once v + 1 exists never lets a commit through.  A reader that read v
-    may still read the metadata file it names, so for versions whose successor is young
-    that file goes into a retired record first."""
+    newest always stays.  Second, the versions the listing left: one published since
+    names a metadata file written since, which this expiry does not delete.
+
+    A committer that read version v publishes v + 1 only if absent, so deleting v once
+    v + 1 exists never lets a commit through.  A reader that read v may still read the
+    metadata file it names, so for versions whose successor is young that file goes into
+    a retired record first."""
     directory = table_pointer_dir(topic)
     times = sorted((int(n), t) for n, t in root.storage.list_times(directory) if n.isdigit())
     doomed, young = [], []
@@ -199,7 +204,8 @@ def _trim_pointer(root: Root, topic: str, cutoff_ms: float, keep: int) -> list[s
         path = version_path(directory, version)
         root.storage.delete(path)
         deleted.append(path)
-    return deleted
+    gone = set(doomed)
+    return deleted, [v for v, _ in times if v not in gone]
 
 
 def _metadata_of(root: Root, directory: str, versions: list[int]) -> set[str]:
@@ -213,10 +219,3 @@ def _metadata_of(root: Root, directory: str, versions: list[int]) -> set[str]:
             continue
         named.add(value["metadata"])
     return named
-
-
-def _named_metadata(root: Root, topic: str) -> set[str]:
-    """The metadata files the remaining pointer versions name (listed after the trim)."""
-    directory = table_pointer_dir(topic)
-    return _metadata_of(root, directory, [int(n) for n in root.storage.list(directory)
-                                          if n.isdigit()])
