@@ -480,8 +480,8 @@ class StorageCache:
                     continue
                 first = max(start, self._compacted_end)
                 lo = max(bisect.bisect_right(tail, first) - 1, 0)
-                hi = bisect.bisect_left(tail, end, lo=lo)
-                missing = self._gap(tail[lo:hi])
+                stretch = tail[lo:bisect.bisect_left(tail, end, lo=lo)]
+                missing = self._gap(stretch)
                 if missing is not None:
                     if listing_now:  # storage itself lacks it: a hole, never skipped
                         raise CorruptBatchError("batch file is missing from the log",
@@ -490,7 +490,7 @@ class StorageCache:
                                    "them again", self.topic, self.partition, missing)
                     self._bases_complete = False
                     continue
-                out.extend(BatchRef(b, self.batch_path(b)) for b in tail[lo:hi])
+                out.extend(BatchRef(b, self.batch_path(b)) for b in stretch)
                 return out
             raise StorageError(f"{self.topic}-{self.partition}: segments kept vanishing "
                                "under a read")
