@@ -32,7 +32,7 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableA
 from pyiceberg.io import FileIO, OutputStream
 from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
-from pyiceberg.table import CommitTableResponse, Table
+from pyiceberg.table import CommitTableResponse, Table, Transaction
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 
@@ -250,6 +250,12 @@ class RootCatalog(MetastoreCatalog):
         return CommitTableResponse.model_validate(
             {"metadata": staged.metadata, "metadata-location": staged.metadata_location})
 
+    def pinned_table(self, table: Table) -> Table:
+        """``table`` committed through this catalog (pinned, with a deadline, as the
+        caller set them), its transactions reading their staged metadata cheaply."""
+        return _PinnedTable(table.name(), table.metadata, table.metadata_location, table.io,
+                            self)
+
     # --- what a root's catalog does not do ----------------------------------------------
 
     def _refuse(self, *_: Any, **__: Any) -> Any:
@@ -276,3 +282,26 @@ class RootCatalog(MetastoreCatalog):
                                     removals: set[str] | None = None,
                                     updates: Properties = EMPTY_DICT) -> PropertiesUpdateSummary:
         return self._refuse()
+
+
+class _ViewOnceTransaction(Transaction):
+    """pyiceberg's transaction, building its view of the metadata with the staged updates
+    once per set of updates.  pyiceberg builds it (a deep copy of the whole metadata) at
+    every read, about 19 in one append: a sync's main cost, and one that grows with the
+    snapshots the metadata keeps (issue 35's sync-cost goal; benchmarks/README.md).  The
+    view is a copy the table's own metadata never shares, and pyiceberg's updates
+    replace models rather than change them, so the readers may share it."""
+
+    _view: tuple[TableMetadata, tuple[TableUpdate, ...], TableMetadata] | None = None
+
+    @property
+    def table_metadata(self) -> TableMetadata:
+        view = self._view
+        if view is None or view[0] is not self._table.metadata or view[1] is not self._updates:
+            view = self._view = (self._table.metadata, self._updates, super().table_metadata)
+        return view[2]
+
+
+class _PinnedTable(Table):
+    def transaction(self) -> Transaction:
+        return _ViewOnceTransaction(self)

@@ -151,7 +151,7 @@ def _retired(root: Root, topic: str, cutoff_ms: float) -> tuple[list[str], set[s
 
 def _commit_expiry(root: Root, table: Table, snapshot_ids: list[int]) -> Table:
     catalog = RootCatalog(root.storage, pinned=table.metadata_location)
-    pinned = Table(table.name(), table.metadata, table.metadata_location, table.io, catalog)
+    pinned = catalog.pinned_table(table)
     tx = pinned.transaction()
     ExpireSnapshots(tx).by_ids(snapshot_ids).commit()
     return tx.commit_transaction()

@@ -235,7 +235,7 @@ def _commit(root: Root, table: Table, files: list[str], summary: dict[str, str],
     error they may be named, and stay."""
     catalog = RootCatalog(root.storage, pinned=table.metadata_location)
     catalog.deadline = until
-    pinned = Table(table.name(), table.metadata, table.metadata_location, table.io, catalog)
+    pinned = catalog.pinned_table(table)
     try:
         tx = pinned.transaction()
         if files:

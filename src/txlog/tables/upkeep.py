@@ -202,7 +202,7 @@ def _commit(root: Root, table: Table, removed: list[DataFile], added: list[str],
     properties turn it on, found the table changed; it did not commit either)."""
     catalog = RootCatalog(root.storage, pinned=table.metadata_location)
     catalog.deadline = until
-    pinned = Table(table.name(), table.metadata, table.metadata_location, table.io, catalog)
+    pinned = catalog.pinned_table(table)
     try:
         tx = pinned.transaction()
         if TableProperties.MANIFEST_MERGE_ENABLED not in table.metadata.properties:
