@@ -287,7 +287,7 @@ class RootCatalog(MetastoreCatalog):
 class _ViewOnceTransaction(Transaction):
     """pyiceberg's transaction, building its view of the metadata with the staged updates
     once per set of updates.  pyiceberg builds it (a deep copy of the whole metadata) at
-    every read, about 19 in one append: a sync's main cost, and one that grows with the
+    every read, 20 in one sync: a sync's main cost, and one that grows with the
     snapshots the metadata keeps (issue 35's sync-cost goal; benchmarks/README.md).  The
     view is a copy the table's own metadata never shares, and pyiceberg's updates
     replace models rather than change them, so the readers may share it."""
