@@ -4,7 +4,8 @@ Builds a topic of ``--rows`` rows of ``--dataset`` (bench_datasets.py) written
 by a transactional producer in ``--syncs`` committed transactions, the table
 synced after each (each sync timed: the first ten against the last ten, issue
 35's sync-cost goal; with ``--upkeep-every N`` compacted and expired after
-every Nth sync, as ``txlog maintain`` passes do) and compacted once at the
+every Nth sync, the topic's partitions compacted before them, as ``txlog
+maintain`` passes do) and compacted once at the
 end, then a tail of ``--tail`` of the rows (a fraction) committed past the
 newest snapshot.  Spark then writes the topic's records (read once
 through ``format("txlog")``) as Parquet, and the two reads are timed into the
@@ -45,7 +46,8 @@ PARTITIONS = 4
 def build(path: str, name: str, rows: int, syncs: int, tail: float, upkeep: int) -> int:
     """The topic and its table, synced after each of ``syncs`` transactions and then
     maintained (one compaction, as a ``txlog maintain`` pass after the last sync; with
-    ``upkeep`` N, also a compaction and an expiry after every Nth sync, untimed); returns
+    ``upkeep`` N, also the topic's and the table's compaction and the table's expiry after
+    every Nth sync, untimed); returns
     the number of rows synced.  Prints each sync's cost early and late in the history."""
     from txlog.tables.expiry import expire_table
     from txlog.tables.sync import sync_table
@@ -68,6 +70,7 @@ def build(path: str, name: str, rows: int, syncs: int, tail: float, upkeep: int)
         if i < syncs:
             costs.append(timed(lambda: sync_table(log.services, TOPIC)))
             if upkeep and (i + 1) % upkeep == 0:
+                log.compact(TOPIC)
                 compact_table(log.services, TOPIC)
                 expire_table(log.services, TOPIC)
     producer.close()
@@ -96,7 +99,8 @@ def main() -> None:
     parser.add_argument("--dataset", choices=DATASETS, default="events")
     parser.add_argument("--dir", help="scratch directory (default: a temporary one)")
     parser.add_argument("--upkeep-every", type=int, default=0, metavar="N",
-                        help="compact and expire the table after every Nth sync (0: never)")
+                        help="compact the topic, then compact and expire the table, after every Nth sync "
+                        "(0: never)")
     args = parser.parse_args()
 
     from txlog.spark import read_table

@@ -286,7 +286,7 @@ class StorageCache:
                 self._segment_bases = [p.start for p in pieces]
                 self._hidden = hidden
                 self._compacted_end = end
-                self._bases = [b for b in self._bases if b >= end]
+                self._bases = self._bases[bisect.bisect_left(self._bases, end):]  # sorted
                 return list(self._segment_bases)
             raise StorageError(f"{self.topic}-{self.partition}: the segments kept changing "
                                f"under this process ({RELOADS} listings)")
