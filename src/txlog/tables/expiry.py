@@ -8,10 +8,10 @@ window, layout.py).  So expiry removes
 * every snapshot but the newest whose successor was committed more than the
   bound ago: until then a reader may still hold it as the newest;
 * every snapshot but the newest ``txlog.expire.max-snapshots`` (20 by
-  default), however young: each append copies the whole metadata, every
-  snapshot included, many times over (benchmarks/README.md), so a table
-  holding an hour of syncs would make each sync slower the more often it
-  runs.  The files such a snapshot names may still be held by a reader, so
+  default), however young: each append writes the whole metadata, every
+  snapshot included, and copies it a few times (benchmarks/README.md), so a
+  table holding an hour of syncs would make each sync slower the more often
+  it runs.  The files such a snapshot names may still be held by a reader, so
   a *retired record* listing them is published before the snapshot leaves
   the metadata, and keeps them for the bound from its own creation;
 * every pointer version whose successor is older than the bound, with the

@@ -39,7 +39,7 @@ DEFAULT_TARGET_FILE_BYTES = 128 << 20
 MAX_SNAPSHOT_AGE_KEY = "history.expire.max-snapshot-age-ms"
 DEFAULT_MAX_SNAPSHOT_AGE_MS = 3600 * 1000
 # Expiry keeps at most this many snapshots in the metadata, whatever their age: an append
-# copies the whole metadata many times (expiry.py).  Their files stay for the age bound.
+# writes and copies the whole metadata (expiry.py).  Their files stay for the age bound.
 MAX_SNAPSHOTS_KEY = "txlog.expire.max-snapshots"
 DEFAULT_MAX_SNAPSHOTS = 20
 # Compaction rewrites a spec partition once it has this many small files.
