@@ -398,6 +398,37 @@ def test_compaction_across_an_added_value_field_reads_old_rows_with_it_null(log,
 
 
 
+def test_compaction_leaves_a_large_file_until_the_newer_ones_are_half_its_size(log, tmp_path):
+    """A partition's compacted file is still small (below three quarters of the target),
+    but is not rewritten with every batch of new small files: only once they add up to
+    half its size.  Fails with every small file rewritten each time (the growing file
+    written again by each compaction)."""
+    log.create_topic(TOPIC, partitions=1)
+    root = Root(tmp_path / "log")
+
+    def synced(records: int) -> None:
+        producer = log.producer()
+        for _ in range(records):
+            producer.send(TOPIC, os.urandom(100), partition=0)
+        producer.close()
+        sync_table(root, TOPIC)
+
+    synced(1000)
+    [large] = data_files(root)
+    for _ in range(6):
+        synced(3)
+        synced(3)
+        compact_table(root, TOPIC, min_files=2)
+        newer = [f for f in data_files(root) if f.file_path != large.file_path]
+        assert large.file_path in {f.file_path for f in data_files(root)}
+        assert len(newer) == 1  # the new small files merged, the large one left as it is
+    before = rows(root)
+    synced(600)  # the newer files now hold more than half the large one's bytes
+    done = compact_table(root, TOPIC, min_files=2)
+    assert len(data_files(root)) == 1 and any(large.file_path.endswith(p) for p in done.removed)
+    assert rows(root).num_rows == before.num_rows + 600
+
+
 def test_compaction_writes_each_stretch_of_offsets_into_one_file(log, tmp_path):
     """Runs of small files are taken in offset order, so a purge finds a stretch of
     offsets in few files."""
