@@ -106,9 +106,21 @@ def test_a_new_partition_is_read_from_0_and_a_recreated_topic_refused(spark, tmp
     with pytest.raises(InvalidConfigError, match="startingOffsets"):
         read_table(spark, url, TOPIC, startingOffsets="earliest")
     old = synced.topic_id
+    held = read_table(spark, url, TOPIC, failOnDataLoss="false")  # planned at each action
+    with pytest.raises(Exception, match="topicIds names 'other'"):
+        spark.read.format("txlog").option("path", url).option("subscribe", TOPIC) \
+            .option("topicIds", json.dumps({"other": old})).load().collect()
     log.delete_topic(TOPIC)
-    log.create_topic(TOPIC, partitions=1)
+    log.create_topic(TOPIC, partitions=2)
+    producer = log.producer()
+    for p in (0, 1):
+        producer.send(TOPIC, b"of the new topic", partition=p).get()
+    producer.close()
     new = log.describe_topic(TOPIC, refresh=True).topic_id
     with pytest.raises(InconsistentTopicIdError) as refused:
         read_table(spark, url, TOPIC)
     assert TOPIC in str(refused.value) and old in str(refused.value) and new in str(refused.value)
+    # A DataFrame made before the re-creation: its tail is refused, not read from the new
+    # topic under the old table's offsets.
+    with pytest.raises(Exception, match=f"InconsistentTopicIdError.*{new}"):
+        held.collect()

@@ -112,6 +112,18 @@ def test_option_names_are_case_insensitive():
     assert opts.path == "/p" and opts.include_headers and opts.starting.kind == "earliest"
 
 
+def test_topic_ids_pin_a_batch_reads_topics():
+    assert batch(topicIds='{"events": "ab12"}').topic_ids == (("events", "ab12"),)
+    assert batch().topic_ids == ()
+    read_fails({**BASE, "topicIds": '["ab12"]'}, False, "option 'topicIds'", "JSON object")
+    read_fails({**BASE, "topicIds": '{"events": 12}'}, False, "option 'topicIds'",
+               "topic 'events' must map to its topic id as a string")
+    read_fails({**BASE, "topicIds": '{"a/b": "ab12"}'}, False, "option 'topicIds'",
+               "illegal characters")
+    read_fails({**BASE, "topicIds": '{"events": "ab12"}'}, True, "option 'topicIds'",
+               "streaming query does not take it")
+
+
 # --- defaults ---------------------------------------------------------------
 
 

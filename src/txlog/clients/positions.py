@@ -8,6 +8,7 @@ the same thing everywhere.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -52,11 +53,14 @@ def bounds(root: Root, topic: str, partition: int) -> PartitionBounds:
     return bounds_of(part, part.state(), part.log_start())
 
 
-def bounds_all(root: Root, partitions: list[tuple[str, int]]) -> list[PartitionBounds]:
+def bounds_all(root: Root, partitions: list[tuple[str, int]],
+               topic_ids: Mapping[str, str] | None = None) -> list[PartitionBounds]:
     """``bounds`` of each partition, all at once on an object store (partition_reads.py);
     a cold partition lists its batch objects to read its headers at once (docs/protocol.md
-    6.1)."""
-    return each_partition([root.partition(t, p) for t, p in partitions],
+    6.1).  ``topic_ids``: the incarnation a topic named there must be, else
+    InconsistentTopicIdError."""
+    ids = topic_ids or {}
+    return each_partition([root.partition(t, p, topic_id=ids.get(t)) for t, p in partitions],
                           lambda part: bounds_of(part, part.state(listing=True),
                                                  part.log_start()))
 

@@ -73,7 +73,7 @@ _READ_NAMES = (
     "startingOffsetsByTimestampStrategy", "failOnDataLoss", "minPartitions",
     "maxRecordsPerPartition", "includeHeaders", "isolation.level",
     "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "maxBytesPerTrigger",
-    "abortExpiredTransactions", "groupId",
+    "abortExpiredTransactions", "groupId", "topicIds",
 )
 _WRITE_NAMES = (
     "path", "topic", "deliveryGuarantee", "transactional.id.prefix", "transaction.timeout.ms",
@@ -503,6 +503,8 @@ class ReadOptions:
     max_bytes_per_trigger: int | None = None
     abort_expired_transactions: bool = True
     group_id: str | None = None
+    # The incarnation (topic id) each named topic must be, for a batch read (topicIds).
+    topic_ids: tuple[tuple[str, str], ...] = ()
     # The fsspec backend's arguments for an object-store path (credentials included:
     # kept out of repr and comparisons).
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -548,8 +550,29 @@ class ReadOptions:
             **_trigger_limits(opts, value, streaming),
             abort_expired_transactions=value["abortExpiredTransactions"],
             group_id=value["groupId"],
+            topic_ids=_topic_ids(opts, streaming),
             storage_options=_storage_options(opts),
         )
+
+
+def _topic_ids(opts: _Opts, streaming: bool) -> tuple[tuple[str, str], ...]:
+    """``topicIds``: JSON ``{"topic": "<topic id>"}``, the incarnation each named topic
+    must still be when the read is planned (a DataFrame is planned again at each action);
+    an option of txlog's own, not of Spark's Kafka source."""
+    raw = opts.get("topicids")
+    if raw is None:
+        return ()
+    example = '{"events": "<topic id, as txlog topics describe prints it>"}'
+    if streaming:
+        raise _fail("topicIds", "pins a batch read's topics to their incarnations; a "
+                                "streaming query does not take it")
+    ids = _json_object("topicIds", raw.strip(), example)
+    for topic, topic_id in ids.items():
+        _named("topicIds", topic, "topic")
+        if not isinstance(topic_id, str) or not topic_id:
+            raise _fail("topicIds", f"topic {topic!r} must map to its topic id as a string, "
+                                    f"as in {example}; got {json.dumps(topic_id)}")
+    return tuple(sorted(ids.items()))
 
 
 # What a read's options take, in the order they are checked (the positions, the

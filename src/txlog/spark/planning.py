@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -177,7 +177,8 @@ def _resolve(root: Root, b: PartitionBounds, spec: PositionSpec, isolation_level
 
 def plan(root: Root, partitions: list[TopicPartition], start: PositionSpec,
          end: PositionSpec, isolation_level: str = READ_COMMITTED,
-         fail_on_data_loss: bool = True, exact: bool = True) -> list[OffsetRange]:
+         fail_on_data_loss: bool = True, exact: bool = True,
+         topic_ids: Mapping[str, str] | None = None) -> list[OffsetRange]:
     """Fix ``[start, end)`` for each partition, ``end`` capped at what the reader may see.
 
     Below the LSO every transaction's outcome is fixed, so a range planned
@@ -191,13 +192,17 @@ def plan(root: Root, partitions: list[TopicPartition], start: PositionSpec,
     partitions read, as Spark requires: a partition left out would silently
     be read whole or not at all.  A stream passes False, so that partitions
     created later take the spec's default.
+
+    ``topic_ids``: the incarnation each topic named there must be (the ``topicIds``
+    option); a topic deleted and re-created since is InconsistentTopicIdError.
     """
     check_isolation_level(isolation_level)
     if exact:
         for spec, what in ((start, "starting"), (end, "ending")):
             check_named_partitions(spec, partitions, what)
     ranges = []
-    for (topic, partition), b in zip(partitions, bounds_all(root, partitions), strict=True):
+    for (topic, partition), b in zip(partitions, bounds_all(root, partitions, topic_ids),
+                                          strict=True):
         limit = b.limit(isolation_level)
         lo = _resolve(root, b, start, isolation_level, "starting position")
         hi = _resolve(root, b, end, isolation_level, "ending position")

@@ -169,11 +169,16 @@ class TxlogBatchReader(DataSourceReader):
         assert o.ending is not None  # ReadOptions has one for every batch read
         for spec, what in ((o.starting, "starting"), (o.ending, "ending")):
             planning.check_named_partitions(spec, subscribed, what)
+        ids = dict(o.topic_ids)
+        unread = sorted(set(ids) - {t for t, _ in subscribed})
+        if unread:
+            raise InvalidConfigError(f"option topicIds names {', '.join(map(repr, unread))}, "
+                                     "which this read does not read (not subscribed, or deleted since)")
         tps = [tp for tp in subscribed if self.pruning.keeps(tp)]
         if o.abort_expired_transactions and o.isolation_level == planning.READ_COMMITTED:
             end_expired_transactions(root, tps)
         ranges = planning.plan(root, tps, o.starting, o.ending, o.isolation_level,
-                           o.fail_on_data_loss, exact=False)
+                           o.fail_on_data_loss, exact=False, topic_ids=ids)
         ranges = [self._clip(root, r) for r in ranges]
         pieces = planning.split([r for r in ranges if r.size > 0], o.min_partitions,
                             o.max_records_per_partition)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 # and ends.
 _DECIDED = ("path", "subscribe", "subscribePattern", "assign", "startingOffsets", "startingTimestamp",
             "startingOffsetsByTimestamp", "endingOffsets", "endingTimestamp",
-            "endingOffsetsByTimestamp")
+            "endingOffsetsByTimestamp", "topicIds")
 
 
 def read_table(spark: SparkSession, root: str, topic: str, **options: str) -> DataFrame:
@@ -50,12 +50,16 @@ def read_table(spark: SparkSession, root: str, topic: str, **options: str) -> Da
     ``failOnDataLoss``; a typed table's two columns follow them.  The root, the topic and
     the positions are read_table's to set, and the read is read_committed (what a table
     holds).  No table yet: the whole topic, from offset 0.  A table built from another
-    incarnation of the topic (deleted and re-created): InconsistentTopicIdError.
+    incarnation of the topic (deleted and re-created): InconsistentTopicIdError, here, or
+    at an action on the DataFrame if the topic is re-created after this call.
     """
     snapshot = _newest_snapshot(root, topic, options)
+    # Pinned to the incarnation the snapshot was checked against: the tail is planned at
+    # each action, perhaps after the topic was deleted and re-created.
     tail = (spark.read.format("txlog").options(**options).option("path", root)
             .option("subscribe", topic)
-            .option("startingOffsets", _offsets_json(snapshot)).load())
+            .option("startingOffsets", _offsets_json(snapshot))
+            .option("topicIds", json.dumps({topic: snapshot.topic_id})).load())
     if snapshot.value_fields is not None:
         tail = _typed(tail, snapshot.value_fields)
     if not snapshot.files:
