@@ -111,16 +111,26 @@ def expired_snapshots(table: Table, cutoff_ms: float, keep: int
     reader may still hold (their successor is younger): their files need a record."""
     current = table.current_snapshot()
     ordered = sorted(table.snapshots(), key=lambda s: s.sequence_number or 0)
-    surplus = len(ordered) - keep
+    gone, young = _by_age_and_count([s.timestamp_ms for s in ordered], cutoff_ms, keep)
+    kept = None if current is None else current.snapshot_id
+    return ([ordered[i].snapshot_id for i in gone if ordered[i].snapshot_id != kept],
+            [ordered[i] for i in young if ordered[i].snapshot_id != kept])
+
+
+def _by_age_and_count(created_ms: list[float], cutoff_ms: float, keep: int
+                      ) -> tuple[list[int], list[int]]:
+    """The one rule for snapshots and pointer versions alike.  Of ``created_ms`` (their
+    creation times, oldest first), the indexes of those expiry removes: each whose
+    successor was created before ``cutoff_ms``, and all but the newest ``keep``; never the
+    newest.  Second, those of them whose successor is younger: a reader may still hold
+    them, so what they name needs a retired record."""
     gone, young = [], []
-    for i, (snapshot, after) in enumerate(zip(ordered, ordered[1:])):
-        if current is not None and snapshot.snapshot_id == current.snapshot_id:
-            continue
-        if after.timestamp_ms < cutoff_ms:
-            gone.append(snapshot.snapshot_id)
-        elif i < surplus:
-            gone.append(snapshot.snapshot_id)
-            young.append(snapshot)
+    for i, successor in enumerate(created_ms[1:]):
+        if successor < cutoff_ms:
+            gone.append(i)
+        elif i < len(created_ms) - keep:
+            gone.append(i)
+            young.append(i)
     return gone, young
 
 
@@ -190,13 +200,8 @@ def _trim_pointer(root: Root, topic: str, cutoff_ms: float, keep: int
     a retired record first."""
     directory = table_pointer_dir(topic)
     times = sorted((int(n), t) for n, t in root.storage.list_times(directory) if n.isdigit())
-    doomed, young = [], []
-    for i, ((version, _), (_, successor)) in enumerate(zip(times, times[1:])):
-        if successor * 1000 < cutoff_ms:
-            doomed.append(version)
-        elif i < len(times) - keep:
-            doomed.append(version)
-            young.append(version)
+    gone_at, young_at = _by_age_and_count([t * 1000 for _, t in times], cutoff_ms, keep)
+    doomed, young = [times[i][0] for i in gone_at], [times[i][0] for i in young_at]
     if young:
         _retire(root, topic, sorted(_metadata_of(root, directory, young)))
     deleted = []
