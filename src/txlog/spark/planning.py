@@ -201,8 +201,8 @@ def plan(root: Root, partitions: list[TopicPartition], start: PositionSpec,
         for spec, what in ((start, "starting"), (end, "ending")):
             check_named_partitions(spec, partitions, what)
     ranges = []
-    for (topic, partition), b in zip(partitions, bounds_all(root, partitions, topic_ids),
-                                          strict=True):
+    bounds = bounds_all(root, partitions, topic_ids)
+    for (topic, partition), b in zip(partitions, bounds, strict=True):
         limit = b.limit(isolation_level)
         lo = _resolve(root, b, start, isolation_level, "starting position")
         hi = _resolve(root, b, end, isolation_level, "ending position")

@@ -69,8 +69,8 @@ def new_table(desc: TopicDescription, columns: pa.Schema | None = None
     if bucket in _TRANSFORMS:
         fields.append(PartitionField(schema.find_field("timestamp").field_id, _FIELD_IDS + 1,
                                      _TRANSFORMS[bucket], f"timestamp_{bucket}"))
-    # The metadata log (previous metadata files, 100 by default) is copied with the rest of
-    # the metadata many times per append (expiry.py); nothing here reads it.
+    # The metadata log (previous metadata files, 100 by default) is written and copied with
+    # the rest of the metadata at each append (expiry.py); nothing here reads it.
     properties = {TableProperties.WRITE_TARGET_FILE_SIZE_BYTES: str(DEFAULT_TARGET_FILE_BYTES),
                   TableProperties.MANIFEST_MERGE_ENABLED: "true",
                   TableProperties.METADATA_PREVIOUS_VERSIONS_MAX: "10"}

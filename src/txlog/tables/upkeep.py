@@ -122,8 +122,8 @@ def small_groups(table: Table, min_files: int, target: int) -> list[list[FileSca
 def _tiered(run: list[FileScanTask]) -> list[FileScanTask]:
     """``run`` without its oldest files while each is more than ``TIER_RATIO`` times the
     newer files together.  Rewriting a partition's growing file with every batch of small
-    files would write it again each pass: quadratic bytes in its size (5.8 GB written
-    for 10 MB kept in 10,000 syncs, benchmarks/README.md).  Left out until the newer
+    files would write it again each pass: quadratic bytes in its size (5.8 GB left
+    under tables/ for 10 MB named after 10,000 syncs, benchmarks/README.md).  Left out until the newer
     files are half its size, each byte is rewritten a logarithmic number of times, and
     a partition keeps a few files of falling sizes; the run stays one stretch of
     offsets."""
