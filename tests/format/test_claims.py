@@ -490,6 +490,108 @@ def test_the_flush_that_raises_a_failed_write_behind_still_writes_the_other_part
     assert [(b.partition, b.base_offset) for b in other] == [(1, 0)]
 
 
+class HeldClaims(DelegatingStorage):
+    """Claims (publishes under ``topics/``) wait for ``release`` while ``hold`` is set;
+    those under ``failing`` fail with ``fail`` if set.  Data objects are counted."""
+
+    def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(inner)
+        self.hold = threading.Event()
+        self.holding = threading.Event()
+        self.release = threading.Event()
+        self.failing = "topics/"
+        self.fail: BaseException | None = None
+        self.data_objects = 0
+
+    def publish_if_absent(self, path: str, data: bytes) -> bool:
+        if path.startswith("topics/") and self.hold.is_set():
+            self.holding.set()
+            assert self.release.wait(60), "the test never released the claims"
+        if path.startswith(self.failing) and self.fail is not None:
+            raise self.fail
+        return super().publish_if_absent(path, data)
+
+    def publish_stream_if_absent(self, path, chunks, size, part_bytes=1 << 30):  # type: ignore[no-untyped-def]
+        published = super().publish_stream_if_absent(path, chunks, size, part_bytes=part_bytes)
+        self.data_objects += path.startswith("data/")
+        return published
+
+
+def _held_claims_log(tmp_path: Path) -> tuple[Log, HeldClaims]:
+    store = HeldClaims(Log(tmp_path / "log").storage)
+    log = Log(store)
+    log.create_topic("t", 2)
+    return log, store
+
+
+def test_the_next_data_object_is_written_while_the_one_behind_claims(tmp_path: Path) -> None:
+    """protocol.md 1.1: a flush's data object goes up while the flush behind it is still
+    claiming (on an object store, its PUT no longer waits for the other's claims), and its
+    claims come after those: each partition keeps the send order."""
+    log, store = _held_claims_log(tmp_path)
+    producer = log.producer(**UNCOMPRESSED, transactional_id="tx", batch_size=8 << 10,
+                            data_object_bytes=40 << 10)
+    producer.init_transactions()
+    producer.begin_transaction()
+    store.hold.set()
+    producer.send_table("t", _rows(0, 30), wait=False)  # an object's worth goes behind
+    assert store.holding.wait(10) and store.data_objects == 1
+    second = threading.Thread(target=producer.send_table, args=("t", _rows(30, 30)),
+                              kwargs={"wait": False})
+    second.start()  # fills the next object: written behind while the first's claims wait
+    try:
+        wait_for(lambda: store.data_objects == 2, 10,
+                 "the second data object, while the first flush's claims are held")
+    finally:
+        store.release.set()
+        second.join(30)
+    producer.commit_transaction()
+    for p in range(2):
+        assert log.read("t", p).column("value").to_pylist() == \
+            [VALUE + b"%d" % i for i in range(p, 60, 2)]
+
+
+def test_a_claim_failed_behind_stops_its_partition_in_the_flush_written_meanwhile(
+        tmp_path: Path) -> None:
+    """The flush written while the one behind claims has its data object up already; a
+    partition whose claim behind failed is not claimed from it (its batches' sequences
+    follow the failed one's), another partition is, and the failure is raised once."""
+    log, store = _held_claims_log(tmp_path)
+    producer = log.producer(**UNCOMPRESSED, batch_size=8 << 10, data_object_bytes=40 << 10)
+    store.hold.set()
+    first = producer.send_table("t", _rows(0, 30), partition=0, wait=False)
+    assert store.holding.wait(10)
+    raised: list[BaseException] = []
+    late = pa.table({"value": [VALUE + b"%d" % i for i in range(50, 56)],
+                     "partition": [1, 1, 1, 1, 0, 0]})
+
+    def flush() -> None:
+        producer.send_table("t", late, wait=False)
+        try:
+            producer.flush()
+        except BaseException as exc:  # asserted in the test's thread
+            raised.append(exc)
+
+    second = threading.Thread(target=flush)
+    second.start()
+    wait_for(lambda: store.data_objects == 2, 10, "the second flush's data object")
+    store.failing, store.fail = "topics/t/0/", OSError("partition 0's disk is full")
+    store.hold.clear()
+    store.release.set()
+    second.join(30)
+    assert len(raised) == 1 and "partition 0's disk is full" in \
+        f"{raised[0]} {raised[0].__cause__}" and first == []
+    assert log.read("t", 0).num_rows == 0
+    assert log.read("t", 1).column("value").to_pylist() == \
+        [VALUE + b"%d" % i for i in range(50, 54)]
+    assert not producer._sender.staged and producer._sender.behind is None
+    store.fail = None
+    producer.send_table("t", _rows(100, 4))  # no gap, nothing twice
+    for p in range(2):
+        values = [int(v[len(VALUE):]) for v in log.read("t", p).column("value").to_pylist()]
+        assert values == [*([] if p == 0 else range(50, 54)), *range(100 + p, 104, 2)]
+
+
 def test_closing_a_producer_in_a_transaction_lets_its_write_behind_finish(
         tmp_path: Path) -> None:
     """A Spark task that fails closes its producer without deciding anything: the data

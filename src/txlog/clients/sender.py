@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -74,11 +74,16 @@ class _Staged:
     reference: DataReference | None = None
     result: AppendResult | None = None
     error: BaseException | None = None
+    # Not attempted: an earlier flush's batch of this partition failed, and this one's
+    # sequence follows it (the earlier flush's settle reports that failure).
+    follows_failure: bool = False
 
 
 def _write_pool() -> ThreadPoolExecutor:
     """Threads that write a full data object and its claims while the producer's caller
-    stages the next (each producer has at most one such write at a time)."""
+    stages the next (each producer has at most two such writes at a time, the later
+    waiting for the earlier's claims: one that waits has a running or finished one to
+    wait for, since the earlier was queued first)."""
     return shared_pool("txlog-write-behind", WRITE_BEHIND_THREADS)
 
 
@@ -160,46 +165,62 @@ class Sender:
 
         Raises the first failure in staged order, after every batch's futures
         learnt its outcome; a failed batch stops its partition's later batches
-        (their sequences follow it), not the other partitions'.  A write behind
-        is settled first, so batches reach each partition in staged order.
+        (their sequences follow it), not the other partitions'.  With a write
+        behind, this flush is written as the next one behind and both are settled
+        here, so its data object goes up while the one behind claims.
         """
-        first_error: BaseException | None = None
-        try:
-            self.settle_behind()
-        except BaseException as exc:  # the other partitions' staged batches still go
-            first_error = exc
+        if self.behind is not None:
+            first_error: BaseException | None = None
+            try:
+                self.write_behind()
+            except BaseException as exc:  # what is behind is settled all the same
+                first_error = exc
+            try:
+                self.settle_behind()
+            except BaseException as exc:
+                first_error = first_error or exc
+            if first_error is not None:
+                raise first_error
+            return
         self._settle_joins()
         staged, self.staged, self.staged_bytes = self.staged, [], 0
         if staged:
             self._sent(staged, _timed_publish(self._services.storage, staged))
-            try:
-                self._settle(staged)
-            except BaseException as exc:
-                first_error = first_error or exc
-        if first_error is not None:
-            raise first_error
+            self._settle(staged)
 
     def write_behind(self) -> None:
         """Write what is staged in a thread, and return: the caller encodes the next data
         object while this one's bytes reach the disk or the store (Kafka's producer
-        leaves its sends to a sender thread for the same reason).  At most one write is
-        behind, so a producer holds at most two data objects' worth.  Its outcome is
+        leaves its sends to a sender thread for the same reason).  Its outcome is
         settled, and its first failure raised, by the next write, flush or decision
-        (docs/protocol.md, section 1.1)."""
-        self.settle_behind()
+        (docs/protocol.md, section 1.1).
+
+        A write still behind is settled here, after this one has started: this
+        one's data object is written while that one claims, and its claims wait
+        for that one's, so each partition's claims keep the staged order.  So a
+        producer holds at most two data objects' worth.
+        """
         self._settle_joins()
         staged, self.staged, self.staged_bytes = self.staged, [], 0
+        previous, self.behind = self.behind, None
         if staged:
-            self.behind = (staged, _write_pool().submit(_timed_publish,
-                                                        self._services.storage, staged))
+            before = None if previous is None else previous[0]
+            waiting = None if previous is None else previous[1]
+            self.behind = (staged, _write_pool().submit(
+                _timed_publish, self._services.storage, staged, before, waiting))
+        if previous is not None:
+            self._settle_written(*previous)
 
     def settle_behind(self, raise_error: bool = True) -> None:
         """Wait for the write behind, if any, and settle it here (the producer's state
         is only ever changed by its caller's thread)."""
         if self.behind is None:
             return
-        staged, writing = self.behind
-        self.behind = None
+        behind, self.behind = self.behind, None
+        self._settle_written(*behind, raise_error=raise_error)
+
+    def _settle_written(self, staged: list[_Staged], writing: Future[tuple[float, float]],
+                        raise_error: bool = True) -> None:
         try:
             self._sent(staged, writing.result())
         except BaseException as exc:  # _publish records failures; this is an interrupt
@@ -254,6 +275,10 @@ class Sender:
                 continue
             exc = b.error or RuntimeError("batch was not written")
             self.sensors.errors.record(b.header.record_count)
+            if b.follows_failure:  # as _fail_followers: reported with the earlier flush
+                if b.failed is not None:
+                    b.failed(exc)
+                continue
             if b.tp not in failed_tps:  # the first failed batch of its partition
                 failed_tps.add(b.tp)
                 self._append_failed(b.tp, exc)
@@ -326,37 +351,55 @@ def _largest_record(records: pa.Table) -> int:
     return int(pc.max(sizes).as_py())
 
 
-def _timed_publish(storage: Storage, staged: list[_Staged]) -> tuple[float, float]:
+def _timed_publish(storage: Storage, staged: list[_Staged], before: list[_Staged] | None = None,
+                   writing: Future[tuple[float, float]] | None = None) -> tuple[float, float]:
     """``_publish``, returning when it began on the metrics' clock and how long it took,
     in milliseconds (request-latency)."""
     began_ms, started = clock.monotonic_ms(), time.perf_counter()
-    _publish(storage, staged)
+    _publish(storage, staged, before, writing)
     return began_ms, (time.perf_counter() - started) * 1000
 
 
-def _publish(storage: Storage, staged: list[_Staged]) -> None:
+def _publish(storage: Storage, staged: list[_Staged], before: list[_Staged] | None = None,
+             writing: Future[tuple[float, float]] | None = None) -> None:
     """Write one flush: its data object, then each partition's claims, the partitions at
     once.  Each batch's ``result`` or ``error`` records its outcome; the sender settles
-    them (in its caller's thread, for a write behind)."""
+    them (in its caller's thread, for a write behind).
+
+    ``writing`` is the flush before this one (its batches ``before``), still being
+    written: this one's data object goes up meanwhile, and its claims wait for that
+    flush to end.  A partition one of its batches failed in is not claimed here.
+    """
     large = [b for b in staged if len(b.payload) > INLINE_PAYLOAD_BYTES]
     # Each partition's payloads back to back in staged order, so that its batches of
     # this flush form one byte range: one claim and one ranged read cover them.
     order: dict[tuple[str, int], int] = {}
     large.sort(key=lambda b: order.setdefault(b.tp, len(order)))
+    unwritten: BaseException | None = None
     if large:
         try:
             placed = write_data_object(storage, [b.payload for b in large])
         except BaseException as exc:
             # No claim points at it: the batches are certainly not in the log, but
             # their sequences were taken, so the usual rule decides what follows.
-            for b in staged:
-                b.error = exc
-            return
-        for b, (path, offset, started) in zip(large, placed, strict=True):
-            b.reference = DataReference(path, offset, started)
+            unwritten = exc
+        else:
+            for b, (path, offset, started) in zip(large, placed, strict=True):
+                b.reference = DataReference(path, offset, started)
+    failed = _failed_partitions(before, writing)
+    cut: set[tuple[str, int]] = set()
     runs: dict[tuple[str, int], list[_Staged]] = {}
     for b in staged:
-        runs.setdefault(b.tp, []).append(b)
+        if b.tp in failed:
+            b.error, b.follows_failure = failed[b.tp], True
+        elif unwritten is not None and (b.reference is None and len(b.payload) >
+                                        INLINE_PAYLOAD_BYTES or b.tp in cut):
+            b.error = unwritten  # its payload, or its partition's before it, unwritten
+            cut.add(b.tp)
+        else:
+            runs.setdefault(b.tp, []).append(b)
+    if not runs:
+        return
     flush = FlushVerification()  # one KIP-890 check per transaction per flush (2.6.1)
     reads = SharedReads(GUESS_WINDOW_S)  # topic.json once before, once after (1.8)
 
@@ -367,6 +410,21 @@ def _publish(storage: Storage, staged: list[_Staged]) -> None:
         claim(next(iter(runs.values())))
     else:
         list(_claim_pool().map(claim, runs.values()))
+
+
+def _failed_partitions(before: list[_Staged] | None, writing: Future[tuple[float, float]] | None
+                       ) -> dict[tuple[str, int], BaseException]:
+    """Once the flush ``writing`` has ended: the partitions a batch of it failed in, and
+    the first such failure of each."""
+    if writing is None or before is None:
+        return {}
+    wait([writing])
+    interrupted = writing.exception()
+    failed: dict[tuple[str, int], BaseException] = {}
+    for b in before:
+        if b.result is None and b.tp not in failed:
+            failed[b.tp] = b.error or interrupted or RuntimeError("batch was not written")
+    return failed
 
 
 def _claim_run(run: list[_Staged]) -> None:
