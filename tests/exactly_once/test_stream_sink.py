@@ -162,6 +162,53 @@ def test_a_slow_driver_is_fenced_by_the_next_run(root: str) -> None:
     assert_nothing_hangs(root)
 
 
+def claiming_run(root: str) -> tuple[Log, StreamSink]:
+    """A new run as the Spark writer starts each micro-batch: it claims, it does not
+    fence (its commit does)."""
+    log = Log(root)
+    sink = StreamSink("q", TIMEOUT_MS, QUERY)
+    sink.claim(log)
+    return log, sink
+
+
+def test_an_earlier_driver_committing_while_the_next_runs_tasks_write(root: str) -> None:
+    """protocol.md 5.1: with no fence before the tasks, an earlier driver may decide
+    batch 0 after this run's tasks found it open and wrote it; this run's commit
+    fences, finds it committed and aborts its members: the batch is committed once."""
+    old_log, old_sink = new_run(root)
+    old_job = old_sink.begin_batch()
+    # Second attempts (the new run's first attempts do not re-use, so fence, their ids).
+    old_members = run_tasks(old_sink, old_log, old_job, 0, attempt=1)
+    log, sink = claiming_run(root)
+    job = sink.begin_batch()
+    members = run_tasks(sink, log, job, 0)
+    assert members  # the tasks found batch 0 open
+    assert old_sink.commit_batch(old_log, old_job, 0, old_members)
+    assert not sink.commit_batch(log, job, 0, members)
+    assert values(root) == expected(0)
+    assert Log(root).committed(sink.sink_id) == {batch_key(QUERY): 1}
+    job = sink.begin_batch()
+    assert sink.commit_batch(log, job, 1, run_tasks(sink, log, job, 1))
+    job.wait_completed()
+    assert values(root) == expected(0, 1)
+    assert_nothing_hangs(root)
+
+
+def test_a_slow_driver_is_fenced_by_the_commit_of_a_run_that_only_claimed(root: str) -> None:
+    old_log, old_sink = new_run(root)
+    old_job = old_sink.begin_batch()
+    old_members = run_tasks(old_sink, old_log, old_job, 0, attempt=1)
+    log, sink = claiming_run(root)
+    job = sink.begin_batch()
+    assert sink.commit_batch(log, job, 0, run_tasks(sink, log, job, 0))
+    with pytest.raises(TxlogError):
+        if not old_sink.commit_batch(old_log, old_job, 0, old_members):
+            raise TxlogError("refused")
+    assert values(root) == expected(0)
+    assert Log(root).committed(sink.sink_id) == {batch_key(QUERY): 1}
+    assert_nothing_hangs(root)
+
+
 def test_group_offsets_commit_with_the_batch(root: str) -> None:
     log, sink = new_run(root)
     job = sink.begin_batch()

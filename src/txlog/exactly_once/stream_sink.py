@@ -35,11 +35,13 @@ starts at batch 0 under its new id, so it never finds its batches
 (one ``(_batch, 0)`` key, no owner) is adopted, key and all, by the first
 query that claims it.
 
-Fencing: every run of the query re-initialises ``<prefix>-sink`` before its
-tasks look at the group.  An earlier driver's commit that was decided is
-rolled forward by that; one that was not yet decided is aborted (its whole
-shared transaction with it), and a driver that was only slow is fenced, so
-it cannot commit a batch the new run writes again.  A micro-batch that
+Fencing: every commit re-initialises ``<prefix>-sink`` before it looks at
+the group.  An earlier driver's commit that was decided is rolled forward
+by that, and the batch is then found committed, its new members aborted;
+one that was not yet decided is aborted (its whole shared transaction with
+it), and a driver that was only slow is fenced, so it cannot commit a batch
+the new run commits.  The tasks need no fence before them: what they find
+is checked again by the commit, after its fence (docs/protocol.md 5.1).  A micro-batch that
 fails is ended at once (``abort_batch``): its attempts' transactions are
 aborted, so no partition's LSO stays held; open transactions that earlier
 runs left behind are also aborted when the next batch commits.
@@ -165,7 +167,8 @@ class StreamSink:
             "again.", self.prefix, owner, self.query_id)
 
     def fence(self, log: Log) -> None:
-        """Claim the prefix and take over the sink from any earlier run (see the module's docstring)."""
+        """Claim the prefix and take over the sink from any earlier run now, rather than
+        at the next commit (see the module's docstring)."""
         self.claim(log)
         self._sink_producer(log).close()
 

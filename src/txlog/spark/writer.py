@@ -280,8 +280,8 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
     Spark builds this object anew on the driver for every micro-batch (the
     copy its tasks get) and again for the batch's commit or abort, so the
     constructor only claims the prefix for the query (its id read from the
-    checkpoint), fences earlier runs of the sink and picks a fresh decision
-    id; the commit learns the decision its tasks joined from their messages,
+    checkpoint) and picks a fresh decision id; the commit fences earlier runs
+    of the sink, learns the decision its tasks joined from their messages,
     and the abort ends every open attempt of the prefix (StreamSink.abort_batch).
     """
 
@@ -308,7 +308,11 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
         query = query_id(options.checkpoint_location)
         sink = StreamSink(options.transactional_id_prefix or query_prefix(query),
                           options.transaction_timeout_ms, query, options.take_over_from)
-        sink.fence(log)
+        # Refused here, before any task writes, if another query owns the prefix.  The
+        # fence of earlier runs is the commit's (commit_batch initialises the sink
+        # member before it checks the batch): Spark builds this writer twice per
+        # micro-batch, and a fence here cost each build an InitProducerId.
+        sink.claim(log)
         # No descriptions travel with a micro-batch: Spark builds this writer twice per
         # micro-batch (for the tasks, then for the commit), so reading them here would
         # cost the driver's critical path two reads for the tasks' one (protocol.md 5).
