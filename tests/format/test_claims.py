@@ -551,6 +551,59 @@ def test_the_next_data_object_is_written_while_the_one_behind_claims(tmp_path: P
             [VALUE + b"%d" % i for i in range(p, 60, 2)]
 
 
+class FirstDataObjectHeld(DelegatingStorage):
+    """The first data object's write waits for ``release``; later ones go through."""
+
+    def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(inner)
+        self.release = threading.Event()
+        self.data_objects = 0
+
+    def publish_stream_if_absent(self, path, chunks, size, part_bytes=1 << 30):  # type: ignore[no-untyped-def]
+        if path.startswith("data/"):
+            self.data_objects += 1
+            if self.data_objects == 1:
+                assert self.release.wait(60), "the test never released the data object"
+        return super().publish_stream_if_absent(path, chunks, size, part_bytes=part_bytes)
+
+
+def test_the_next_flushs_claims_wait_for_the_one_behind_even_when_its_object_is_up_first(
+        tmp_path: Path) -> None:
+    """The second flush's data object can be up before the first's: its claims still
+    wait for the first flush's, or they would take the partitions' slots ahead of
+    them, out of sequence order."""
+    store = FirstDataObjectHeld(Log(tmp_path / "log").storage)
+    log = Log(store)
+    log.create_topic("t", 2)
+    producer = log.producer(**UNCOMPRESSED, transactional_id="tx", batch_size=8 << 10,
+                            data_object_bytes=40 << 10)
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send_table("t", _rows(0, 30), wait=False)
+    raised: list[BaseException] = []
+
+    def flush() -> None:
+        try:
+            producer.flush()
+        except BaseException as exc:  # asserted in the test's thread
+            raised.append(exc)
+
+    second = threading.Thread(target=flush)
+    second.start()
+    try:
+        wait_for(lambda: store.data_objects == 2, 10, "the second flush's data object")
+        time.sleep(0.2)  # room for claims that would not wait (none may come)
+        assert log.read("t", 0, isolation_level="read_uncommitted").num_rows == 0
+    finally:
+        store.release.set()
+        second.join(30)
+    assert raised == []
+    producer.commit_transaction()
+    for p in range(2):
+        assert log.read("t", p).column("value").to_pylist() == \
+            [VALUE + b"%d" % i for i in range(p, 30, 2)]
+
+
 def test_a_claim_failed_behind_stops_its_partition_in_the_flush_written_meanwhile(
         tmp_path: Path) -> None:
     """The flush written while the one behind claims has its data object up already; a
