@@ -501,13 +501,15 @@ class HeldClaims(DelegatingStorage):
         self.release = threading.Event()
         self.failing = "topics/"
         self.fail: BaseException | None = None
+        self.failures_left = -1  # how many publishes ``fail`` fails; -1: every one
         self.data_objects = 0
 
     def publish_if_absent(self, path: str, data: bytes) -> bool:
         if path.startswith("topics/") and self.hold.is_set():
             self.holding.set()
             assert self.release.wait(60), "the test never released the claims"
-        if path.startswith(self.failing) and self.fail is not None:
+        if path.startswith(self.failing) and self.fail is not None and self.failures_left:
+            self.failures_left -= 1
             raise self.fail
         return super().publish_if_absent(path, data)
 
@@ -604,13 +606,16 @@ def test_the_next_flushs_claims_wait_for_the_one_behind_even_when_its_object_is_
             [VALUE + b"%d" % i for i in range(p, 30, 2)]
 
 
+@pytest.mark.parametrize("idempotent", [True, False])
 def test_a_claim_failed_behind_stops_its_partition_in_the_flush_written_meanwhile(
-        tmp_path: Path) -> None:
+        tmp_path: Path, idempotent: bool) -> None:
     """The flush written while the one behind claims has its data object up already; a
-    partition whose claim behind failed is not claimed from it (its batches' sequences
-    follow the failed one's), another partition is, and the failure is raised once."""
+    partition whose claim behind failed is not claimed from it (its batches follow the
+    failed one's: without sequences, nothing else would stop them), another partition
+    is, and the failure is raised once."""
     log, store = _held_claims_log(tmp_path)
-    producer = log.producer(**UNCOMPRESSED, batch_size=8 << 10, data_object_bytes=40 << 10)
+    producer = log.producer(**UNCOMPRESSED, batch_size=8 << 10, data_object_bytes=40 << 10,
+                            enable_idempotence=idempotent)
     store.hold.set()
     first = producer.send_table("t", _rows(0, 30), partition=0, wait=False)
     assert store.holding.wait(10)
@@ -628,7 +633,9 @@ def test_a_claim_failed_behind_stops_its_partition_in_the_flush_written_meanwhil
     second = threading.Thread(target=flush)
     second.start()
     wait_for(lambda: store.data_objects == 2, 10, "the second flush's data object")
+    # The claim behind fails for good (every try of its slot); later publishes would pass.
     store.failing, store.fail = "topics/t/0/", OSError("partition 0's disk is full")
+    store.failures_left = appender.PUBLISH_ATTEMPTS
     store.hold.clear()
     store.release.set()
     second.join(30)
