@@ -569,6 +569,25 @@ class FirstDataObjectHeld(DelegatingStorage):
         return super().publish_stream_if_absent(path, chunks, size, part_bytes=part_bytes)
 
 
+def _flushing(producer, late: pa.Table | None = None
+              ) -> tuple[threading.Thread, list[BaseException]]:
+    """A thread that sends ``late`` (staged, not waited for) and flushes; what the flush
+    raised is kept for the test's thread to assert."""
+    raised: list[BaseException] = []
+
+    def flush() -> None:
+        if late is not None:
+            producer.send_table("t", late, wait=False)
+        try:
+            producer.flush()
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=flush)
+    thread.start()
+    return thread, raised
+
+
 def test_the_next_flushs_claims_wait_for_the_one_behind_even_when_its_object_is_up_first(
         tmp_path: Path) -> None:
     """The second flush's data object can be up before the first's: its claims still
@@ -582,16 +601,7 @@ def test_the_next_flushs_claims_wait_for_the_one_behind_even_when_its_object_is_
     producer.init_transactions()
     producer.begin_transaction()
     producer.send_table("t", _rows(0, 30), wait=False)
-    raised: list[BaseException] = []
-
-    def flush() -> None:
-        try:
-            producer.flush()
-        except BaseException as exc:  # asserted in the test's thread
-            raised.append(exc)
-
-    second = threading.Thread(target=flush)
-    second.start()
+    second, raised = _flushing(producer)
     try:
         wait_for(lambda: store.data_objects == 2, 10, "the second flush's data object")
         time.sleep(0.2)  # room for claims that would not wait (none may come)
@@ -619,19 +629,9 @@ def test_a_claim_failed_behind_stops_its_partition_in_the_flush_written_meanwhil
     store.hold.set()
     first = producer.send_table("t", _rows(0, 30), partition=0, wait=False)
     assert store.holding.wait(10)
-    raised: list[BaseException] = []
     late = pa.table({"value": [VALUE + b"%d" % i for i in range(50, 56)],
                      "partition": [1, 1, 1, 1, 0, 0]})
-
-    def flush() -> None:
-        producer.send_table("t", late, wait=False)
-        try:
-            producer.flush()
-        except BaseException as exc:  # asserted in the test's thread
-            raised.append(exc)
-
-    second = threading.Thread(target=flush)
-    second.start()
+    second, raised = _flushing(producer, late)
     wait_for(lambda: store.data_objects == 2, 10, "the second flush's data object")
     # The claim behind fails for good (every try of its slot); later publishes would pass.
     store.failing, store.fail = "topics/t/0/", OSError("partition 0's disk is full")
