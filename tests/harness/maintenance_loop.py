@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections import defaultdict
 from pathlib import Path
 
@@ -173,7 +174,12 @@ def run_reader(args: argparse.Namespace) -> int:
                     time.sleep(0.005)
             out.write("E deadline\n")
         except Exception as exc:  # any error is a finding: record it and fail
-            out.write(f"E {exc!r}\n")
+            # The object (an OSError's repr leaves its file out) and where it was raised,
+            # so that a failure seen once in CI says what to look for.
+            frames = traceback.extract_tb(exc.__traceback__)[-6:]
+            where = " < ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}"
+                               for f in reversed(frames))
+            out.write(f"E {exc!r} {getattr(exc, 'filename', None) or ''} at {where}\n")
     return 2
 
 
