@@ -539,17 +539,26 @@ class StorageCache:
         CorruptBatchError when nothing holds it (a hole in the log).
         """
         with self.lock:
-            bases = self.list_segments()
-            if bases and base < bases[0]:
-                raise OffsetOutOfRangeError(
-                    f"offset {base} of {self.topic}-{self.partition} was deleted by retention "
-                    f"(log start offset {bases[0]})")
-            if base < self._compacted_end:
+            for _ in range(RELOADS):
+                bases = self.list_segments()
+                if bases and base < bases[0]:
+                    raise OffsetOutOfRangeError(
+                        f"offset {base} of {self.topic}-{self.partition} was deleted by "
+                        f"retention (log start offset {bases[0]})")
+                if base >= self._compacted_end:
+                    break
                 i = bisect.bisect_right(bases, base) - 1
                 stop = min(base + 1, bases[i + 1]) if i + 1 < len(bases) else base + 1
-                found = self._segment_refs(bases[i], base, stop)
+                try:
+                    found = self._segment_refs(bases[i], base, stop)
+                except FileNotFoundError:
+                    continue  # merged or deleted by retention since the listing: list again
                 if found and found[0].base == base:
                     return found[0]
+                break
+            else:
+                raise StorageError(f"{self.topic}-{self.partition}: segments kept vanishing "
+                                   "under a read")
         raise CorruptBatchError("batch file is missing from the log",
                                 self.url(self.batch_path(base)), base)
 
