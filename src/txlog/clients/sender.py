@@ -392,8 +392,7 @@ def _publish(storage: Storage, staged: list[_Staged], before: list[_Staged] | No
     for b in staged:
         if b.tp in failed:
             b.error, b.follows_failure = failed[b.tp], True
-        elif unwritten is not None and (b.reference is None and len(b.payload) >
-                                        INLINE_PAYLOAD_BYTES or b.tp in cut):
+        elif unwritten is not None and (len(b.payload) > INLINE_PAYLOAD_BYTES or b.tp in cut):
             b.error = unwritten  # its payload, or its partition's before it, unwritten
             cut.add(b.tp)
         else:

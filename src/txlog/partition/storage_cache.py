@@ -540,17 +540,11 @@ class StorageCache:
         """
         with self.lock:
             for _ in range(RELOADS):
-                bases = self.list_segments()
-                if bases and base < bases[0]:
-                    raise OffsetOutOfRangeError(
-                        f"offset {base} of {self.topic}-{self.partition} was deleted by "
-                        f"retention (log start offset {bases[0]})")
+                self.list_segments()
                 if base >= self._compacted_end:
                     break
-                i = bisect.bisect_right(bases, base) - 1
-                stop = min(base + 1, bases[i + 1]) if i + 1 < len(bases) else base + 1
-                try:
-                    found = self._segment_refs(bases[i], base, stop)
+                try:  # below the log start: OffsetOutOfRangeError
+                    found = self._segment_part(base, base + 1)
                 except FileNotFoundError:
                     continue  # merged or deleted by retention since the listing: list again
                 if found and found[0].base == base:
