@@ -46,8 +46,26 @@ def test_row_limits_over_random_inputs() -> None:
                 assert got[tp] > start[tp], "a partition with backlog was starved"
         read = sum(got[tp] - start[tp] for tp in tps)
         waiting = sum(backlog(start, end).values())
-        # Exact when all fits; otherwise at most the limit plus one per starved partition.
-        assert read == waiting if waiting <= limit else read <= limit + len(tps)
+        # Exact when all fits; otherwise the whole limit, plus at most one per starved
+        # partition (a share under one is rounded up).
+        if waiting <= limit:
+            assert read == waiting
+        else:
+            assert limit <= read <= limit + len(tps)
+
+
+def test_the_whole_budget_is_read_where_shares_round_down() -> None:
+    """Spark's Kafka source rounds every share down: 1,000,000 offsets in 4 partitions
+    under a budget of 100,000 then take 11 micro-batches, the last of a few records."""
+    start = {A: 0, B: 0, C: 0}
+    end = {A: 333_334, B: 333_333, C: 333_333}
+    batches = 0
+    while start != end:
+        nxt = limit_rows(start, end, 100_000)
+        assert sum(nxt[tp] - start[tp] for tp in start) == min(100_000, sum(
+            end[tp] - start[tp] for tp in start))
+        start, batches = nxt, batches + 1
+    assert batches == 10
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@ Spark asks a source for the end of the next micro-batch under a read limit.
 The limits and their rules follow Spark's Kafka source: a row budget is
 shared among partitions in proportion to their backlog (so a partition far
 behind catches up faster, and none is starved: a partition with any backlog
-gets at least one record), a minimum backlog delays a trigger until it is
+gets at least one record; unlike Kafka's, the shares add up to the whole
+budget), a minimum backlog delays a trigger until it is
 reached or ``maxTriggerDelay`` has passed.  A byte budget is shared the same
 way and converted to offsets with the batch sizes in the batch headers, so
 it is exact to a batch.
@@ -35,11 +36,25 @@ def _shares(budget: int, sizes: dict[TopicPartition, int]) -> dict[TopicPartitio
 
 
 def limit_rows(start: Positions, end: Positions, max_rows: int) -> Positions:
-    """``end`` moved back so that at most about ``max_rows`` records are read in all."""
+    """``end`` moved back so that ``max_rows`` offsets are read in all (more only where a
+    starved partition's share was rounded up to one)."""
     sizes = backlog(start, end)
-    if sum(sizes.values()) <= max_rows:
+    total = sum(sizes.values())
+    if total <= max_rows:
         return dict(end)
     shares = _shares(max_rows, sizes)
+    # Rounding every share down leaves up to one offset per partition unread; Spark's
+    # Kafka source leaves it to a later micro-batch, so that Trigger.AvailableNow over
+    # k times maxOffsetsPerTrigger runs k + 1 micro-batches, the last one of a few
+    # records.  The largest remainders take the offsets back, within their backlog.
+    left = max_rows - sum(shares.values())
+    by_remainder = sorted(shares, key=lambda tp: max_rows * sizes[tp] % total, reverse=True)
+    for tp in by_remainder:
+        if left <= 0:
+            break
+        if shares[tp] < sizes[tp]:
+            shares[tp] += 1
+            left -= 1
     return {tp: min(e, start[tp] + shares[tp]) if tp in shares else e for tp, e in end.items()}
 
 
