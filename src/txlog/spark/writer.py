@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,7 @@ from ..errors import InvalidConfigError
 from ..api.log import Log
 from ..root.root import Root
 from ..clients.producer import DEFAULT_BATCH_SIZE, Producer
+from ..clients.producer_settings import store_defaults
 from ..exactly_once.app_versions import AppVersions
 from ..exactly_once.id_pool import PoolLease, start_pooled_job
 from ..exactly_once.shared_transaction import SharedTransaction, attempt_key
@@ -112,8 +113,10 @@ class _Sending:
     def _write_idempotent(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
         """at_least_once: an idempotent producer, no transaction."""
         log = _open(self.options)
-        with Producer(log, **self._producer_config()) as producer:
-            records = self._send_all(log.services, producer, iterator)
+        config = self._producer_config()
+        with ExitStack() as held:
+            _, records = self._send_all(
+                log.services, lambda: held.enter_context(Producer(log, **config)), iterator)
         return TxlogCommitMessage(None, records)
 
     def _write_in(self, job: SharedTransaction, key: str, iterator: Iterator[pa.RecordBatch],
@@ -121,22 +124,36 @@ class _Sending:
         """Join ``job`` as participant ``key``, send everything, prepare (through ``log``
         if the task opened one already)."""
         log = _open(self.options) if log is None else log
-        with job.keep_alive(log):
-            producer = job.join(log, key, **self._producer_config())
-            # A failure leaves this attempt's transaction open on purpose: aborting it
-            # here would decide the whole job's shared transaction.  It is not a member,
-            # so whoever ends the job aborts it (SharedTransaction.end_orphans).  Closing
-            # lets a data object written behind finish within the task, not under the
-            # next task of a reused Python worker.
-            try:
-                records = self._send_all(log.services, producer, iterator)
-                member = producer.prepare_transaction()
-            finally:
-                producer.close()
+        config = self._producer_config()
+        # A failure leaves this attempt's transaction open on purpose: aborting it here
+        # would decide the whole job's shared transaction.  It is not a member, so
+        # whoever ends the job aborts it (SharedTransaction.end_orphans).  Closing lets a
+        # data object written behind finish within the task, not under the next task of
+        # a reused Python worker; the lease is kept until then.
+        with ExitStack() as held:
+            def join() -> Producer:
+                held.enter_context(job.keep_alive(log))
+                producer = job.join(log, key, **config)
+                held.callback(producer.close)
+                return producer
+
+            producer, records = self._send_all(log.services, join, iterator)
+            member = producer.prepare_transaction()
         return TxlogCommitMessage(member, records)
 
-    def _send_all(self, root: Root, producer: Producer, iterator: Iterator[pa.RecordBatch]) -> int:
+    def _send_all(self, root: Root, start: Callable[[], Producer],
+                  iterator: Iterator[pa.RecordBatch]) -> tuple[Producer, int]:
+        """The producer ``start`` returns, once it has sent every batch, and their records.
+
+        ``start`` runs on the sending thread while this one takes Spark's first
+        batches: a join is a few durable steps (the lease, the job's index, the
+        InitProducerId), and Spark's first batch of a streaming micro-batch
+        arrives only after the source's task has started and read (tens of
+        milliseconds).  Nothing is sent before ``start`` has returned: the
+        thread runs in order, and each send takes the producer from it.
+        """
         def send(batch: pa.Table) -> None:
+            producer = started.result()
             for topic, table in self._by_topic(root, batch):
                 # Staged until a data object's worth has gathered (prepare/close write the
                 # rest), on every store: a task's sends are pieces of one stream that only
@@ -148,17 +165,22 @@ class _Sending:
         # next from Spark, and writes each full data object behind on a thread of its
         # own (protocol.md 1.1): the three wait on different things (the JVM's
         # socket, the CPU, the disk or store); at most two batches are held here.
+        batch_size = self._producer_config().get("batch_size") or \
+            store_defaults(root.storage).batch_size
         records = 0
         with ThreadPoolExecutor(1, thread_name_prefix="txlog-send") as sender:
+            started = sender.submit(start)
             sending: Future[None] | None = None
-            for batch in _coalesced(iterator, COALESCE_BATCHES * producer.batch_size):
+            for batch in _coalesced(iterator, COALESCE_BATCHES * batch_size):
                 if sending is not None:
-                    sending.result()  # a failed send stops the task here
+                    sending.result()  # a failed send (or start) stops the task here
+                elif started.done():
+                    started.result()
                 sending = sender.submit(send, batch)
                 records += batch.num_rows
             if sending is not None:
                 sending.result()
-        return records
+        return started.result(), records
 
     def _by_topic(self, root: Root, batch: pa.Table) -> Iterator[tuple[str, pa.Table]]:
         table = _records(batch)
