@@ -198,20 +198,23 @@ class StreamSink:
 
     def commit_batch(self, log: Log, job: SharedTransaction, batch_id: int,
                      members: list[TransactionMember],
-                     group_offsets: dict[str, dict[tuple[str, int], int]] | None = None
-                     ) -> bool:
+                     group_offsets: dict[str, dict[tuple[str, int], int]] | None = None,
+                     claimed: bool = False) -> bool:
         """Commit batch ``batch_id``: ``members`` and the batch id, in one decision.
 
         Returns False, and aborts ``members``, when the batch was committed
         before (a replay whose tasks wrote anyway).  Raises SinkOwnerError,
         and aborts ``members``, when another query owns the prefix by now.
+        ``claimed``: the caller has just claimed the prefix for this commit
+        (the writer Spark built for it), which stands for the check here.
         Safe to call again.
         """
         try:
             # Before the sink producer's init, which would fence the owner's.  A claim
             # that finds this query the owner only reads; one that finds no owner (the
             # group was deleted) takes the prefix again, as a new query would.
-            self.claim(log)
+            if not claimed:
+                self.claim(log)
         except SinkOwnerError:
             if members:
                 job.abort(log, members)

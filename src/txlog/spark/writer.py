@@ -226,18 +226,18 @@ class TxlogBatchWriter(_Sending, DataSourceArrowWriter):
             raise InvalidConfigError(
                 "txlog does not support save mode 'overwrite': a log is append-only; use "
                 "mode('append')")
-        _check_write(options, schema)
+        opened = _check_write(options, schema)
         if options.txn_app_id is not None:
             # Both set by WriteOptions.parse, with the prefix derived from the app id.
             assert options.txn_version is not None and options.transactional_id_prefix
             app = AppVersions(options.txn_app_id, options.transactional_id_prefix,
                               options.transaction_timeout_ms)
-            log = _open(options)
+            log = opened or _open(options)
             job = app.start(log, options.txn_version)
             return cls(options, _described(job, log, options), app, skip=job is None)
         if options.delivery_guarantee != EXACTLY_ONCE:
             return cls(options, None)
-        log = _open(options)
+        log = opened or _open(options)
         if options.transactional_id_prefix is not None:  # the prefix's owner, one job at a time
             job = SharedTransaction.start(log, options.transactional_id_prefix,
                                           options.transaction_timeout_ms)
@@ -308,10 +308,19 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
     """
 
     def __init__(self, options: WriteOptions, sink: StreamSink | None,
-                 job: SharedTransaction | None) -> None:
+                 job: SharedTransaction | None, claimed: Log | None = None) -> None:
         self.options = options
         self.sink = sink
         self.job = job
+        # The Log through which this object claimed the prefix as it was built, in this
+        # process.  Spark builds the commit's writer and calls its commit in one call of
+        # one Python process, so that claim is the commit's ownership check (protocol.md
+        # 5.1) and its Log needs no second revalidation.  A copy unpickled elsewhere has
+        # claimed nothing.
+        self.claimed = claimed
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "claimed": None}
 
     @classmethod
     def create(cls, options: WriteOptions, schema: StructType,
@@ -321,12 +330,12 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
                 "the txlog sink takes outputMode 'append' (or 'update' where it only appends); "
                 "'complete' would rewrite the whole result each trigger and a log is "
                 "append-only")
-        _check_write(options, schema)
+        opened = _check_write(options, schema)
         if options.delivery_guarantee != EXACTLY_ONCE:
             return cls(options, None, None)
         # Required by WriteOptions.parse for an exactly_once stream write.
         assert options.checkpoint_location is not None
-        log = _open(options)
+        log = opened or _open(options)
         query = query_id(options.checkpoint_location)
         sink = StreamSink(options.transactional_id_prefix or query_prefix(query),
                           options.transaction_timeout_ms, query, options.take_over_from)
@@ -338,7 +347,7 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
         # No descriptions travel with a micro-batch: Spark builds this writer twice per
         # micro-batch (for the tasks, then for the commit), so reading them here would
         # cost the driver's critical path two reads for the tasks' one (protocol.md 5).
-        return cls(options, sink, sink.begin_batch())
+        return cls(options, sink, sink.begin_batch(), claimed=log)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
         from pyspark import TaskContext
@@ -365,7 +374,7 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.sink is None or self.job is None:
             return
-        log = _open(self.options)
+        log = self.claimed or _open(self.options)
         members = _members(messages)
         # This writer was built for the commit: its own decision is used only when no
         # task wrote (every task found the batch committed, or there were none).
@@ -376,7 +385,8 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
             assert self.options.checkpoint_location is not None  # WriteOptions.parse
             groups = {self.options.group_id:
                       source_offsets(self.options.checkpoint_location, batchId)}
-        self.sink.commit_batch(log, job, batchId, members, groups)
+        self.sink.commit_batch(log, job, batchId, members, groups,
+                               claimed=self.claimed is not None)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.sink is None:
@@ -395,12 +405,17 @@ def _batch_id(ctx: TaskContext | None) -> int:
     return int(raw)
 
 
-def _check_write(options: WriteOptions, schema: StructType) -> None:
+def _check_write(options: WriteOptions, schema: StructType) -> Log | None:
     """What batch and stream writes are refused for alike, checked on the driver before
-    any task runs (each refuses its own kind of overwrite first)."""
+    any task runs (each refuses its own kind of overwrite first).  Returns the ``Log``
+    it opened to check the topic, for the caller to go on with: each opening
+    revalidates the root, a request on an object store."""
     check_input_schema(schema, options)
-    if options.topic is not None:
-        _ensure_topic(_open(options).services, options, options.topic)
+    if options.topic is None:
+        return None
+    log = _open(options)
+    _ensure_topic(log.services, options, options.topic)
+    return log
 
 
 def _coalesced(batches: Iterator[pa.RecordBatch], target_bytes: int) -> Iterator[pa.Table]:
