@@ -116,7 +116,8 @@ class _Sending:
         config = self._producer_config()
         with ExitStack() as held:
             _, records = self._send_all(
-                log.services, lambda: held.enter_context(Producer(log, **config)), iterator)
+                log.services, lambda: held.enter_context(Producer(log, **config)), iterator,
+                config)
         return TxlogCommitMessage(None, records)
 
     def _write_in(self, job: SharedTransaction, key: str, iterator: Iterator[pa.RecordBatch],
@@ -137,13 +138,15 @@ class _Sending:
                 held.callback(producer.close)
                 return producer
 
-            producer, records = self._send_all(log.services, join, iterator)
+            producer, records = self._send_all(log.services, join, iterator, config)
             member = producer.prepare_transaction()
         return TxlogCommitMessage(member, records)
 
     def _send_all(self, root: Root, start: Callable[[], Producer],
-                  iterator: Iterator[pa.RecordBatch]) -> tuple[Producer, int]:
-        """The producer ``start`` returns, once it has sent every batch, and their records.
+                  iterator: Iterator[pa.RecordBatch], config: dict[str, Any]
+                  ) -> tuple[Producer, int]:
+        """The producer ``start`` returns (made with ``config``), once it has sent every
+        batch, and their records.
 
         ``start`` runs on the sending thread while this one takes Spark's first
         batches: a join is a few durable steps (the lease, the job's index, the
@@ -165,8 +168,7 @@ class _Sending:
         # next from Spark, and writes each full data object behind on a thread of its
         # own (protocol.md 1.1): the three wait on different things (the JVM's
         # socket, the CPU, the disk or store); at most two batches are held here.
-        batch_size = self._producer_config().get("batch_size") or \
-            store_defaults(root.storage).batch_size
+        batch_size = config.get("batch_size") or store_defaults(root.storage).batch_size
         records = 0
         with ThreadPoolExecutor(1, thread_name_prefix="txlog-send") as sender:
             started = sender.submit(start)
@@ -308,19 +310,18 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
     """
 
     def __init__(self, options: WriteOptions, sink: StreamSink | None,
-                 job: SharedTransaction | None, claimed: Log | None = None) -> None:
+                 job: SharedTransaction | None, claimed: bool = False) -> None:
         self.options = options
         self.sink = sink
         self.job = job
-        # The Log through which this object claimed the prefix as it was built, in this
-        # process.  Spark builds the commit's writer and calls its commit in one call of
-        # one Python process, so that claim is the commit's ownership check (protocol.md
-        # 5.1) and its Log needs no second revalidation.  A copy unpickled elsewhere has
-        # claimed nothing.
+        # Whether this object claimed the prefix as it was built, in this process: Spark
+        # builds the commit's writer and calls its commit in one call of one Python
+        # process, so that claim is the commit's ownership check (protocol.md 5.1).  A
+        # copy unpickled elsewhere has claimed nothing.
         self.claimed = claimed
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "claimed": None}
+        return {**self.__dict__, "claimed": False}
 
     @classmethod
     def create(cls, options: WriteOptions, schema: StructType,
@@ -347,7 +348,7 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
         # No descriptions travel with a micro-batch: Spark builds this writer twice per
         # micro-batch (for the tasks, then for the commit), so reading them here would
         # cost the driver's critical path two reads for the tasks' one (protocol.md 5).
-        return cls(options, sink, sink.begin_batch(), claimed=log)
+        return cls(options, sink, sink.begin_batch(), claimed=True)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TxlogCommitMessage:
         from pyspark import TaskContext
@@ -374,7 +375,7 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.sink is None or self.job is None:
             return
-        log = self.claimed or _open(self.options)
+        log = _open(self.options)
         members = _members(messages)
         # This writer was built for the commit: its own decision is used only when no
         # task wrote (every task found the batch committed, or there were none).
@@ -385,8 +386,7 @@ class TxlogStreamWriter(_Sending, DataSourceStreamArrowWriter):
             assert self.options.checkpoint_location is not None  # WriteOptions.parse
             groups = {self.options.group_id:
                       source_offsets(self.options.checkpoint_location, batchId)}
-        self.sink.commit_batch(log, job, batchId, members, groups,
-                               claimed=self.claimed is not None)
+        self.sink.commit_batch(log, job, batchId, members, groups, claimed=self.claimed)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.sink is None:

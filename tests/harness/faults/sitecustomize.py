@@ -79,8 +79,8 @@ if _ATTEMPTS:
             return None
 
     def _send_then(send_all, topic, action):
-        def planted(root, start, iterator):
-            producer, records = send_all(root, start, iterator)
+        def planted(root, start, iterator, config):
+            producer, records = send_all(root, start, iterator, config)
             producer.flush()  # every record in the partitions: the transaction is open
             with open(os.path.join(_ATTEMPTS, f"sent-{topic}.json"), "w") as f:
                 json.dump({"transactional_id": producer.transactional_id, "records": records,
