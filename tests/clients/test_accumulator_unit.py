@@ -140,13 +140,14 @@ def test_a_table_is_brought_to_the_record_schema() -> None:
                                           pa.list_(pa.struct([("key", pa.string()),
                                                               ("value", pa.binary())]))),
                       "partition": pa.array([None, 1], pa.int32())})
-    records, chosen, sizes = normalise_table(table, 1000)
+    records, chosen, sizes, key_value = normalise_table(table, 1000)
     assert records.column("value").to_pylist() == [b"a", None]
     assert records.column("timestamp").to_pylist() == [1000, 7]  # null means now
     assert records.column("headers").to_pylist() == [[{"key": "h", "value": b"xy"}], []]
     assert chosen is not None and chosen.tolist() == [-1, 1]
     assert sizes.tolist() == [RECORD_OVERHEAD + 1 + 1 + 1 + 2, RECORD_OVERHEAD]
-    plain, chosen, _ = normalise_table(pa.table({"value": [b"v"]}).to_batches()[0], 5)
+    assert key_value.tolist() == [1 + 1, 0]  # the record-size metrics count these only
+    plain, chosen, _, _ = normalise_table(pa.table({"value": [b"v"]}).to_batches()[0], 5)
     assert chosen is None and plain.column("timestamp").to_pylist() == [5]
     assert plain.column("headers").to_pylist() == [[]]
 

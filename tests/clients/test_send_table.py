@@ -212,3 +212,21 @@ def _part_ranges(header) -> list[tuple[int, int]]:  # type: ignore[no-untyped-de
     counts = [c for c, _ in header.parts] or [header.record_count]
     bases = [header.base_offset + sum(counts[:i]) for i in range(len(counts))]
     return list(zip(bases, counts))
+
+
+def test_record_size_metrics_count_the_largest_key_and_value_of_each_batch(memlog: Log
+                                                                          ) -> None:
+    """``send_table`` hands each batch its largest record from the sizes it cut the
+    batches by: the figure must be what ``send``'s path counts (key and value bytes, a
+    null one as 0), batch by batch, whatever order the partitions put the rows in."""
+    memlog.create_topic("m", 2)
+    table = pa.table({"key": [None, b"kk", b"k", None],
+                      "value": [b"v" * 50, b"v" * 7, None, b"v" * 3],
+                      "headers": pa.array([[{"key": "h" * 100, "value": b"x"}], [], [], []],
+                                          HEADER_TYPE),
+                      "partition": pa.array([1, 0, 0, 1], pa.int32())})
+    with memlog.producer(linger_ms=0) as producer:
+        producer.send_table("m", table)
+        figures = producer.metrics()["producer-metrics"]
+    assert figures["record-size-max"] == 50
+    assert figures["record-size-avg"] == pytest.approx((50 + 9) / 2)  # one per batch

@@ -17,7 +17,7 @@ from txlog.clients.partitioner import StickyPartitioner
 from txlog.clients.sender import Sender
 from txlog.clients.transaction_manager import TransactionManager
 from txlog.errors import OutOfOrderSequenceError, TransactionAbortedError
-from txlog.format.batch import HEADER_TYPE, RECORD_SCHEMA, compression_attribute
+from txlog.format.batch import HEADER_TYPE, RECORD_SCHEMA
 from txlog.storage.memory import MemoryStorage
 
 
@@ -73,8 +73,8 @@ def make_sender(log: Log, transactional_id: str | None = None,
         manager.init_transactions()
         manager.begin(None)
         manager.add_partitions([("t", 0), ("t", 1)])
-    return Sender(log.services, manager, StickyPartitioner(), None, compression_attribute(None),
-                  data_object_bytes, MetricConfig())
+    return Sender(log.services, manager, StickyPartitioner(), None, data_object_bytes,
+                  MetricConfig())
 
 
 def records(*values: bytes) -> pa.Table:

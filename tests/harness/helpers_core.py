@@ -158,7 +158,7 @@ def records_payload(values: list[bytes | None], keys: list[bytes | None] | None 
         pa.array([first_ts + i for i in range(len(values))], pa.int64()),
         pa.array([[] for _ in values], RECORD_SCHEMA.field("headers").type),
     ], schema=RECORD_SCHEMA)
-    return encode_records(table, compression)
+    return encode_records(table, compression)[0]
 
 
 def partition_dir(root: str | os.PathLike[str], topic: str, partition: int) -> Path:

@@ -202,9 +202,10 @@ def _binary_column(table: pa.Table, name: str) -> pa.ChunkedArray:
 
 
 def normalise_table(table: pa.Table | pa.RecordBatch, now_ms: int
-                    ) -> tuple[pa.Table, np.ndarray | None, np.ndarray]:
-    """The rows as RECORD_SCHEMA, the requested partitions (-1 for none) and each row's
-    size estimate (as ``send`` counts it, for cutting batches)."""
+                    ) -> tuple[pa.Table, np.ndarray | None, np.ndarray, np.ndarray]:
+    """The rows as RECORD_SCHEMA, the requested partitions (-1 for none), each row's
+    size estimate (as ``send`` counts it, for cutting batches) and its key and value
+    bytes (the producer's record-size metrics)."""
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     if not isinstance(table, pa.Table):
@@ -226,7 +227,8 @@ def normalise_table(table: pa.Table | pa.RecordBatch, now_ms: int
         pa.chunked_array([_empty_lists(n)], HEADER_TYPE)
     chosen = _chosen_partitions(table) if "partition" in names else None
     records = pa.Table.from_arrays([key, value, ts, headers], schema=RECORD_SCHEMA)
-    sizes = RECORD_OVERHEAD + _lengths(key) + _lengths(value)
+    key_value = _lengths(key) + _lengths(value)
+    sizes = RECORD_OVERHEAD + key_value
     if "headers" in names and n:
         flat = pc.list_flatten(headers)
         header_bytes = _lengths(pc.struct_field(flat, [0])) + _lengths(pc.struct_field(flat, [1]))
@@ -234,7 +236,7 @@ def normalise_table(table: pa.Table | pa.RecordBatch, now_ms: int
             pc.fill_null(pc.list_value_length(headers), 0).to_numpy())])
         summed = np.concatenate([[0], np.cumsum(header_bytes)])
         sizes = sizes + summed[offsets[1:]] - summed[offsets[:-1]]
-    return records, chosen, sizes
+    return records, chosen, sizes, key_value
 
 
 def _timestamps(table: pa.Table, now_ms: int) -> pa.ChunkedArray:

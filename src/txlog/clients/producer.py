@@ -24,7 +24,6 @@ import pyarrow as pa
 
 from .. import clock
 from ..errors import InvalidConfigError, ProducerFencedError, TransactionAbortedError
-from ..format.batch import compression_attribute
 from .accumulator import (FutureRecordMetadata, RecordAccumulator, as_bytes, batch_runs,
                           by_partition, normalise_table, runs)
 from .metrics import DEFAULT_NUM_SAMPLES, DEFAULT_SAMPLE_WINDOW_MS, MetricConfig
@@ -88,7 +87,6 @@ class Producer:
             metrics_num_samples=metrics_num_samples,
             metrics_sample_window_ms=metrics_sample_window_ms)
         self._compression = None if compression == "none" else compression
-        self._compression_bits = compression_attribute(compression)
         services = log.services
         self._services = services
         # What the caller leaves out of the settings that depend on the store, the
@@ -112,8 +110,7 @@ class Producer:
         self._transactions = TransactionManager(services, transactional_id,
                                                 transaction_timeout_ms, enable_idempotence)
         self._sender = Sender(services, self._transactions, self._partitioner,
-                              self._compression, self._compression_bits,
-                              self.data_object_bytes,
+                              self._compression, self.data_object_bytes,
                               MetricConfig(metrics_num_samples, metrics_sample_window_ms))
 
     # --- introspection -------------------------------------------------------------
@@ -198,13 +195,12 @@ class Producer:
         null lets the partitioner choose).  ``partition`` as an argument sends
         every row there.  Keyed rows go where Kafka's partitioner puts them,
         null keys stick to one partition per batch's worth of bytes (KIP-480).
-        Rows are grouped per partition keeping their order, cut into batches
-        of ``batch_size`` bytes and published one by one through the same path
-        as ``send`` (records pending from ``send`` for a partition go first).
-        Returns ``(partition, base offset, last offset)`` of each batch
-        written.  If a batch fails, the exception propagates and later batches
-        are not sent; batches before it stay written unless the producer is
-        transactional and the transaction is aborted.
+        Rows are grouped per partition keeping their order, cut into batches of
+        ``batch_size`` bytes and published one by one through the same path as
+        ``send`` (records pending from ``send`` for a partition go first).  Returns
+        ``(partition, base offset, last offset)`` of each batch written.  If a batch
+        fails, the exception propagates and later batches are not sent; batches before
+        it stay written unless the producer is transactional and the transaction is aborted.
 
         Batches gather into data objects of ``data_object_bytes``; with
         ``wait=False`` the last, partly filled one stays staged for the next
@@ -218,7 +214,7 @@ class Producer:
         if wait is None:
             wait = self._send_table_waits
         self._transactions.check_can_send("send_table()")
-        records, chosen, sizes = normalise_table(table, clock.now_ms())
+        records, chosen, sizes, key_value = normalise_table(table, clock.now_ms())
         highest = partition if partition is not None else \
             int(chosen.max()) if chosen is not None and len(chosen) else None
         num_partitions = self._partition_count(topic, highest)
@@ -231,7 +227,7 @@ class Producer:
         # One take into partition order, then a slice per partition: the rows are
         # copied once, in one pass (a take per partition scanned the table each time).
         grouped = records.take(pa.array(order)) if len(groups) > 1 else records
-        times = grouped.column("timestamp").to_numpy()
+        times, key_value = grouped.column("timestamp").to_numpy(), key_value[order]
         sent: list[SentBatch] = []
         for p, first, end in groups:
             tp = (topic, p)
@@ -240,7 +236,8 @@ class Producer:
             for lo, hi, low, high in batch_runs(sizes[order[first:end]], times[first:end],
                                                 self.batch_size):
                 self._sender.stage(tp, part_records.slice(lo, hi - lo), low, high,
-                                   done=partial(_note_sent, sent, p))
+                                   done=partial(_note_sent, sent, p),
+                                   largest=int(key_value[first + lo:first + hi].max()))
                 self._sender.write_if_full(behind=not wait)
         if wait:
             self._sender.write_staged()

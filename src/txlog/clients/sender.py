@@ -27,8 +27,8 @@ from .. import clock
 from ..errors import (InvalidConfigError, InvalidProducerEpochError, InvalidTxnStateError,
                       OutOfOrderSequenceError, ProducerFencedError, TransactionAbortedError,
                       TxlogError)
-from ..format.batch import (MAX_CLAIM_PARTS, NO_SEQUENCE, TRANSACTIONAL_BIT, BatchHeader,
-                            Payload, encode_records)
+from ..format.batch import (COMPRESSION_CODES, MAX_CLAIM_PARTS, NO_SEQUENCE,
+                            TRANSACTIONAL_BIT, BatchHeader, Payload, encode_records)
 from ..partition.appender import DataReference, write_data_object
 from ..partition.state_manager import GUESS_WINDOW_S
 from ..storage.fresh_reads import SharedReads
@@ -99,14 +99,15 @@ class Sender:
 
     def __init__(self, services: Root, transactions: TransactionManager,
                  partitioner: StickyPartitioner, compression: str | None,
-                 compression_bits: int, data_object_bytes: int,
-                 metric_config: MetricConfig) -> None:
+                 data_object_bytes: int, metric_config: MetricConfig) -> None:
         self._services = services
         self._transactions = transactions
         self._partitioner = partitioner
         self._compression = compression
-        self._attributes = compression_bits | TRANSACTIONAL_BIT \
-            if transactions.transactional_id is not None else compression_bits
+        # The codec's bits are each batch's own (encode_records may leave a small one
+        # uncompressed).
+        self._attributes = TRANSACTIONAL_BIT if transactions.transactional_id is not None \
+            else 0
         self._idempotent = transactions.enable_idempotence
         self.data_object_bytes = data_object_bytes
         self.staged: list[_Staged] = []
@@ -119,15 +120,17 @@ class Sender:
 
     def stage(self, tp: tuple[str, int], records: pa.Table, base_timestamp: int,
               max_timestamp: int, done: Callable[[AppendResult], None] | None = None,
-              failed: Callable[[BaseException], None] | None = None) -> None:
+              failed: Callable[[BaseException], None] | None = None,
+              largest: int | None = None) -> None:
         """Encode one batch of ``records`` (RECORD_SCHEMA) for ``tp`` and stage it: the
         one write path (``write_staged`` publishes it).  The sequence is taken now:
-        batches of one partition are claimed in the order they were staged."""
+        batches of one partition are claimed in the order they were staged.  ``largest``
+        is the bytes of its largest record's key and value, where the caller knows them."""
         topic, partition = tp
         transactions = self._transactions
         if transactions.needs_new_id:
             transactions.renew_id()
-        payload = encode_records(records, self._compression)
+        payload, codec = encode_records(records, self._compression)
         desc = self._services.describe_topic(topic)
         max_bytes = desc.config.get("max.message.bytes")
         if max_bytes is not None and len(payload) > max_bytes:
@@ -139,7 +142,8 @@ class Sender:
         count = records.num_rows
         sequence = transactions.take_sequence(tp, count) if self._idempotent else NO_SEQUENCE
         header = BatchHeader(
-            base_offset=0, record_count=count, attributes=self._attributes,
+            base_offset=0, record_count=count,
+            attributes=self._attributes | COMPRESSION_CODES[codec],
             base_timestamp=base_timestamp, max_timestamp=max_timestamp,
             producer_id=transactions.producer_id, producer_epoch=transactions.epoch,
             base_sequence=sequence, decision_id=transactions.decision_id,
@@ -147,7 +151,8 @@ class Sender:
         if not self.staged:
             self.staged_since = time.monotonic()
         self.staged.append(_Staged(tp, part, header, payload, log_append, sequence,
-                                   _largest_record(records), done, failed))
+                                   _largest_record(records) if largest is None else largest,
+                                   done, failed))
         self.staged_bytes += len(payload)
         self._partitioner.batch_sent(topic, partition, desc.partitions)
 

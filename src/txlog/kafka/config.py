@@ -31,6 +31,7 @@ from ..api.log import Log
 from ..clients.metrics import DEFAULT_NUM_SAMPLES, DEFAULT_SAMPLE_WINDOW_MS, PREFIX_SETTING
 from ..clients.settings import Setting, Settings, any_value
 from ..errors import InvalidConfigError
+from ..format.batch import MIN_COMPRESSED_BYTES
 from .addresses import root_address
 from .errors import KafkaConfigurationError, translated
 
@@ -135,7 +136,9 @@ PRODUCER_CONFIG = Settings(
     _key("compression_type", DEFAULT_COMPRESSION, USED,
                              f"default '{DEFAULT_COMPRESSION}' (kafka-python: None) because "
                              "what a log costs is the bytes it stores; None, 'lz4' or 'zstd' "
-                             "(gzip and snappy are refused: txlog's batches do not use them)"),
+                             "(gzip and snappy are refused: txlog's batches do not use them). "
+                             f"A batch under {MIN_COMPRESSED_BYTES // 1024} KiB encoded is "
+                             "stored uncompressed whatever the codec (docs/format.md 2.4)"),
     _key("batch_size", DEFAULT_BATCH_SIZE, USED,
                        f"bytes per batch; default {DEFAULT_BATCH_SIZE} (kafka-python: 16384) "
                        "because each batch is one storage object"),
