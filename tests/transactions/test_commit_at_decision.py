@@ -9,17 +9,19 @@ before the roll-forward has happened is observable without timing.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import msgpack
 import pytest
 
 from txlog import Log, Producer
 from txlog.exactly_once.shared_transaction import SharedTransaction
-from txlog.storage.paths import job_dir
+from txlog.storage.paths import TXN_DIR, job_dir
 from txlog.transactions import ending
 from txlog.transactions.groups import read_group
-from txlog.transactions.metadata import TxnState
+from txlog.transactions.metadata import TransactionMetadata, TxnState
 
 TOPIC = "events"
 # Decided, not complete: the roll-forward may or may not have published PrepareCommit yet.
@@ -111,6 +113,103 @@ def test_the_next_transaction_stages_while_the_last_one_completes(log: Log) -> N
     producer.close()
     assert log.read(TOPIC, 0).column("value").to_pylist() == [b"1", b"2", b"3"]
     assert _state(log, "t") == TxnState.COMPLETE_COMMIT
+
+
+def _chain(log: Log, transactional_id: str) -> list[TransactionMetadata]:
+    """Every stored version of the id's chain, oldest first."""
+    storage = log.services.storage
+    directory = f"{TXN_DIR}/{transactional_id}"
+    return [TransactionMetadata.from_dict(msgpack.unpackb(storage.read(f"{directory}/{n}")))
+            for n in sorted(storage.list(directory), key=int)]
+
+
+def _join_waits_for(log: Log, transactional_id: str) -> None:
+    """Until the producer's next AddPartitionsToTxn waits for the roll-forward (a join
+    thread's state, polled: nothing in the join can signal it)."""
+    deadline = time.monotonic() + 30
+    while transactional_id not in log.services.coordinator.ender._successors:
+        assert time.monotonic() < deadline, "the join never waited for the roll-forward"
+        time.sleep(0.001)
+
+
+def test_the_next_join_publishes_the_last_complete_with_its_own_version(log: Log) -> None:
+    """One version instead of two between transactions (protocol.md 4.5.2), and only once
+    every marker of the first is written."""
+    producer = _producer(log, 2)
+    events: list[str] = []  # what was written, in order, once the first commit returned
+    store = log.services.coordinator.store
+    update = store.update
+
+    def recorded_update(*args, **kwargs):  # type: ignore[no-untyped-def]
+        version = update(*args, **kwargs)
+        events.append("join")
+        return version
+
+    with markers_held(log, 2) as release:
+        producer.begin_transaction()
+        producer.send(TOPIC, b"1", partition=0)
+        producer.send(TOPIC, b"2", partition=1)
+        producer.commit_transaction()
+        first = _chain(log, "t")[-1]
+        for p in range(2):
+            part = log.services.partition(TOPIC, p)
+
+            def marker(*args, _held=part.append_marker, _p=p, **kwargs
+                       ):  # type: ignore[no-untyped-def]
+                result = _held(*args, **kwargs)
+                events.append(f"marker {_p}")
+                return result
+
+            part.append_marker = marker  # type: ignore[method-assign]
+        store.update = recorded_update  # type: ignore[method-assign]
+        producer.begin_transaction()
+        producer.send(TOPIC, b"3", partition=1)  # its join waits for the markers
+        _join_waits_for(log, "t")
+        assert _chain(log, "t")[-1] == first and events == []
+        release.set()
+        producer.commit_transaction()
+    store.update = update  # type: ignore[method-assign]
+    producer.flush()
+    assert sorted(events[:2]) == ["marker 0", "marker 1"] and events[2] == "join"
+    versions = _chain(log, "t")
+    assert [(v.state, v.decision_id) for v in versions[-3:]] == [
+        (TxnState.ONGOING, first.decision_id),
+        (TxnState.ONGOING, f"{first.producer_id}-{first.epoch + 1}"),
+        (TxnState.COMPLETE_COMMIT, f"{first.producer_id}-{first.epoch + 1}")]
+    assert versions[-2].partitions == ((TOPIC, 1),) and versions[-1].epoch == first.epoch + 2
+    other = Log(log.root)
+    assert [other.read(TOPIC, p).column("value").to_pylist() for p in range(2)] == [
+        [b"1"], [b"2", b"3"]]
+    # Both transactions' markers are in the partitions: nothing is left open.
+    assert all(other.services.partition(TOPIC, p).state().open_transactions() == []
+               for p in range(2))
+
+
+def test_a_join_that_fails_holding_the_last_complete_publishes_it(log: Log) -> None:
+    """The roll-forward left its Complete* to the join; the join failed before publishing
+    anything, so it publishes that Complete* itself before raising."""
+    producer = _producer(log, 1)
+    store = log.services.coordinator.store
+    update = store.update
+
+    def failing(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError("chain write failed")
+
+    with markers_held(log, 1) as release:
+        _commit(producer, b"1")
+        producer.begin_transaction()
+        store.update = failing  # type: ignore[method-assign]
+        producer.send(TOPIC, b"2", partition=0)
+        _join_waits_for(log, "t")
+        release.set()
+        with pytest.raises(OSError, match="chain write failed"):
+            producer.commit_transaction()
+    store.update = update  # type: ignore[method-assign]
+    assert _state(log, "t") == TxnState.COMPLETE_COMMIT
+    producer.abort_transaction()
+    _commit(producer, b"3")
+    producer.close()
+    assert log.read(TOPIC, 0).column("value").to_pylist() == [b"1", b"3"]
 
 
 def test_a_failed_roll_forward_is_raised_to_the_producer(log: Log) -> None:

@@ -11,7 +11,6 @@ and tells it what a failed append means.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, wait
@@ -30,8 +29,6 @@ from .membership import check_generation
 
 if TYPE_CHECKING:
     from ..root.root import Root
-
-logger = logging.getLogger(__name__)
 
 JOIN_THREADS = 8  # AddPartitionsToTxn requests of all producers of a process running at once
 
@@ -222,8 +219,10 @@ class TransactionManager:
         ends or fences this transaction knows to mark it.
 
         Sent in a thread, after the requests before it and the previous transaction's
-        Complete* (the metadata chain has one head): the caller stages its records
-        meanwhile, and the sender settles it (``settle_joins``) before it writes."""
+        markers (the metadata chain has one head: the first join publishes that
+        transaction's Complete* with its own version where the roll-forward has not yet):
+        the caller stages its records meanwhile, and the sender settles it
+        (``settle_joins``) before it writes."""
         member = self.member()
         previous, completion = self.joining, self.completion
         self.partitions.update(new)
@@ -232,12 +231,12 @@ class TransactionManager:
 
     def _join(self, previous: Future[None] | None, completion: tuple[str, Future] | None,
               member: TransactionMember, new: list[tuple[str, int]]) -> None:
-        """One AddPartitionsToTxn, in a join thread: it touches no state of this object."""
+        """One AddPartitionsToTxn, in a join thread: it touches no state of this object.
+        The previous transaction's roll-forward goes with it: the coordinator waits for
+        its markers and publishes its Complete* with this join where it can."""
         if previous is not None:
             previous.result()
-        if completion is not None:
-            self._completed(member.transactional_id, *completion)
-        self._services.coordinator.add_partitions(member, new)
+        self._services.coordinator.add_partitions(member, new, completion)
 
     def settle_joins(self, raise_error: bool = True) -> None:
         """Wait for the AddPartitionsToTxn requests in flight; a failure poisons the
@@ -252,15 +251,6 @@ class TransactionManager:
             if raise_error:
                 raise
 
-    def _completed(self, transactional_id: str, decision_id: str, future: Future) -> None:
-        """Wait for a roll-forward; if it failed, complete the transaction here, so that
-        its error is raised to this producer's caller if it persists."""
-        wait([future])
-        if future.exception() is not None:
-            logger.warning("completing transaction %r of %r failed in the background (%s); "
-                           "trying again", decision_id, transactional_id, future.exception())
-            self._services.coordinator.complete(transactional_id, only_decision=decision_id)
-
     def settle_completion(self, timeout: float | None = None) -> bool:
         """Wait up to ``timeout`` for the previous transaction's roll-forward (markers,
         offsets, Complete*); raises what stops it.  False if it is still running."""
@@ -272,7 +262,8 @@ class TransactionManager:
             return False
         self.completion = None
         try:
-            self._completed(self.require_transactional(), decision_id, future)
+            self._services.coordinator.await_roll_forward(self.require_transactional(),
+                                                          decision_id, future)
         except BaseException:
             self.completion = (decision_id, future)  # the next call tries again
             raise

@@ -201,14 +201,24 @@ class TransactionCoordinator:
     # --- AddPartitionsToTxn / AddOffsetsToTxn -----------------------------------------------
 
     def _join(self, member: TransactionMember, partitions: list[tuple[str, int]],
-              offsets: dict[str, dict[tuple[str, int], int]]) -> None:
-        """Move to (or stay in) Ongoing with more partitions and/or pending offsets."""
+              offsets: dict[str, dict[tuple[str, int], int]],
+              complete: TransactionMetadata | None = None) -> None:
+        """Move to (or stay in) Ongoing with more partitions and/or pending offsets.
+
+        ``complete``: the Complete* version of the producer's previous transaction, whose
+        markers and offsets are written, left unpublished by its roll-forward; published
+        in one version with this Ongoing one while that transaction's decided Ongoing
+        version is still the newest (protocol.md 4.5.2)."""
         expired = decided = opened = False
         shared = member.decision_id != plain_decision_id(member.producer_id, member.epoch)
 
         def step(current: TransactionMetadata | None) -> TransactionMetadata | None:
             nonlocal expired, decided, opened
             expired = decided = opened = False  # a guessed run's findings are not kept
+            if complete is not None and current is not None and \
+                    current.state == S.ONGOING and current.writes_as(
+                        complete.decision_id, complete.txn_producer_id, complete.txn_epoch):
+                current = complete
             meta = check_member(current, member)
             now = clock.now_ms()
             if meta.state != S.ONGOING and shared:
@@ -249,10 +259,27 @@ class TransactionCoordinator:
                 f"transaction of {member.transactional_id!r} exceeded its timeout and was "
                 "aborted")
 
-    def add_partitions(self, member: TransactionMember, partitions: list[tuple[str, int]]) -> None:
+    def add_partitions(self, member: TransactionMember, partitions: list[tuple[str, int]],
+                       previous: tuple[str, Future[TransactionMetadata | None]] | None = None
+                       ) -> None:
+        """AddPartitionsToTxn.  ``previous``: the decision id and roll-forward (its
+        ``Ending.completion``) of the producer's previous transaction, run by this process,
+        which the join waits for; where its Complete* version is not published yet, the
+        join publishes it with its own Ongoing version, one durable step instead of two
+        (protocol.md 4.5.2)."""
         for topic, partition in partitions:
             self._partition(topic, partition)  # fails clearly for an unknown one
-        self._join(member, partitions, {})
+        if previous is None:
+            self._join(member, partitions, {})
+            return
+        decision_id, completion = previous
+        complete = self.ender.outcome_written(member.transactional_id, decision_id, completion)
+        try:
+            self._join(member, partitions, {}, complete)
+        except BaseException:
+            if complete is not None:  # its Complete* may be unpublished: publish it now
+                self.ender.complete(member.transactional_id, only_decision=decision_id)
+            raise
 
     def add_offsets(self, member: TransactionMember, group_id: str,
                     offsets: dict[tuple[str, int], int]) -> None:
@@ -261,6 +288,12 @@ class TransactionCoordinator:
         self._join(member, [], {group_id: dict(offsets)})
 
     # --- EndTxn ---------------------------------------------------------------------------------
+
+    def await_roll_forward(self, transactional_id: str, decision_id: str,
+                           completion: Future[TransactionMetadata | None]) -> None:
+        """Wait for an ``Ending.completion``; one that failed is completed here again,
+        raising the error if it persists (protocol.md 4.5.1)."""
+        self.ender.await_roll_forward(transactional_id, decision_id, completion)
 
     def end_transaction(self, member: TransactionMember, commit: bool) -> Ending:
         """EndTxn for a producer's own transaction, answered once the decision is durable:

@@ -50,6 +50,16 @@ def _roll_forward_pool() -> ThreadPoolExecutor:
     return shared_pool("txlog-roll-forward", ROLL_FORWARD_THREADS)
 
 
+@dataclass(eq=False)
+class _Successor:
+    """A join of this process waiting for a roll-forward of the same id (protocol.md
+    4.5.2): the roll-forward leaves it the Complete* version it would have published."""
+
+    decision_id: str
+    ready: threading.Event
+    complete: TransactionMetadata | None = None
+
+
 @dataclass(frozen=True)
 class Ending:
     """What EndTxn answers once its decision is durable: whether this producer's part
@@ -77,6 +87,8 @@ class TransactionEnder:
         # Roll-forwards this process runs behind EndTxn, by transactional id: complete()
         # waits for one rather than racing it with the same writes.
         self._running: dict[str, Future[TransactionMetadata | None]] = {}
+        # Joins of this process waiting for a roll-forward, by transactional id.
+        self._successors: dict[str, _Successor] = {}
 
     def _ending(self) -> set[str]:
         ending = getattr(self._local, "ending", None)
@@ -185,6 +197,55 @@ class TransactionEnder:
             if self._running.get(transactional_id) is future:
                 del self._running[transactional_id]
 
+    def outcome_written(self, transactional_id: str, decision_id: str,
+                        completion: Future[TransactionMetadata | None]
+                        ) -> TransactionMetadata | None:
+        """Wait for this process's roll-forward ``completion`` of ``decision_id`` to write
+        its markers and group offsets.  Returns the Complete* version it left unpublished
+        for the caller, the producer's next AddPartitionsToTxn, to publish in its place
+        (protocol.md 4.5.2); None once the roll-forward ended, Complete* published (a
+        roll-forward that failed is completed here again, raising what persists)."""
+        successor = _Successor(decision_id, threading.Event())
+        with self._lock:
+            waits = not completion.done() and transactional_id not in self._successors
+            if waits:
+                self._successors[transactional_id] = successor
+        if waits:
+            completion.add_done_callback(lambda _: successor.ready.set())
+            successor.ready.wait()
+            with self._lock:
+                if self._successors.get(transactional_id) is successor:
+                    del self._successors[transactional_id]
+            if successor.complete is not None:
+                return successor.complete
+        self.await_roll_forward(transactional_id, decision_id, completion)
+        return None
+
+    def await_roll_forward(self, transactional_id: str, decision_id: str,
+                           completion: Future[TransactionMetadata | None]) -> None:
+        """Wait for a roll-forward behind EndTxn; if it failed, complete the transaction
+        here, so that its error reaches the producer's caller if it persists."""
+        wait([completion])
+        if completion.exception() is not None:
+            logger.warning("completing transaction %r of %r failed in the background (%s); "
+                           "trying again", decision_id, transactional_id,
+                           completion.exception())
+            self.complete(transactional_id, only_decision=decision_id)
+
+    def _hand_over(self, done: TransactionMetadata) -> bool:
+        """Leave ``done``, a plain producer's Complete* version whose markers and offsets
+        are written, to a join of the same producer waiting for it; True if one took it."""
+        if done.is_shared or done.epoch == 0:  # a new producer id: only Complete* knows it
+            return False
+        with self._lock:
+            successor = self._successors.get(done.transactional_id)
+            if successor is None or successor.decision_id != done.decision_id:
+                return False
+            del self._successors[done.transactional_id]
+            successor.complete = done
+        successor.ready.set()
+        return True
+
     def settle(self, transactional_id: str) -> None:
         """Wait for this process's roll-forward of ``transactional_id``, if one runs
         (its error is its producer's to report; the caller completes it again)."""
@@ -266,10 +327,13 @@ class TransactionEnder:
 
     def _finish(self, version: int, meta: TransactionMetadata,
                 commit: bool) -> TransactionMetadata:
-        """Markers and group offsets, then the Complete* version."""
+        """Markers and group offsets, then the Complete* version, unless the producer's
+        next AddPartitionsToTxn waits to publish its Ongoing version in its place."""
         self._write_outcome(version, meta, commit)
         done = meta.completed(*self.store.next_identity(meta.txn_producer_id, meta.txn_epoch),
                               commit)
+        if self._hand_over(done):
+            return done
         if self.store.publish(version + 1, done):
             if meta.transactional_id not in self._ending():
                 logger.info("rolled forward transaction %r of %r (producer %d epoch %d): %s in "
