@@ -25,7 +25,8 @@ Then, unless ``--back-to-back 0``, back-to-back transactions (default 100)
 of the same shape to the same partitions, with nothing in between, timed
 from the first ``begin_transaction`` until the last one's Complete version is
 durable (``flush`` waits for the last roll-forward): the producer's
-transactions per second, and the same divided by the durable floor's rate.
+transactions per second, the same divided by the durable floor's rate, and
+the fsyncs per transaction (counted, so untouched by the disk's speed).
 
 With ``--s3-latency-ms MS`` it measures instead, on moto's S3 server in this
 process with MS added to every request (scale_out_benchmark.LatentS3, waits
@@ -170,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
                 commits.append(took_commit)
                 writes.append(took_file)
                 floor.append(took_floor)
-        back_to_back = _back_to_back(producer, topic, table, args.api, args.back_to_back)
+        back_to_back, fsyncs = _back_to_back(producer, topic, table, args.api,
+                                             args.back_to_back)
         producer.close()
         expected = (args.warmup + args.commits + args.back_to_back) * args.records
         got = log.read(topic, 0).num_rows
@@ -196,22 +198,36 @@ def main(argv: list[str] | None = None) -> int:
         if back_to_back:
             print(f"  back to back: {args.back_to_back} transactions until the last Complete "
                   f"is durable  {back_to_back:7.1f} tx/s   ({back_to_back * d:.3f} per "
-                  "durable floor)")
+                  f"durable floor); {fsyncs:.1f} fsyncs per transaction")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 
 def _back_to_back(producer: Producer, topic: str, table: pa.Table, api: str, count: int
-                  ) -> float:
-    """Transactions per second of ``count`` commits in a row, until the last is complete."""
+                  ) -> tuple[float, float]:
+    """Transactions per second of ``count`` commits in a row, until the last is complete,
+    and the fsyncs per transaction: a count that this disk's changing speed leaves alone
+    (every fsync of this process is counted, and only the producer's run meanwhile)."""
     if count < 1:
-        return 0.0
-    started = time.perf_counter()
-    for _ in range(count):
-        one_commit(producer, topic, table, api)
-    producer.flush()  # the last transaction's roll-forward, if it runs behind the commit
-    return count / (time.perf_counter() - started)
+        return 0.0, 0.0
+    fsyncs = [0]
+    fsync = os.fsync
+
+    def counted(fd: int) -> None:
+        fsyncs[0] += 1
+        fsync(fd)
+
+    os.fsync = counted
+    try:
+        started = time.perf_counter()
+        for _ in range(count):
+            one_commit(producer, topic, table, api)
+        producer.flush()  # the last transaction's roll-forward, if it runs behind the commit
+        elapsed = time.perf_counter() - started
+    finally:
+        os.fsync = fsync
+    return count / elapsed, fsyncs[0] / count
 
 
 def _on_s3(args: argparse.Namespace, config: dict) -> int:
