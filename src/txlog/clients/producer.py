@@ -256,7 +256,6 @@ class Producer:
                     f"topic {topic!r} has partitions 0 to {num_partitions - 1}; "
                     f"cannot send to partition {partition!r}")
             return np.full(n, partition, dtype=np.int32)
-        parts = partitions_for_keys(records.column("key"), num_partitions)
         if chosen is not None:
             given = chosen >= 0
             bad = given & (chosen >= num_partitions)
@@ -264,7 +263,12 @@ class Producer:
                 raise InvalidConfigError(
                     f"topic {topic!r} has partitions 0 to {num_partitions - 1}; row "
                     f"{int(np.argmax(bad))} asks for partition {int(chosen[bad][0])}")
-            parts = np.where(given, chosen, parts).astype(np.int32)
+            if given.all():  # no key to hash (Spark's writer with a partition column)
+                return chosen.astype(np.int32)
+            parts = np.where(given, chosen, partitions_for_keys(records.column("key"),
+                                                                num_partitions)).astype(np.int32)
+        else:
+            parts = partitions_for_keys(records.column("key"), num_partitions)
         unkeyed = np.flatnonzero(parts < 0)
         if len(unkeyed):
             parts[unkeyed] = self._sticky_partitions(topic, num_partitions, sizes[unkeyed])
