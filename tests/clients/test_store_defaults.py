@@ -72,10 +72,15 @@ def test_an_object_store_chooses_its_own(s3_root: str, s3_server) -> None:
 
 def test_what_the_caller_gives_wins(s3_root: str, s3_server, log: Log) -> None:
     s3 = Log(s3_root, storage_options=s3_server.storage_options)
-    for where in (s3, log):
+    for where, defaults in ((s3, OBJECT_STORE_DEFAULTS), (log, LOCAL_DEFAULTS)):
+        # One rule, for the producer and for whoever needs its sizes before it exists.
+        chosen = store_defaults(where.storage, batch_size=5)
+        assert (chosen.batch_size, chosen.data_object_bytes, chosen.send_table_waits) == (
+            5, defaults.data_object_bytes, defaults.send_table_waits)
         where.create_topic("t", 1)
         with where.producer(data_object_bytes=1 << 20) as producer:
             assert producer.data_object_bytes == 1 << 20
+            assert producer.batch_size == defaults.batch_size
             assert _written(producer.send_table("t", _incompressible(20), wait=True), 20)
 
 

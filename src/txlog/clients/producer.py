@@ -91,11 +91,10 @@ class Producer:
         self._services = services
         # What the caller leaves out of the settings that depend on the store, the
         # store's defaults fill in (clients/producer_settings.py, docs/clients.md).
-        defaults = store_defaults(services.storage)
-        self._send_table_waits = defaults.send_table_waits
-        self.batch_size = defaults.batch_size if batch_size is None else batch_size
-        self.data_object_bytes = defaults.data_object_bytes if data_object_bytes is None \
-            else data_object_bytes
+        settings = store_defaults(services.storage, batch_size, data_object_bytes)
+        self._send_table_waits = settings.send_table_waits
+        self.batch_size = settings.batch_size
+        self.data_object_bytes = settings.data_object_bytes
         self.linger_ms = linger_ms
         self.enable_idempotence = enable_idempotence
         self.transactional_id = transactional_id

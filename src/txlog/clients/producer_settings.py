@@ -13,7 +13,7 @@ says what suits local disk and what suits an object store.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import InvalidConfigError
@@ -63,10 +63,20 @@ OBJECT_STORE_DEFAULTS = StoreDefaults(batch_size=4 << 20, data_object_bytes=32 <
                                       send_table_waits=False)
 
 
-def store_defaults(storage: Storage) -> StoreDefaults:
-    """The defaults that suit ``storage``: an object store's where each request is a
-    network round trip (``Storage.remote``), local disk's (and memory's) otherwise."""
-    return OBJECT_STORE_DEFAULTS if storage.remote else LOCAL_DEFAULTS
+def store_defaults(storage: Storage, batch_size: int | None = None,
+                   data_object_bytes: int | None = None) -> StoreDefaults:
+    """The settings for ``storage``: those given, and for each left as None the default
+    that suits it (an object store's where each request is a network round trip,
+    ``Storage.remote``; local disk's and memory's otherwise).  The one rule for them,
+    so that whoever needs a producer's batch size before the producer exists (the Spark
+    writer's merging of its input) finds the producer's."""
+    defaults = OBJECT_STORE_DEFAULTS if storage.remote else LOCAL_DEFAULTS
+    if batch_size is None and data_object_bytes is None:
+        return defaults
+    return replace(defaults,
+                   batch_size=defaults.batch_size if batch_size is None else batch_size,
+                   data_object_bytes=defaults.data_object_bytes if data_object_bytes is None
+                   else data_object_bytes)
 
 
 

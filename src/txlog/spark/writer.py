@@ -168,7 +168,7 @@ class _Sending:
         # next from Spark, and writes each full data object behind on a thread of its
         # own (protocol.md 1.1): the three wait on different things (the JVM's
         # socket, the CPU, the disk or store); at most two batches are held here.
-        batch_size = config.get("batch_size") or store_defaults(root.storage).batch_size
+        batch_size = store_defaults(root.storage, config.get("batch_size")).batch_size
         records = 0
         with ThreadPoolExecutor(1, thread_name_prefix="txlog-send") as sender:
             started = sender.submit(start)
