@@ -198,18 +198,25 @@ def run_maintainer(args: argparse.Namespace) -> int:
                 while part.compact(SEGMENT_BYTES, 2, min(upto, ends[p] - LAG)) is not None:
                     pass
         merged = sum(len(m) for m in log.merge_segments(TOPIC).values())
-        print(f"M {merged}", flush=True)
+        _report(f"M {merged}")
         log.apply_retention(TOPIC)
         log.gc(chain_age_s=1.0, decision_age_s=1.0, temp_age_s=2.0,
                txn_id_expiration_ms=TXN_ID_EXPIRATION_MS)
         counts = " ".join(str(_objects(args.root, p)) for p in range(PARTITIONS))
-        print(f"O {counts} {' '.join(str(ends[p]) for p in range(PARTITIONS))}", flush=True)
+        _report(f"O {counts} {' '.join(str(ends[p]) for p in range(PARTITIONS))}")
         if not args.once:
             time.sleep(0.05)
     return 0
 
 
 # --- supervisor and checker -------------------------------------------------------------------
+
+
+def _report(line: str) -> None:
+    """One line of the maintainer's output in one write: the supervisor SIGKILLs it at
+    any moment, and print() once left a line without its newline, which the restarted
+    maintainer's next line then continued ("O 42 44 753 731M 0")."""
+    os.write(sys.stdout.fileno(), f"{line}\n".encode())
 
 
 def _spawn(role: str, root: str, out: Path, *extra: str) -> subprocess.Popen:
