@@ -76,7 +76,10 @@ def test_killed_driver_leaves_nothing_visible_and_next_job_cleans_up(spark, tmp_
         .option("transactional.id.prefix", "killed").save()
     log = Log(root)
     for p in range(4):  # ... until the next job with the prefix ends them
-        assert log.last_stable_offset("events", p) == log.end_offset("events", p)
+        # The job's markers land behind its commit, so the end may still move: read it
+        # first, and then no undecided transaction may begin before it.
+        end = log.end_offset("events", p)
+        assert log.last_stable_offset("events", p) >= end
     assert committed_count(root, "events", 4) == 100
 
 
