@@ -307,6 +307,17 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str,
         time.sleep(poll_s)
 
 
+def nothing_holds_the_lso(log: Log, topic: str, partitions: int) -> bool:
+    """No undecided transaction begins before any partition's end.  The end is read
+    first: a committed job's markers land behind its commit (docs/protocol.md 4.6), so
+    the end may move between the two reads, and only this order compares them."""
+    for p in range(partitions):
+        end = log.end_offset(topic, p)
+        if log.last_stable_offset(topic, p) < end:
+            return False
+    return True
+
+
 def child(*args: object) -> list[str]:
     """Command line running this module as a child process."""
     return [sys.executable, HELPER, *map(str, args)]

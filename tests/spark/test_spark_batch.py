@@ -17,7 +17,7 @@ from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.types import IntegerType, StructField, StructType  # noqa: E402
 
 from conftest import LARGE  # noqa: E402
-from helpers_core import wait_for  # noqa: E402
+from helpers_core import nothing_holds_the_lso, wait_for  # noqa: E402
 from spark_io import hanging, read, write  # noqa: E402
 from txlog import Log  # noqa: E402
 from txlog.clients.partitioner import partition_for_key  # noqa: E402
@@ -185,8 +185,7 @@ def test_task_failing_after_partial_write_is_retried_exactly_once(spark, root):
     # dataObjectBytes when they failed.
     assert everything.count() >= 20_000 + 2 * 4_000
     log = Log(root)
-    for p in range(4):
-        assert log.last_stable_offset("events", p) == log.end_offset("events", p)
+    assert nothing_holds_the_lso(log, "events", 4)
     assert hanging(log) == []
 
 
@@ -204,8 +203,7 @@ def test_failed_job_is_invisible_to_read_committed_only(spark, root):
     assert read(spark, root, subscribe="events",
                 **{"isolation.level": "read_uncommitted"}).count() >= 1_500
     log = Log(root)
-    for p in range(4):
-        assert log.last_stable_offset("events", p) == log.end_offset("events", p)
+    assert nothing_holds_the_lso(log, "events", 4)
 
 
 def hold_partition_1_until(flag):
@@ -258,8 +256,7 @@ def test_job_whose_commit_fails_leaves_nothing_and_next_job_is_clean(spark, root
         operator.join()
     assert read(spark, root, subscribe="events").count() == 0
     log = Log(root)
-    for p in range(4):
-        assert log.last_stable_offset("events", p) == log.end_offset("events", p)
+    assert nothing_holds_the_lso(log, "events", 4)
     assert hanging(log) == []
     write(rows(spark, 100), root, topic="events", **{"transactional.id.prefix": "doomed"})
     assert read(spark, root, subscribe="events").count() == 100

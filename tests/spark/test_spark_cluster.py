@@ -29,6 +29,7 @@ if not sys.platform.startswith("linux"):  # the harness reads /proc to find its 
     pytest.skip("the cluster harness needs Linux", allow_module_level=True)
 
 from conftest import HARNESS_DIR, LARGE  # noqa: E402
+from helpers_core import nothing_holds_the_lso  # noqa: E402
 from spark_cluster import StandaloneCluster, standalone_cluster  # noqa: E402
 from spark_io import hanging  # noqa: E402
 from spark_jobs import ATTEMPT_PLANS  # noqa: E402
@@ -159,8 +160,7 @@ def test_task_retried_after_partial_write_on_executors_is_exactly_once(cluster, 
     log = store.log("retried")
     keys = [k for p in range(4) for k in log.read("events", p).column("key").to_pylist()]
     assert sorted(keys) == [b"k%06d" % i for i in range(ROWS)]
-    for p in range(4):
-        assert log.last_stable_offset("events", p) == log.end_offset("events", p)
+    assert nothing_holds_the_lso(log, "events", 4)
     assert hanging(log) == []
 
 
@@ -213,8 +213,7 @@ def test_a_killed_pooled_attempt_is_fenced_and_its_retry_writes_each_row_once(st
     assert fenced.producer_id == dead["producer_id"] and fenced.epoch > dead["epoch"]
     retry = log.coordinator.metadata("spark-killed.pool-0-r0-1")
     assert retry.state == TxnState.COMPLETE_COMMIT
-    for p in range(4):
-        assert log.last_stable_offset("killed", p) == log.end_offset("killed", p)
+    assert nothing_holds_the_lso(log, "killed", 4)
 
 
 @pytest.mark.parametrize("topic", ["outlived-commit", "outlived-abort"])
@@ -299,7 +298,6 @@ def test_speculative_copies_on_two_workers_write_each_row_once_and_losers_leave_
     assert result["uncommitted"] == ROWS + loser["records"]  # the loser's rows, aborted
     log = store.log("speculated")
     assert hanging(log) == []
-    for p in range(4):
-        assert log.last_stable_offset("speculated", p) == log.end_offset("speculated", p)
+    assert nothing_holds_the_lso(log, "speculated", 4)
     log.gc(chain_age_s=0, decision_age_s=0, temp_age_s=0, data_age_s=0)
     assert ongoing(log, "spark-speculated.pool-0") == []
