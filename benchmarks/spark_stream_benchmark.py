@@ -25,12 +25,21 @@ commit on the driver minus its arrival (after a short warm-up run).
 Goal (issue 7): the txlog query's rate at least Parquet's (ratio >= 1).
 The script prints the figures; it does not judge them.
 
-Run: ``python benchmarks/spark_stream_benchmark.py [--rows N] [--runs K]``.
+txlog's bytecode is compiled before Spark starts (``cache_bytecode``), as a
+user's install has it.  ``--no-bytecode-cache`` leaves that out: with txlog's
+``__pycache__`` directories deleted first and PYTHONDONTWRITEBYTECODE set, as
+in this workplace, every Python process compiles txlog again, as every run
+before this option did.
+
+Run: ``python benchmarks/spark_stream_benchmark.py [--rows N] [--runs K]
+[--no-bytecode-cache]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
+import importlib.util
 import os
 import shutil
 import statistics
@@ -206,8 +215,35 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.array(values), q)) if values else float("nan")
 
 
+def cache_bytecode() -> None:
+    """Compile txlog's modules to their ``__pycache__`` beside the source, once.
+
+    Spark starts Python processes that import txlog: a stream's source runs in a
+    new one for each query.  A user's Python reads txlog's bytecode from a cache
+    (pip compiles a wheel's modules as it installs them; an editable install's
+    first import writes them), but where PYTHONDONTWRITEBYTECODE is set nothing
+    writes it, and every such process compiles txlog's modules again: 0.1 to
+    0.2 s on the development machine, which the floor's source, pickled by
+    value with this script, never pays.  Python checks each cached file against
+    its source, so an edited module is compiled again.
+    """
+    import txlog
+
+    compileall.compile_dir(os.path.dirname(txlog.__file__), quiet=1)
+    spec = importlib.util.find_spec("pyspark_txlog")
+    if spec is not None and spec.origin is not None:
+        compileall.compile_file(spec.origin, quiet=1)
+
+
 def batch_latencies(query) -> list[float]:
     return [p["durationMs"]["triggerExecution"] / 1000 for p in query.recentProgress
+            if p["numInputRows"] > 0]
+
+
+def batch_phase(query, phase: str) -> list[float]:
+    """Seconds each micro-batch with input spent in one of Spark's phases (``addBatch``:
+    the tasks and the sink's commit; ``walCommit``, ``commitOffsets``: its checkpoint)."""
+    return [p["durationMs"].get(phase, 0) / 1000 for p in query.recentProgress
             if p["numInputRows"] > 0]
 
 
@@ -219,7 +255,11 @@ def main() -> None:
     parser.add_argument("--live-rate", type=int, default=20_000)
     parser.add_argument("--live-seconds", type=int, default=20)
     parser.add_argument("--dir", help="scratch directory (default: a temporary one)")
+    parser.add_argument("--no-bytecode-cache", action="store_true",
+                        help="do not compile txlog's bytecode first (cache_bytecode)")
     args = parser.parse_args()
+    if not args.no_bytecode_cache:
+        cache_bytecode()
 
     from pyspark.sql import functions as F
 
@@ -263,11 +303,19 @@ def main() -> None:
             .writeStream.format("parquet").option("path", os.path.join(scratch, f"pq-{n}")) \
             .option("checkpointLocation", os.path.join(scratch, f"ck-pq-{n}"))
 
+    # Where each query's time goes: its micro-batches' addBatch (tasks and the sink's
+    # commit), the rest of its micro-batches (Spark's checkpoint, planning), and what
+    # lies outside them (starting the source's Python process, the end).
+    split: dict[str, list[tuple[float, float, float]]] = {}
+
     def run(make) -> tuple[float, list[float]]:
         start = time.perf_counter()
         query = make().trigger(availableNow=True).start()
         query.awaitTermination()
         elapsed = time.perf_counter() - start
+        batches, added = batch_latencies(query), batch_phase(query, "addBatch")
+        split.setdefault(make.__name__, []).append(
+            (sum(added), sum(batches) - sum(added), elapsed - sum(batches)))
         return elapsed, batch_latencies(query)
 
     spark.dataSource.register(floor_source(args.batches, per_batch))
@@ -281,6 +329,7 @@ def main() -> None:
     for make in queries.values():
         run(make)  # warm-up: JIT, page cache, Python workers
     results: dict[str, list[tuple[float, list[float]]]] = {name: [] for name in queries}
+    split.clear()  # the warm-up's runs
     for _ in range(args.runs):
         for name, make in queries.items():
             results[name].append(run(make))
@@ -299,7 +348,12 @@ def main() -> None:
     floor = sorted(rows / t1 / (rows / t2) for (t1, _), (t2, _) in
                    zip(results["txlog"], results["py-floor"], strict=True))
     print(f"rate txlog / Python data source floor: median {statistics.median(floor):.3f} "
-          f"(min {floor[0]:.3f}, max {floor[-1]:.3f})\n")
+          f"(min {floor[0]:.3f}, max {floor[-1]:.3f})")
+    for name, make in queries.items():
+        parts = [statistics.median(run[i] for run in split[make.__name__]) for i in range(3)]
+        print(f"{name:>8}: medians per query: addBatch {parts[0]:.2f} s, the rest of the "
+              f"micro-batches {parts[1]:.2f} s, outside them {parts[2]:.2f} s")
+    print()
 
     live_latency(spark, log, root, scratch, args.live_rate, args.live_seconds, F)
     floor_live_latency(spark, scratch, args.live_rate, args.live_seconds)
