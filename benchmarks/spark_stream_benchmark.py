@@ -204,6 +204,7 @@ def floor_live_latency(spark, scratch: str, rate: int, seconds: int) -> None:
             .option("checkpointLocation", os.path.join(scratch, f"ck-floor-live-{run}")).start()
         time.sleep(length + 7.0)  # the arrivals start 5 s from now and run for ``length``
         query.stop()
+    print(f"floor's live query: {live_batches(query)}")
     latencies = np.concatenate([np.load(os.path.join(out_dir, name))
                                 for name in os.listdir(out_dir)] or [np.zeros(0)]).tolist()
     print(f"floor of the Python streaming API, same rate: p50 {percentile(latencies, 50):.3f} s, "
@@ -233,6 +234,24 @@ def cache_bytecode() -> None:
     spec = importlib.util.find_spec("pyspark_txlog")
     if spec is not None and spec.origin is not None:
         compileall.compile_file(spec.origin, quiet=1)
+
+
+def live_batches(query) -> str:
+    """A live query's micro-batches with input: how many, their records and their
+    phases at the median (what the end-to-end latency is made of)."""
+    with_input = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    if not with_input:
+        return "no micro-batch with input"
+
+    def median(values: list[float]) -> float:
+        return statistics.median(values)
+
+    phases = ", ".join(
+        f"{phase} {median([p['durationMs'].get(phase, 0) for p in with_input]):.0f} ms"
+        for phase in ("triggerExecution", "addBatch", "walCommit", "commitOffsets"))
+    return (f"{len(with_input)} micro-batches (of the last {len(query.recentProgress)} "
+            f"Spark keeps), {median([p['numInputRows'] for p in with_input]):,.0f} records "
+            f"each; medians: {phases}")
 
 
 def batch_latencies(query) -> list[float]:
@@ -410,6 +429,7 @@ def live_latency(spark, log: Log, root: str, scratch: str, rate: int, seconds: i
     stop.set()
     watcher.join()
     query.stop()
+    print(f"txlog's live query: {live_batches(query)}")
     print(f"end to end (append -> visible in the sink, read_committed), {rate} records/s for "
           f"{seconds} s: p50 {percentile(latencies, 50):.3f} s, p95 "
           f"{percentile(latencies, 95):.3f} s over {len(latencies)} records "
