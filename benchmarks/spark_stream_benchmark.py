@@ -9,9 +9,11 @@ Trigger.AvailableNow and the same micro-batch size (``maxOffsetsPerTrigger``
 They take turns over ``--runs`` runs, each on fresh output and checkpoint.
 Printed: the sustained rate of each (records per second over the whole
 query), their ratio, and the per-micro-batch latency (Spark's
-``triggerExecution`` duration, p50 and p95).  A third query measures the floor
-of PySpark's Python streaming API itself: a Python source yielding the same
-columns from memory into a Python sink that drops them, same micro-batches.
+``triggerExecution`` duration, p50 and p95), and where each query's time went
+(``addBatch``, the rest of its micro-batches, the time outside them).  A third
+query measures the floor of PySpark's Python streaming API itself: a Python
+source yielding the same columns from memory into a Python sink that drops
+them, same micro-batches.
 
 Then the end-to-end latency of txlog -> txlog: a producer appends at a
 steady ``--live-rate`` records per second for ``--live-seconds``, the query
@@ -20,7 +22,9 @@ become visible under read_committed; the latency of a record is that moment
 minus its append time in the source (carried in the key).  p50 and p95.
 The same for the floor: a Python source whose records arrive at the same
 rate, into a sink that drops them; a record's latency is its micro-batch's
-commit on the driver minus its arrival (after a short warm-up run).
+commit on the driver minus its arrival (after a short warm-up run).  Each
+live query's micro-batches are printed beside it: how many, their records,
+Spark's phases at the median.
 
 Goal (issue 7): the txlog query's rate at least Parquet's (ratio >= 1).
 The script prints the figures; it does not judge them.
