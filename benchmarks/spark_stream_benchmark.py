@@ -247,20 +247,16 @@ def live_batches(query) -> str:
     if not with_input:
         return "no micro-batch with input"
 
-    def median(values: list[float]) -> float:
-        return statistics.median(values)
-
     phases = ", ".join(
-        f"{phase} {median([p['durationMs'].get(phase, 0) for p in with_input]):.0f} ms"
+        f"{phase} {statistics.median(batch_phase(query, phase)) * 1000:.0f} ms"
         for phase in ("triggerExecution", "addBatch", "walCommit", "commitOffsets"))
+    records = statistics.median(p["numInputRows"] for p in with_input)
     return (f"{len(with_input)} micro-batches (of the last {len(query.recentProgress)} "
-            f"Spark keeps), {median([p['numInputRows'] for p in with_input]):,.0f} records "
-            f"each; medians: {phases}")
+            f"Spark keeps), {records:,.0f} records each; medians: {phases}")
 
 
 def batch_latencies(query) -> list[float]:
-    return [p["durationMs"]["triggerExecution"] / 1000 for p in query.recentProgress
-            if p["numInputRows"] > 0]
+    return batch_phase(query, "triggerExecution")
 
 
 def batch_phase(query, phase: str) -> list[float]:
@@ -339,7 +335,7 @@ def main() -> None:
         batches, added = batch_latencies(query), batch_phase(query, "addBatch")
         split.setdefault(make.__name__, []).append(
             (sum(added), sum(batches) - sum(added), elapsed - sum(batches)))
-        return elapsed, batch_latencies(query)
+        return elapsed, batches
 
     spark.dataSource.register(floor_source(args.batches, per_batch))
 

@@ -513,8 +513,8 @@ def test_two_processes_split_then_one_takes_over_after_sigkill(tmp_path):
 
 
 def membership_story(*workers: Worker) -> dict[str, list[str]]:
-    """Each worker's membership events, in order (its MEMBER, OWNED and COMMIT-REFUSED
-    lines), for the message of a failed check."""
+    """Each worker's membership events, in order (its MEMBER, OWNED, COMMIT-REFUSED and
+    ABANDONED lines), for the message of a failed check."""
     return {w.name: [line for line in w.drain()
                      if line.startswith(("MEMBER", "OWNED", "COMMIT-REFUSED", "ABANDONED"))]
             for w in workers}
