@@ -51,6 +51,7 @@ import struct
 import tempfile
 import threading
 import time
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -255,6 +256,28 @@ def live_batches(query) -> str:
             f"Spark keeps), {records:,.0f} records each; medians: {phases}")
 
 
+class Run(NamedTuple):
+    """One query's run: its time, its micro-batches' latencies, and where its time went:
+    the micro-batches' addBatch (tasks and the sink's commit), the rest of them (Spark's
+    checkpoint, planning), and what lies outside them (starting the source's Python
+    process, the end)."""
+
+    elapsed: float
+    batches: list[float]
+    parts: tuple[float, float, float]
+
+
+def txlog_stream(spark, root: str, per_batch: int, out: str, prefix: str, checkpoint: str):
+    """The txlog -> txlog query, topic ``in`` to ``out``, ``per_batch`` records a
+    micro-batch, exactly once under ``prefix`` (the DataStreamWriter, not started)."""
+    return spark.readStream.format("txlog").option("path", root) \
+        .option("subscribe", "in").option("startingOffsets", "earliest") \
+        .option("maxOffsetsPerTrigger", str(per_batch)).load() \
+        .select("key", "value").writeStream.format("txlog").option("path", root) \
+        .option("topic", out).option("transactional.id.prefix", prefix) \
+        .option("checkpointLocation", checkpoint)
+
+
 def batch_latencies(query) -> list[float]:
     return batch_phase(query, "triggerExecution")
 
@@ -306,14 +329,9 @@ def main() -> None:
 
     def txlog_query():
         n = next(counter)
-        out = f"out{n}"
-        log.create_topic(out, partitions=PARTITIONS)
-        return spark.readStream.format("txlog").option("path", root) \
-            .option("subscribe", "in").option("startingOffsets", "earliest") \
-            .option("maxOffsetsPerTrigger", str(per_batch)).load() \
-            .select("key", "value").writeStream.format("txlog").option("path", root) \
-            .option("topic", out).option("transactional.id.prefix", f"bench{n}") \
-            .option("checkpointLocation", os.path.join(scratch, f"ck-txlog-{n}"))
+        log.create_topic(f"out{n}", partitions=PARTITIONS)
+        return txlog_stream(spark, root, per_batch, f"out{n}", f"bench{n}",
+                            os.path.join(scratch, f"ck-txlog-{n}"))
 
     def parquet_query():
         n = next(counter)
@@ -322,20 +340,14 @@ def main() -> None:
             .writeStream.format("parquet").option("path", os.path.join(scratch, f"pq-{n}")) \
             .option("checkpointLocation", os.path.join(scratch, f"ck-pq-{n}"))
 
-    # Where each query's time goes: its micro-batches' addBatch (tasks and the sink's
-    # commit), the rest of its micro-batches (Spark's checkpoint, planning), and what
-    # lies outside them (starting the source's Python process, the end).
-    split: dict[str, list[tuple[float, float, float]]] = {}
-
-    def run(make) -> tuple[float, list[float]]:
+    def run(make) -> Run:
         start = time.perf_counter()
         query = make().trigger(availableNow=True).start()
         query.awaitTermination()
         elapsed = time.perf_counter() - start
         batches, added = batch_latencies(query), batch_phase(query, "addBatch")
-        split.setdefault(make.__name__, []).append(
-            (sum(added), sum(batches) - sum(added), elapsed - sum(batches)))
-        return elapsed, batches
+        return Run(elapsed, batches, (sum(added), sum(batches) - sum(added),
+                                      elapsed - sum(batches)))
 
     spark.dataSource.register(floor_source(args.batches, per_batch))
 
@@ -347,29 +359,28 @@ def main() -> None:
     queries = {"txlog": txlog_query, "parquet": parquet_query, "py-floor": floor_query}
     for make in queries.values():
         run(make)  # warm-up: JIT, page cache, Python workers
-    results: dict[str, list[tuple[float, list[float]]]] = {name: [] for name in queries}
-    split.clear()  # the warm-up's runs
+    results: dict[str, list[Run]] = {name: [] for name in queries}
     for _ in range(args.runs):
         for name, make in queries.items():
             results[name].append(run(make))
     rates = {}
     for name, runs in results.items():
-        times = [t for t, _ in runs]
-        lat = [x for _, batch in runs for x in batch]
+        times = [r.elapsed for r in runs]
+        lat = [x for r in runs for x in r.batches]
         rates[name] = rows / statistics.median(times)
         print(f"{name:>8}: median {statistics.median(times):6.2f} s for the query "
               f"(min {min(times):.2f}, max {max(times):.2f}), {rates[name]:,.0f} records/s; "
               f"micro-batch p50 {percentile(lat, 50):.3f} s, p95 {percentile(lat, 95):.3f} s")
-    ratios = sorted(rows / t1 / (rows / t2) for (t1, _), (t2, _) in
+    ratios = sorted(r2.elapsed / r1.elapsed for r1, r2 in
                     zip(results["txlog"], results["parquet"], strict=True))
     print(f"rate txlog / parquet: median {statistics.median(ratios):.3f} "
           f"(min {ratios[0]:.3f}, max {ratios[-1]:.3f})")
-    floor = sorted(rows / t1 / (rows / t2) for (t1, _), (t2, _) in
+    floor = sorted(r2.elapsed / r1.elapsed for r1, r2 in
                    zip(results["txlog"], results["py-floor"], strict=True))
     print(f"rate txlog / Python data source floor: median {statistics.median(floor):.3f} "
           f"(min {floor[0]:.3f}, max {floor[-1]:.3f})")
-    for name, make in queries.items():
-        parts = [statistics.median(run[i] for run in split[make.__name__]) for i in range(3)]
+    for name, runs in results.items():
+        parts = [statistics.median(r.parts[i] for r in runs) for i in range(3)]
         print(f"{name:>8}: medians per query: addBatch {parts[0]:.2f} s, the rest of the "
               f"micro-batches {parts[1]:.2f} s, outside them {parts[2]:.2f} s")
     print()

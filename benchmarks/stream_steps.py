@@ -43,7 +43,7 @@ def main() -> None:
         p for p in (HOOKS, os.environ.get("PYTHONPATH")) if p)
     runpy.run_path(os.path.join(HOOKS, "sitecustomize.py"))  # this process started without
 
-    from spark_stream_benchmark import PARTITIONS, source_table
+    from spark_stream_benchmark import PARTITIONS, source_table, txlog_stream
 
     from txlog import Log
     from txlog.spark.session import spark_session
@@ -61,13 +61,8 @@ def main() -> None:
         if n == 1:
             measured_from = time.time()
         log.create_topic(f"out{n}", partitions=PARTITIONS)
-        query = spark.readStream.format("txlog").option("path", root) \
-            .option("subscribe", "in").option("startingOffsets", "earliest") \
-            .option("maxOffsetsPerTrigger", str(per_batch)).load() \
-            .select("key", "value").writeStream.format("txlog").option("path", root) \
-            .option("topic", f"out{n}").option("transactional.id.prefix", f"steps{n}") \
-            .option("checkpointLocation", os.path.join(scratch, f"ck{n}")) \
-            .trigger(availableNow=True).start()
+        query = txlog_stream(spark, root, per_batch, f"out{n}", f"steps{n}",
+                             os.path.join(scratch, f"ck{n}")).trigger(availableNow=True).start()
         query.awaitTermination()
     spark.stop()
     report(traces, measured_from, args.runs * args.batches)
