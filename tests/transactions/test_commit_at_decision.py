@@ -187,6 +187,71 @@ def test_the_next_join_publishes_the_last_complete_with_its_own_version(log: Log
                for p in range(2))
 
 
+def _lingering(log: Log, transactional_id: str) -> None:
+    """Until the roll-forward of ``transactional_id`` keeps its Complete* for a join
+    (polled, as ``_join_waits_for``)."""
+    deadline = time.monotonic() + 30
+    while transactional_id not in log.services.coordinator.ender._lingering:
+        assert time.monotonic() < deadline, "the roll-forward never kept its Complete*"
+        time.sleep(0.001)
+
+
+def test_a_join_after_the_markers_still_folds_the_last_complete(
+        log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next transaction begins after every marker of the last one is written (a
+    producer that does other work between its transactions): the roll-forward kept the
+    Complete* version for it, so the chain still takes one version between the two."""
+    monkeypatch.setattr(ending, "COMPLETE_LINGER_S", 60.0)  # the join always comes within
+    producer = _producer(log, 2)
+    _commit(producer, b"1")
+    first = _chain(log, "t")[-1]
+    _lingering(log, "t")
+    other = Log(log.root)
+    assert other.services.partition(TOPIC, 0).state().open_transactions() == []  # marked
+    assert _chain(log, "t")[-1] == first  # and nothing published after the markers
+    _commit(producer, b"2")
+    _lingering(log, "t")
+    producer.flush()  # ends the wait: Complete* of the second is published now
+    versions = _chain(log, "t")
+    assert [(v.state, v.decision_id) for v in versions[-3:]] == [
+        (TxnState.ONGOING, first.decision_id),
+        (TxnState.ONGOING, f"{first.producer_id}-{first.epoch + 1}"),
+        (TxnState.COMPLETE_COMMIT, f"{first.producer_id}-{first.epoch + 1}")]
+    assert other.read(TOPIC, 0).column("value").to_pylist() == [b"1", b"2"]
+
+
+@pytest.mark.parametrize("ending_call", ["flush", "close", "complete"])
+def test_whoever_waits_for_the_roll_forward_ends_its_wait_for_a_join(
+        log: Log, monkeypatch: pytest.MonkeyPatch, ending_call: str) -> None:
+    """flush(), close() and this process's complete() wait for the roll-forward, which
+    publishes its Complete* at once instead of keeping it for a join that may not come."""
+    monkeypatch.setattr(ending, "COMPLETE_LINGER_S", 60.0)
+    producer = _producer(log, 1)
+    _commit(producer, b"1")
+    _lingering(log, "t")
+    started = time.monotonic()
+    if ending_call == "complete":
+        log.coordinator.complete("t")
+    else:
+        getattr(producer, ending_call)()
+    assert time.monotonic() - started < 30, f"{ending_call}() waited the linger out"
+    assert _state(log, "t") == TxnState.COMPLETE_COMMIT
+
+
+def test_a_roll_forward_no_join_takes_over_publishes_its_complete(log: Log) -> None:
+    """With the default linger and no next transaction, Complete* is published by the
+    roll-forward itself once the wait runs out, without anyone asking."""
+    producer = _producer(log, 1)
+    _commit(producer, b"1")
+    ender = log.services.coordinator.ender
+    deadline = time.monotonic() + 30
+    while "t" in ender._running:
+        assert time.monotonic() < deadline, "the roll-forward never ended"
+        time.sleep(0.005)
+    assert _state(log, "t") == TxnState.COMPLETE_COMMIT
+    producer.close()
+
+
 def test_a_join_that_fails_holding_the_last_complete_publishes_it(log: Log) -> None:
     """The roll-forward left its Complete* to the join; the join failed before publishing
     anything, so it publishes that Complete* itself before raising."""

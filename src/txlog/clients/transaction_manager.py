@@ -257,6 +257,7 @@ class TransactionManager:
         if self.completion is None:
             return True
         decision_id, future = self.completion
+        self._services.coordinator.hurry_roll_forward(self.require_transactional())
         done, _ = wait([future], timeout)
         if not done:
             return False

@@ -295,6 +295,12 @@ class TransactionCoordinator:
         raising the error if it persists (protocol.md 4.5.1)."""
         self.ender.await_roll_forward(transactional_id, decision_id, completion)
 
+    def hurry_roll_forward(self, transactional_id: str) -> None:
+        """The caller is about to wait for this process's roll-forward of
+        ``transactional_id``: it publishes its Complete* now rather than keep it a moment
+        for the producer's next join (protocol.md 4.5.2)."""
+        self.ender.hurry(transactional_id)
+
     def end_transaction(self, member: TransactionMember, commit: bool) -> Ending:
         """EndTxn for a producer's own transaction, answered once the decision is durable:
         its outcome, the producer's next (producer id, epoch), and the roll-forward

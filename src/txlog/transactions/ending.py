@@ -34,6 +34,12 @@ logger = logging.getLogger(COORDINATOR_LOGGER)
 
 MARKER_THREADS = 8  # partitions of one transaction marked at once (protocol.md, 4.6)
 ROLL_FORWARD_THREADS = 8  # decided transactions (members) completed at once behind EndTxn
+# How long a roll-forward whose markers are written keeps a plain producer's Complete*
+# version for that producer's next AddPartitionsToTxn to publish folded into its own
+# (protocol.md 4.5.2): a producer that begins its next transaction within it pays one
+# chain version on that join's path instead of two.  Anything in this process that
+# waits for the roll-forward ends the wait at once (``hurry``).
+COMPLETE_LINGER_S = 0.02
 
 
 def _marker_pool() -> ThreadPoolExecutor:
@@ -89,6 +95,9 @@ class TransactionEnder:
         self._running: dict[str, Future[TransactionMetadata | None]] = {}
         # Joins of this process waiting for a roll-forward, by transactional id.
         self._successors: dict[str, _Successor] = {}
+        # Roll-forwards whose markers are written, keeping Complete* a moment for a join
+        # (COMPLETE_LINGER_S), by transactional id: setting the event ends the wait.
+        self._lingering: dict[str, threading.Event] = {}
 
     def _ending(self) -> set[str]:
         ending = getattr(self._local, "ending", None)
@@ -123,6 +132,7 @@ class TransactionEnder:
         completion = self.roll_forward(member.transactional_id, meta.decision_id)
         committed = decision.commits(member.producer_id, member.epoch)
         if commit and not committed:
+            self.hurry(member.transactional_id)
             wait([completion])
             raise TransactionAbortedError(
                 f"transaction of {member.transactional_id!r} was aborted before it could commit "
@@ -211,6 +221,7 @@ class TransactionEnder:
             if waits:
                 self._successors[transactional_id] = successor
         if waits:
+            self.hurry(transactional_id)  # a roll-forward keeping Complete* hands it over
             completion.add_done_callback(lambda _: successor.ready.set())
             successor.ready.wait()
             with self._lock:
@@ -225,6 +236,7 @@ class TransactionEnder:
                            completion: Future[TransactionMetadata | None]) -> None:
         """Wait for a roll-forward behind EndTxn; if it failed, complete the transaction
         here, so that its error reaches the producer's caller if it persists."""
+        self.hurry(transactional_id)
         wait([completion])
         if completion.exception() is not None:
             logger.warning("completing transaction %r of %r failed in the background (%s); "
@@ -246,12 +258,39 @@ class TransactionEnder:
         successor.ready.set()
         return True
 
+    def _linger(self, done: TransactionMetadata) -> bool:
+        """Keep ``done`` up to COMPLETE_LINGER_S for the producer's next join, which
+        registers as a successor and ends the wait (``outcome_written``); True if one took
+        it.  Nothing new can be seen meanwhile: the chain says what it says between the
+        markers and any Complete* publish (protocol.md 4.5.1)."""
+        if done.is_shared or done.epoch == 0:
+            return False
+        arrived = threading.Event()
+        with self._lock:
+            if done.transactional_id in self._lingering:
+                return False
+            self._lingering[done.transactional_id] = arrived
+        arrived.wait(COMPLETE_LINGER_S)
+        with self._lock:
+            if self._lingering.get(done.transactional_id) is arrived:
+                del self._lingering[done.transactional_id]
+        return self._hand_over(done)
+
+    def hurry(self, transactional_id: str) -> None:
+        """End the wait of a roll-forward of ``transactional_id`` that keeps its Complete*
+        for a join: the caller is about to wait for that roll-forward to end."""
+        with self._lock:
+            arrived = self._lingering.pop(transactional_id, None)
+        if arrived is not None:
+            arrived.set()
+
     def settle(self, transactional_id: str) -> None:
         """Wait for this process's roll-forward of ``transactional_id``, if one runs
         (its error is its producer's to report; the caller completes it again)."""
         with self._lock:
             future = self._running.get(transactional_id)
         if future is not None and transactional_id not in self._ending():
+            self.hurry(transactional_id)
             wait([future])
 
     # --- completion ---------------------------------------------------------------------------
@@ -332,7 +371,7 @@ class TransactionEnder:
         self._write_outcome(version, meta, commit)
         done = meta.completed(*self.store.next_identity(meta.txn_producer_id, meta.txn_epoch),
                               commit)
-        if self._hand_over(done):
+        if self._hand_over(done) or self._linger(done):
             return done
         if self.store.publish(version + 1, done):
             if meta.transactional_id not in self._ending():
