@@ -19,7 +19,10 @@ durable when the call returns, as two objects: the payload written and
 fsynced as one file, then a small decision file written and fsynced, then one
 fsync of their directory (no Python protocol work at all).  The medians of
 ``--commits`` (default 200) of each, after ``--warmup`` untimed ones, and
-their ratios are printed; the script does not judge them.
+their ratios are printed; the script does not judge them.  Beside them, counted
+over the paired rounds, so untouched by the disk's speed: the commits' fsyncs
+(the yardstick's own subtracted) and the chain versions of the transactional
+id, per commit.
 
 Then, unless ``--back-to-back 0``, back-to-back transactions (default 100)
 of the same shape to the same partitions, with nothing in between, timed
@@ -55,9 +58,11 @@ import pyarrow as pa
 
 from producer_options import producer_options
 from txlog import Log, Producer
+from txlog.storage.paths import TXN_DIR
 
 KEY_BYTES = 8
 VALUE_BYTES = 100
+YARDSTICK_FSYNCS = 4  # per paired round: the small file's, and the durable floor's three
 
 
 def transaction_table(records: int, partitions: int, seed: int) -> pa.Table:
@@ -163,6 +168,15 @@ def main(argv: list[str] | None = None) -> int:
         table = transaction_table(args.records, args.partitions, seed=1)
         data = os.urandom(table.column("key").nbytes + table.column("value").nbytes)
         commits, writes, floor = [], [], []
+        chain = f"{TXN_DIR}/commit-latency"
+        versions_before = len(log.services.storage.list(chain))
+        fsyncs, fsync = [0], os.fsync
+
+        def counted(fd: int) -> None:
+            fsyncs[0] += 1
+            fsync(fd)
+
+        os.fsync = counted
         for n in range(args.warmup + args.commits):
             took_commit = one_commit(producer, topic, table, args.api)
             took_file = one_file(files, data, n)
@@ -171,6 +185,12 @@ def main(argv: list[str] | None = None) -> int:
                 commits.append(took_commit)
                 writes.append(took_file)
                 floor.append(took_floor)
+        producer.flush()  # the last round's roll-forward
+        os.fsync = fsync
+        rounds = args.warmup + args.commits
+        # The yardstick's fsyncs: one for the small file, three for the floor.
+        paired_fsyncs = (fsyncs[0] - YARDSTICK_FSYNCS * rounds) / rounds
+        paired_versions = (len(log.services.storage.list(chain)) - versions_before) / rounds
         back_to_back, fsyncs = _back_to_back(producer, topic, table, args.api,
                                              args.back_to_back)
         producer.close()
@@ -195,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         floor_ratios = sorted(a / b for a, b in zip(commits, floor, strict=True))
         print(f"  the commit against the durable floor                {c / d:7.2f}   "
               f"(median of the paired ratios {statistics.median(floor_ratios):.2f})")
+        print(f"  per paired commit, counted: {paired_fsyncs:.1f} fsyncs, "
+              f"{paired_versions:.2f} chain versions of the transactional id")
         if back_to_back:
             print(f"  back to back: {args.back_to_back} transactions until the last Complete "
                   f"is durable  {back_to_back:7.1f} tx/s   ({back_to_back * d:.3f} per "
