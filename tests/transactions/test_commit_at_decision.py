@@ -252,6 +252,33 @@ def test_a_roll_forward_no_join_takes_over_publishes_its_complete(log: Log) -> N
     producer.close()
 
 
+def test_a_roll_forward_in_the_callers_thread_publishes_its_complete_at_once(
+        log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the roll-forward behind EndTxn waits for a join: one that flush() runs again
+    in the producer's own thread, after the background one failed, has nobody to wait
+    for (the producer is busy in it) and publishes Complete* at once."""
+    monkeypatch.setattr(ending, "COMPLETE_LINGER_S", 60.0)
+    producer = _producer(log, 1)
+    part = log.services.partition(TOPIC, 0)
+
+    def failing(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError("marker write failed")
+
+    part.append_marker = failing  # type: ignore[method-assign]
+    _commit(producer, b"x")
+    ender = log.services.coordinator.ender
+    deadline = time.monotonic() + 30
+    while "t" in ender._running:  # the background roll-forward fails on the marker
+        assert time.monotonic() < deadline, "the roll-forward never ended"
+        time.sleep(0.005)
+    del part.append_marker
+    started = time.monotonic()
+    producer.flush()  # completes it again here: the marker, then Complete*
+    assert time.monotonic() - started < 30, "flush() waited for a join in its own thread"
+    assert _state(log, "t") == TxnState.COMPLETE_COMMIT
+    producer.close()
+
+
 def test_a_join_that_fails_holding_the_last_complete_publishes_it(log: Log) -> None:
     """The roll-forward left its Complete* to the join; the join failed before publishing
     anything, so it publishes that Complete* itself before raising."""

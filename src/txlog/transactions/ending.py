@@ -184,18 +184,19 @@ class TransactionEnder:
         """Complete ``transactional_id``'s decided transaction in a thread; the future
         holds its final metadata or the error that stopped it (retried by whoever
         completes it next: every step is idempotent)."""
-        def run() -> TransactionMetadata | None:
+        def run(linger: bool) -> TransactionMetadata | None:
             with self._owning([transactional_id]):
-                return self.complete(transactional_id, only_decision=decision_id)
+                return self.complete(transactional_id, only_decision=decision_id,
+                                     linger=linger)
 
         try:
             with self._lock:
-                future = _roll_forward_pool().submit(run)
+                future = _roll_forward_pool().submit(run, True)
                 self._running[transactional_id] = future
         except RuntimeError:  # the interpreter is exiting: its pools take no more work
             future = Future()
             try:
-                future.set_result(run())
+                future.set_result(run(False))
             except Exception as exc:
                 future.set_exception(exc)
             return future
@@ -295,9 +296,12 @@ class TransactionEnder:
 
     # --- completion ---------------------------------------------------------------------------
 
-    def complete(self, transactional_id: str,
-                 only_decision: str | None = None) -> TransactionMetadata | None:
-        """Roll a decided transaction forward (``TransactionCoordinator.complete``)."""
+    def complete(self, transactional_id: str, only_decision: str | None = None, *,
+                 linger: bool = False) -> TransactionMetadata | None:
+        """Roll a decided transaction forward (``TransactionCoordinator.complete``).
+        ``linger``: the roll-forward behind EndTxn, on its own thread, which may keep a
+        plain producer's Complete* a moment for that producer's next join (``_linger``);
+        any other caller publishes it at once."""
         self.settle(transactional_id)
         while True:
             version, meta = self.store.latest(transactional_id)
@@ -320,11 +324,11 @@ class TransactionEnder:
                 if meta.state == S.ONGOING and not meta.is_shared:
                     # A plain producer's decision object says all PrepareCommit would:
                     # straight to the markers and Complete* (protocol.md 4.6).
-                    return self._finish(version, meta, commits)
+                    return self._finish(version, meta, commits, linger)
                 self.store.publish(version + 1, meta.prepared(commits))  # lost race: reload
                 continue
             if meta.state in PREPARED:
-                return self._finish(version, meta, meta.state == S.PREPARE_COMMIT)
+                return self._finish(version, meta, meta.state == S.PREPARE_COMMIT, linger)
             return meta
 
     def _write_outcome(self, version: int, meta: TransactionMetadata, commit: bool) -> None:
@@ -364,14 +368,15 @@ class TransactionEnder:
             for step in steps:
                 step()
 
-    def _finish(self, version: int, meta: TransactionMetadata,
-                commit: bool) -> TransactionMetadata:
+    def _finish(self, version: int, meta: TransactionMetadata, commit: bool,
+                linger: bool) -> TransactionMetadata:
         """Markers and group offsets, then the Complete* version, unless the producer's
-        next AddPartitionsToTxn waits to publish its Ongoing version in its place."""
+        next AddPartitionsToTxn waits to publish its Ongoing version in its place (or,
+        with ``linger``, comes to wait within COMPLETE_LINGER_S)."""
         self._write_outcome(version, meta, commit)
         done = meta.completed(*self.store.next_identity(meta.txn_producer_id, meta.txn_epoch),
                               commit)
-        if self._hand_over(done) or self._linger(done):
+        if self._hand_over(done) or (linger and self._linger(done)):
             return done
         if self.store.publish(version + 1, done):
             if meta.transactional_id not in self._ending():
