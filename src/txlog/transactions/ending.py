@@ -106,15 +106,19 @@ class TransactionEnder:
         return ending
 
     @contextmanager
-    def _owning(self, transactional_ids: list[str]) -> Iterator[None]:
-        """Mark transactions this thread ends, so that finishing them is not logged."""
+    def _owning(self, transactional_ids: list[str], behind: bool = False) -> Iterator[None]:
+        """Mark transactions this thread ends, so that finishing them is not logged.
+        ``behind``: this thread is the roll-forward pool's, behind EndTxn, the one caller
+        that may keep Complete* a moment for the producer's next join (``_linger``)."""
         ending = self._ending()
         added = [t for t in transactional_ids if t not in ending]
         ending.update(added)
+        self._local.behind = behind
         try:
             yield
         finally:
             ending.difference_update(added)
+            self._local.behind = False
 
     # --- EndTxn ---------------------------------------------------------------------------------
 
@@ -184,10 +188,9 @@ class TransactionEnder:
         """Complete ``transactional_id``'s decided transaction in a thread; the future
         holds its final metadata or the error that stopped it (retried by whoever
         completes it next: every step is idempotent)."""
-        def run(linger: bool) -> TransactionMetadata | None:
-            with self._owning([transactional_id]):
-                return self.complete(transactional_id, only_decision=decision_id,
-                                     linger=linger)
+        def run(on_pool: bool) -> TransactionMetadata | None:
+            with self._owning([transactional_id], behind=on_pool):
+                return self.complete(transactional_id, only_decision=decision_id)
 
         try:
             with self._lock:
@@ -262,9 +265,12 @@ class TransactionEnder:
     def _linger(self, done: TransactionMetadata) -> bool:
         """Keep ``done`` up to COMPLETE_LINGER_S for the producer's next join, which
         registers as a successor and ends the wait (``outcome_written``); True if one took
-        it.  Nothing new can be seen meanwhile: the chain says what it says between the
-        markers and any Complete* publish (protocol.md 4.5.1)."""
-        if done.is_shared or done.epoch == 0:
+        it.  Only behind EndTxn, on the pool's thread: any other caller of ``complete``
+        (a retry in the producer's own thread, InitProducerId, a sweep) has no join to
+        wait for, or is the producer itself.  Nothing new can be seen meanwhile: the chain
+        says what it says between the markers and any Complete* publish (protocol.md
+        4.5.1)."""
+        if done.is_shared or done.epoch == 0 or not getattr(self._local, "behind", False):
             return False
         arrived = threading.Event()
         with self._lock:
@@ -296,12 +302,9 @@ class TransactionEnder:
 
     # --- completion ---------------------------------------------------------------------------
 
-    def complete(self, transactional_id: str, only_decision: str | None = None, *,
-                 linger: bool = False) -> TransactionMetadata | None:
-        """Roll a decided transaction forward (``TransactionCoordinator.complete``).
-        ``linger``: the roll-forward behind EndTxn, on its own thread, which may keep a
-        plain producer's Complete* a moment for that producer's next join (``_linger``);
-        any other caller publishes it at once."""
+    def complete(self, transactional_id: str,
+                 only_decision: str | None = None) -> TransactionMetadata | None:
+        """Roll a decided transaction forward (``TransactionCoordinator.complete``)."""
         self.settle(transactional_id)
         while True:
             version, meta = self.store.latest(transactional_id)
@@ -324,11 +327,11 @@ class TransactionEnder:
                 if meta.state == S.ONGOING and not meta.is_shared:
                     # A plain producer's decision object says all PrepareCommit would:
                     # straight to the markers and Complete* (protocol.md 4.6).
-                    return self._finish(version, meta, commits, linger)
+                    return self._finish(version, meta, commits)
                 self.store.publish(version + 1, meta.prepared(commits))  # lost race: reload
                 continue
             if meta.state in PREPARED:
-                return self._finish(version, meta, meta.state == S.PREPARE_COMMIT, linger)
+                return self._finish(version, meta, meta.state == S.PREPARE_COMMIT)
             return meta
 
     def _write_outcome(self, version: int, meta: TransactionMetadata, commit: bool) -> None:
@@ -368,15 +371,15 @@ class TransactionEnder:
             for step in steps:
                 step()
 
-    def _finish(self, version: int, meta: TransactionMetadata, commit: bool,
-                linger: bool) -> TransactionMetadata:
+    def _finish(self, version: int, meta: TransactionMetadata,
+                commit: bool) -> TransactionMetadata:
         """Markers and group offsets, then the Complete* version, unless the producer's
         next AddPartitionsToTxn waits to publish its Ongoing version in its place (or,
-        with ``linger``, comes to wait within COMPLETE_LINGER_S)."""
+        behind EndTxn, comes to wait within COMPLETE_LINGER_S: ``_linger``)."""
         self._write_outcome(version, meta, commit)
         done = meta.completed(*self.store.next_identity(meta.txn_producer_id, meta.txn_epoch),
                               commit)
-        if self._hand_over(done) or (linger and self._linger(done)):
+        if self._hand_over(done) or self._linger(done):
             return done
         if self.store.publish(version + 1, done):
             if meta.transactional_id not in self._ending():
