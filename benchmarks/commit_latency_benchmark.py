@@ -52,6 +52,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
@@ -170,29 +172,21 @@ def main(argv: list[str] | None = None) -> int:
         commits, writes, floor = [], [], []
         chain = f"{TXN_DIR}/commit-latency"
         versions_before = len(log.services.storage.list(chain))
-        fsyncs, fsync = [0], os.fsync
-
-        def counted(fd: int) -> None:
-            fsyncs[0] += 1
-            fsync(fd)
-
-        os.fsync = counted
-        for n in range(args.warmup + args.commits):
-            took_commit = one_commit(producer, topic, table, args.api)
-            took_file = one_file(files, data, n)
-            took_floor = durable_commit_floor(floors, data, n)
-            if n >= args.warmup:
-                commits.append(took_commit)
-                writes.append(took_file)
-                floor.append(took_floor)
-        producer.flush()  # the last round's roll-forward
-        os.fsync = fsync
+        with counting_fsyncs() as fsyncs:
+            for n in range(args.warmup + args.commits):
+                took_commit = one_commit(producer, topic, table, args.api)
+                took_file = one_file(files, data, n)
+                took_floor = durable_commit_floor(floors, data, n)
+                if n >= args.warmup:
+                    commits.append(took_commit)
+                    writes.append(took_file)
+                    floor.append(took_floor)
+            producer.flush()  # the last round's roll-forward
         rounds = args.warmup + args.commits
-        # The yardstick's fsyncs: one for the small file, three for the floor.
         paired_fsyncs = (fsyncs[0] - YARDSTICK_FSYNCS * rounds) / rounds
         paired_versions = (len(log.services.storage.list(chain)) - versions_before) / rounds
-        back_to_back, fsyncs = _back_to_back(producer, topic, table, args.api,
-                                             args.back_to_back)
+        back_to_back, b2b_fsyncs = _back_to_back(producer, topic, table, args.api,
+                                                 args.back_to_back)
         producer.close()
         expected = (args.warmup + args.commits + args.back_to_back) * args.records
         got = log.read(topic, 0).num_rows
@@ -220,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         if back_to_back:
             print(f"  back to back: {args.back_to_back} transactions until the last Complete "
                   f"is durable  {back_to_back:7.1f} tx/s   ({back_to_back * d:.3f} per "
-                  f"durable floor); {fsyncs:.1f} fsyncs per transaction")
+                  f"durable floor); {b2b_fsyncs:.1f} fsyncs per transaction")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0
@@ -233,8 +227,19 @@ def _back_to_back(producer: Producer, topic: str, table: pa.Table, api: str, cou
     (every fsync of this process is counted, and only the producer's run meanwhile)."""
     if count < 1:
         return 0.0, 0.0
-    fsyncs = [0]
-    fsync = os.fsync
+    with counting_fsyncs() as fsyncs:
+        started = time.perf_counter()
+        for _ in range(count):
+            one_commit(producer, topic, table, api)
+        producer.flush()  # the last transaction's roll-forward, if it runs behind the commit
+        elapsed = time.perf_counter() - started
+    return count / elapsed, fsyncs[0] / count
+
+
+@contextmanager
+def counting_fsyncs() -> Iterator[list[int]]:
+    """Every ``os.fsync`` of this process meanwhile, counted in the list's one item."""
+    fsyncs, fsync = [0], os.fsync
 
     def counted(fd: int) -> None:
         fsyncs[0] += 1
@@ -242,14 +247,9 @@ def _back_to_back(producer: Producer, topic: str, table: pa.Table, api: str, cou
 
     os.fsync = counted
     try:
-        started = time.perf_counter()
-        for _ in range(count):
-            one_commit(producer, topic, table, api)
-        producer.flush()  # the last transaction's roll-forward, if it runs behind the commit
-        elapsed = time.perf_counter() - started
+        yield fsyncs
     finally:
         os.fsync = fsync
-    return count / elapsed, fsyncs[0] / count
 
 
 def _on_s3(args: argparse.Namespace, config: dict) -> int:
