@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import msgpack
@@ -123,13 +123,19 @@ def _chain(log: Log, transactional_id: str) -> list[TransactionMetadata]:
             for n in sorted(storage.list(directory), key=int)]
 
 
-def _join_waits_for(log: Log, transactional_id: str) -> None:
-    """Until the producer's next AddPartitionsToTxn waits for the roll-forward (a join
-    thread's state, polled: nothing in the join can signal it)."""
+def _poll_until(condition: Callable[[], bool], never: str) -> None:
+    """Until ``condition()`` holds (a thread's state, polled: nothing in the thread can
+    signal it); fails with ``never`` after 30 s."""
     deadline = time.monotonic() + 30
-    while transactional_id not in log.services.coordinator.ender._successors:
-        assert time.monotonic() < deadline, "the join never waited for the roll-forward"
+    while not condition():
+        assert time.monotonic() < deadline, never
         time.sleep(0.001)
+
+
+def _join_waits_for(log: Log, transactional_id: str) -> None:
+    """Until the producer's next AddPartitionsToTxn waits for the roll-forward."""
+    _poll_until(lambda: transactional_id in log.services.coordinator.ender._successors,
+                "the join never waited for the roll-forward")
 
 
 def test_the_next_join_publishes_the_last_complete_with_its_own_version(log: Log) -> None:
@@ -188,12 +194,15 @@ def test_the_next_join_publishes_the_last_complete_with_its_own_version(log: Log
 
 
 def _lingering(log: Log, transactional_id: str) -> None:
-    """Until the roll-forward of ``transactional_id`` keeps its Complete* for a join
-    (polled, as ``_join_waits_for``)."""
-    deadline = time.monotonic() + 30
-    while transactional_id not in log.services.coordinator.ender._lingering:
-        assert time.monotonic() < deadline, "the roll-forward never kept its Complete*"
-        time.sleep(0.001)
+    """Until the roll-forward of ``transactional_id`` keeps its Complete* for a join."""
+    _poll_until(lambda: transactional_id in log.services.coordinator.ender._lingering,
+                "the roll-forward never kept its Complete*")
+
+
+def _roll_forward_ended(log: Log, transactional_id: str) -> None:
+    """Until this process's roll-forward of ``transactional_id`` has ended."""
+    _poll_until(lambda: transactional_id not in log.services.coordinator.ender._running,
+                "the roll-forward never ended")
 
 
 def test_a_join_after_the_markers_still_folds_the_last_complete(
@@ -243,11 +252,7 @@ def test_a_roll_forward_no_join_takes_over_publishes_its_complete(log: Log) -> N
     roll-forward itself once the wait runs out, without anyone asking."""
     producer = _producer(log, 1)
     _commit(producer, b"1")
-    ender = log.services.coordinator.ender
-    deadline = time.monotonic() + 30
-    while "t" in ender._running:
-        assert time.monotonic() < deadline, "the roll-forward never ended"
-        time.sleep(0.005)
+    _roll_forward_ended(log, "t")
     assert _state(log, "t") == TxnState.COMPLETE_COMMIT
     producer.close()
 
@@ -266,11 +271,7 @@ def test_a_roll_forward_in_the_callers_thread_publishes_its_complete_at_once(
 
     part.append_marker = failing  # type: ignore[method-assign]
     _commit(producer, b"x")
-    ender = log.services.coordinator.ender
-    deadline = time.monotonic() + 30
-    while "t" in ender._running:  # the background roll-forward fails on the marker
-        assert time.monotonic() < deadline, "the roll-forward never ended"
-        time.sleep(0.005)
+    _roll_forward_ended(log, "t")  # the background roll-forward fails on the marker
     del part.append_marker
     started = time.monotonic()
     producer.flush()  # completes it again here: the marker, then Complete*
