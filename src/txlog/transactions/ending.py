@@ -113,12 +113,12 @@ class TransactionEnder:
         ending = self._ending()
         added = [t for t in transactional_ids if t not in ending]
         ending.update(added)
-        self._local.behind = behind
+        outer, self._local.behind = getattr(self._local, "behind", False), behind
         try:
             yield
         finally:
             ending.difference_update(added)
-            self._local.behind = False
+            self._local.behind = outer
 
     # --- EndTxn ---------------------------------------------------------------------------------
 
