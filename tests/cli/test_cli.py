@@ -21,7 +21,7 @@ import txlog.clock
 from txlog import Log
 from txlog.cli import main
 
-from helpers_core import txlog_process
+from helpers_core import nothing_holds_the_lso, txlog_process
 
 
 def run(capsys, *argv: str, stdin: bytes | None = None, monkeypatch=None) -> tuple[int, str, str]:
@@ -396,7 +396,7 @@ def test_find_hanging_and_abort_a_killed_producers_transaction(root):
     done = cli("transactions", "abort", "killed-writer")
     assert done.returncode == 0, done.stderr
     log = Log(root)
-    assert log.last_stable_offset("events", 1) == log.end_offset("events", 1)
+    assert nothing_holds_the_lso(log, "events", [1])
     assert f"events-1: last stable offset {log.end_offset('events', 1)}" in done.stdout
     assert hanging_ids() == []
     assert log.read("events", 1).num_rows == 0  # the orphan is aborted, not committed
@@ -610,7 +610,7 @@ def test_produce_json_lines_in_one_transaction(root):
         "nothing was produced (the transaction is aborted)" in bad.stderr
     log = Log(root)
     assert log.read("events", 2).column("value").to_pylist() == [b"a", b"b"]  # c invisible
-    assert log.last_stable_offset("events", 2) == log.end_offset("events", 2)
+    assert nothing_holds_the_lso(log, "events", [2])
 
     unknown = cli("produce", "events", "--format", "json", stdin='{"value": "d", "x": 1}\n')
     assert unknown.returncode == 1 and "unknown field(s) x" in unknown.stderr

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from helpers_core import crash_after_the_decision
+from helpers_core import crash_after_the_decision, nothing_holds_the_lso
 from txlog import READ_COMMITTED, Log, TxlogError
 from txlog.errors import InvalidConfigError
 from txlog.exactly_once.app_versions import AppVersions, default_prefix
@@ -65,9 +65,7 @@ def expected(*versions: int) -> list[str]:
 
 
 def assert_nothing_hangs(root: str) -> None:
-    log = Log(root)
-    for p in range(2):
-        assert log.last_stable_offset(T, p) == log.end_offset(T, p), f"LSO of {T}-{p} is held"
+    assert nothing_holds_the_lso(Log(root), T, 2), f"an LSO of {T} is held"
 
 
 def test_versions_at_or_below_the_last_committed_are_skipped(root: str, caplog) -> None:

@@ -215,6 +215,9 @@ def test_claims_read_compact_and_collect_on_every_backend(any_root) -> None:  # 
     producer.send_table("t", pa.table({"value": [VALUE] * 60,
                                         "partition": [i % 2 for i in range(60)]}))
     producer.commit_transaction()
+    # The markers land behind the commit (docs/protocol.md 4.6); compaction below needs
+    # each partition's marker as its second batch.
+    producer.flush()
     orphan = appender.write_data_object(log.storage, [b"x" * 10_000])[0][0]
     assert [n for n, _ in log.storage.list_times("data")] and \
         all(abs(t - time.time()) < 600 for _, t in log.storage.list_times("data"))

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -307,11 +307,12 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str,
         time.sleep(poll_s)
 
 
-def nothing_holds_the_lso(log: Log, topic: str, partitions: int) -> bool:
-    """No undecided transaction begins before any partition's end.  The end is read
-    first: a committed job's markers land behind its commit (docs/protocol.md 4.6), so
-    the end may move between the two reads, and only this order compares them."""
-    for p in range(partitions):
+def nothing_holds_the_lso(log: Log, topic: str, partitions: int | Iterable[int]) -> bool:
+    """No undecided transaction begins before the end of any of ``partitions`` (a count,
+    or the partitions themselves).  The end is read first: a committed job's markers
+    land behind its commit (docs/protocol.md 4.6), so the end may move between the two
+    reads, and only this order compares them."""
+    for p in range(partitions) if isinstance(partitions, int) else partitions:
         end = log.end_offset(topic, p)
         if log.last_stable_offset(topic, p) < end:
             return False

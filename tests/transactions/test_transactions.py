@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from helpers_core import wait_for
+from helpers_core import nothing_holds_the_lso, wait_for
 
 from txlog import (READ_UNCOMMITTED, ConcurrentTransactionsError, DecisionConflictError,
                    IllegalStateError, InvalidTransactionTimeoutError, InvalidTxnStateError, Log,
@@ -386,7 +386,7 @@ def test_expired_transaction_is_aborted_by_abort_expired(log: Log) -> None:
     assert log.coordinator.metadata("slow").state == TxnState.COMPLETE_ABORT
     for p in (0, 1):
         assert markers(log, p) == [(pid, epoch + 1, ABORT)]
-        assert log.last_stable_offset(TOPIC, p) == log.end_offset(TOPIC, p)
+        assert nothing_holds_the_lso(log, TOPIC, [p])
         assert committed_values(log, p) == []
     with pytest.raises(ProducerFencedError):
         producer.commit_transaction()
@@ -489,7 +489,7 @@ def test_another_producer_aborts_an_expired_transaction(log: Log, monkeypatch) -
     log.producer().send(TOPIC, b"later", partition=0).get()  # a plain idempotent producer
 
     assert log.coordinator.metadata("dead-one").state == TxnState.COMPLETE_ABORT
-    assert log.last_stable_offset(TOPIC, 0) == log.end_offset(TOPIC, 0)
+    assert nothing_holds_the_lso(log, TOPIC, [0])
     assert committed_values(log, 0) == [b"later"]
     with pytest.raises(ProducerFencedError):
         stuck.commit_transaction()
@@ -565,8 +565,7 @@ def test_decided_transaction_is_seen_in_all_partitions_and_rolled_forward(
     expected = [[v for v in values if v.startswith(f"d{p}".encode())] for p in range(3)] \
         if commit else [[], [], []]
     assert seen(other) == expected
-    assert all(other.last_stable_offset(TOPIC, p) == other.end_offset(TOPIC, p)
-               for p in range(3))
+    assert nothing_holds_the_lso(other, TOPIC, 3)
 
     if finisher == "complete":
         Log(log.root).coordinator.complete("crashy")
@@ -682,7 +681,7 @@ def test_lso_is_stuck_at_the_first_offset_of_an_open_transaction(log: Log) -> No
 
     blocker.abort_transaction()
     blocker.flush()  # its marker, behind the decision
-    assert log.last_stable_offset(TOPIC, 0) == log.end_offset(TOPIC, 0)
+    assert nothing_holds_the_lso(log, TOPIC, [0])
     assert [r.value for r in consumer.poll()] == [b"after"]
     assert committed_values(log, 0) == [b"before", b"after"]
 
@@ -818,7 +817,7 @@ def test_shared_transaction_abort_hides_every_member(log: Log) -> None:
     assert _visible(log) == set()
     for i, m in enumerate(members):
         assert markers(log, i) == [(m.producer_id, m.epoch + 1, ABORT)]
-        assert log.last_stable_offset(TOPIC, i) == log.end_offset(TOPIC, i)
+        assert nothing_holds_the_lso(log, TOPIC, [i])
 
 
 def test_shared_transaction_member_not_listed_is_aborted(log: Log) -> None:
@@ -834,7 +833,7 @@ def test_shared_transaction_member_not_listed_is_aborted(log: Log) -> None:
     log.coordinator.end_shared_transaction("job-3", listed, commit=True)
     assert _visible(log) == set(values[:2])
     assert markers(log, 2) == []
-    assert log.last_stable_offset(TOPIC, 2) == log.end_offset(TOPIC, 2)
+    assert nothing_holds_the_lso(log, TOPIC, [2])
 
     assert log.abort_expired_transactions() == []  # not expired: just rolled forward
     assert markers(log, 2) == [(orphan.producer_id, orphan.epoch + 1, ABORT)]
@@ -958,7 +957,7 @@ def test_killed_producer_transaction_is_aborted_once_it_times_out(log: Log) -> N
                "the consumer to read to the end of both partitions")
     assert [r.value for r in got] == [b"survivor"]
     for p in (0, 1):
-        assert log.last_stable_offset(TOPIC, p) == log.end_offset(TOPIC, p)
+        assert nothing_holds_the_lso(log, TOPIC, [p])
         assert [m[2] for m in markers(log, p) if m[0] != survivor.producer_id] == [ABORT]
     assert log.coordinator.metadata("victim").state == TxnState.COMPLETE_ABORT
 
@@ -1168,7 +1167,7 @@ def test_commit_racing_the_timeout_sweep_has_one_consistent_outcome(log: Log) ->
         assert visible in ([True, True], [False, False])
         assert (result["commit"] == "ok") == visible[0], result
         assert (f"racer-{round_}" in result["sweep"]) == (not visible[0]), result
-        assert all(log.last_stable_offset(TOPIC, p) == log.end_offset(TOPIC, p) for p in (0, 1))
+        assert nothing_holds_the_lso(log, TOPIC, 2)
         outcomes.add(visible[0])
     print(f"outcomes seen: {sorted(outcomes)}")
 
