@@ -42,6 +42,13 @@ ROLL_FORWARD_THREADS = 8  # decided transactions (members) completed at once beh
 COMPLETE_LINGER_S = 0.02
 
 
+def _foldable(done: TransactionMetadata) -> bool:
+    """Whether a join may publish ``done`` folded into its own version (protocol.md
+    4.5.2): not a shared member's, and not a new producer id's (epoch 0), which only
+    Complete* records."""
+    return not done.is_shared and done.epoch != 0
+
+
 def _marker_pool() -> ThreadPoolExecutor:
     """Threads writing one transaction's markers at once: each partition's marker is an
     independent slot claim, so their requests need not wait on each other."""
@@ -251,7 +258,7 @@ class TransactionEnder:
     def _hand_over(self, done: TransactionMetadata) -> bool:
         """Leave ``done``, a plain producer's Complete* version whose markers and offsets
         are written, to a join of the same producer waiting for it; True if one took it."""
-        if done.is_shared or done.epoch == 0:  # a new producer id: only Complete* knows it
+        if not _foldable(done):
             return False
         with self._lock:
             successor = self._successors.get(done.transactional_id)
@@ -270,7 +277,7 @@ class TransactionEnder:
         wait for, or is the producer itself.  Nothing new can be seen meanwhile: the chain
         says what it says between the markers and any Complete* publish (protocol.md
         4.5.1)."""
-        if done.is_shared or done.epoch == 0 or not getattr(self._local, "behind", False):
+        if not _foldable(done) or not getattr(self._local, "behind", False):
             return False
         arrived = threading.Event()
         with self._lock:
