@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import msgpack
 import pytest
 
+from helpers_core import wait_for
 from txlog import Log, Producer
 from txlog.exactly_once.shared_transaction import SharedTransaction
 from txlog.storage.paths import TXN_DIR, job_dir
@@ -123,19 +124,10 @@ def _chain(log: Log, transactional_id: str) -> list[TransactionMetadata]:
             for n in sorted(storage.list(directory), key=int)]
 
 
-def _poll_until(condition: Callable[[], bool], never: str) -> None:
-    """Until ``condition()`` holds (a thread's state, polled: nothing in the thread can
-    signal it); fails with ``never`` after 30 s."""
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert time.monotonic() < deadline, never
-        time.sleep(0.001)
-
-
 def _join_waits_for(log: Log, transactional_id: str) -> None:
     """Until the producer's next AddPartitionsToTxn waits for the roll-forward."""
-    _poll_until(lambda: transactional_id in log.services.coordinator.ender._successors,
-                "the join never waited for the roll-forward")
+    wait_for(lambda: transactional_id in log.services.coordinator.ender._successors, 30,
+             "the join never waited for the roll-forward", poll_s=0.001)
 
 
 def test_the_next_join_publishes_the_last_complete_with_its_own_version(log: Log) -> None:
@@ -195,14 +187,14 @@ def test_the_next_join_publishes_the_last_complete_with_its_own_version(log: Log
 
 def _lingering(log: Log, transactional_id: str) -> None:
     """Until the roll-forward of ``transactional_id`` keeps its Complete* for a join."""
-    _poll_until(lambda: transactional_id in log.services.coordinator.ender._lingering,
-                "the roll-forward never kept its Complete*")
+    wait_for(lambda: transactional_id in log.services.coordinator.ender._lingering, 30,
+             "the roll-forward never kept its Complete*", poll_s=0.001)
 
 
 def _roll_forward_ended(log: Log, transactional_id: str) -> None:
     """Until this process's roll-forward of ``transactional_id`` has ended."""
-    _poll_until(lambda: transactional_id not in log.services.coordinator.ender._running,
-                "the roll-forward never ended")
+    wait_for(lambda: transactional_id not in log.services.coordinator.ender._running, 30,
+             "the roll-forward never ended", poll_s=0.001)
 
 
 def test_a_join_after_the_markers_still_folds_the_last_complete(
