@@ -174,6 +174,42 @@ def test_local_failed_publish_leaves_no_temp_file(tmp_path: Path, monkeypatch) -
     assert store.publish_if_absent("dir/b", b"b")
 
 
+def test_local_temp_name_in_use_is_skipped_not_overwritten(tmp_path: Path) -> None:
+    """A temp name is a process's prefix and a counter: a file already holding the next
+    name (a clash, or a crashed writer's leftover) is left alone and the publish goes on
+    under a fresh prefix."""
+    from txlog.storage import local
+
+    store = LocalStorage(str(tmp_path / "root"))
+    assert store.publish_if_absent("dir/a", b"a")
+    names = local._TEMP_NAMES
+    taken = names.next()
+    follows = f"{taken.rsplit('-', 1)[0]}-{int(taken.rsplit('-', 1)[1]) + 1}"
+    squatter = tmp_path / "root" / "dir" / follows
+    squatter.write_bytes(b"someone else's half-written object")
+    assert store.publish_if_absent("dir/b", b"b")
+    assert store.read("dir/b") == b"b"
+    assert squatter.read_bytes() == b"someone else's half-written object"
+    assert not names.next().startswith(taken.rsplit("-", 1)[0] + "-")  # a fresh prefix
+
+
+def test_a_forked_child_draws_temp_names_of_its_own(tmp_path: Path) -> None:
+    from txlog.storage import local
+
+    parent = local._TEMP_NAMES.next()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next name and leave at once
+        os.write(write_end, local._TEMP_NAMES.next().encode())
+        os._exit(0)
+    os.close(write_end)
+    child = os.read(read_end, 200).decode()
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    assert child.startswith(TMP_PREFIX)
+    assert child.rsplit("-", 1)[0] != parent.rsplit("-", 1)[0]
+
+
 def test_local_publish_survives_reopen(tmp_path: Path) -> None:
     root = str(tmp_path / "root")
     assert LocalStorage(root).publish_if_absent("p/q", b"durable")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import secrets
 import time
-import uuid
 from collections.abc import Iterable
 
 import pyarrow as pa
@@ -14,6 +15,33 @@ from .contract import DEFAULT_PART_BYTES, Storage, check_relative, length_mismat
 from .paths import TMP_PREFIX
 
 MMAP_MIN_BYTES = 1 << 20  # smaller objects are read into memory rather than mapped
+
+
+class _TempNames:
+    """Names for temp files: a random prefix per process and a counter.
+
+    A uuid4 per publish was a getrandom call (and the GIL given up around it) on
+    every publish. The names need only differ between publishes that may run at
+    once; a forked child draws a prefix of its own, and a clash that happens
+    anyway only costs one retry (the temp file is created exclusively).
+    """
+
+    def __init__(self) -> None:
+        self._renew()
+        os.register_at_fork(after_in_child=self._renew)
+
+    def _renew(self) -> None:
+        self._prefix = f"{TMP_PREFIX}{secrets.token_hex(8)}-"
+        self._count = itertools.count()
+
+    def next(self) -> str:
+        return f"{self._prefix}{next(self._count)}"
+
+    def clashed(self) -> None:
+        self._renew()
+
+
+_TEMP_NAMES = _TempNames()
 
 
 class LocalStorage(Storage):
@@ -85,8 +113,13 @@ class LocalStorage(Storage):
         if os.path.exists(final):
             return False
         self._makedirs(directory)
-        tmp = os.path.join(directory, f"{TMP_PREFIX}{uuid.uuid4().hex}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        while True:
+            tmp = os.path.join(directory, _TEMP_NAMES.next())
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                break
+            except FileExistsError:
+                _TEMP_NAMES.clashed()
         try:
             try:
                 total = 0
@@ -120,38 +153,58 @@ class LocalStorage(Storage):
         # only the link may still be unsynced.
         self._fsync_dir(os.path.dirname(self._abs(path)))
 
+    # Reads open the file with os.open and read with os.pread: ``open(path, "rb")`` adds
+    # an fstat, an ioctl and an lseek to every read, and the appender and the
+    # coordinator read small objects several times a transaction, each system call
+    # giving up the GIL to the publishing threads around it. A published file never
+    # changes (it appears whole, by link), so its size is read once.
+
     def read(self, path: str) -> bytes:
-        with open(self._abs(path), "rb") as f:
-            return f.read()
+        fd = os.open(self._abs(path), os.O_RDONLY)
+        try:
+            return _pread(fd, 0, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
 
     def read_prefix(self, path: str, length: int) -> bytes:
-        with open(self._abs(path), "rb") as f:
-            return f.read(length)
+        fd = os.open(self._abs(path), os.O_RDONLY)
+        try:
+            return _pread(fd, 0, length)
+        finally:
+            os.close(fd)
 
     def read_buffer(self, path: str) -> pa.Buffer:
         # Large objects are memory-mapped: no copy, and the buffer stays valid
         # even if the file is deleted meanwhile.  Setting up a map costs more
         # than copying a small file, so those are simply read.
-        with open(self._abs(path), "rb") as f:
-            if os.fstat(f.fileno()).st_size < MMAP_MIN_BYTES:
-                return pa.py_buffer(f.read())
-            with pa.memory_map(f.name, "r") as mm:
-                return mm.read_buffer()
+        full = self._abs(path)
+        fd = os.open(full, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            if size < MMAP_MIN_BYTES:
+                return pa.py_buffer(_pread(fd, 0, size))
+        finally:
+            os.close(fd)
+        with pa.memory_map(full, "r") as mm:
+            return mm.read_buffer()
 
     def read_range(self, path: str, start: int, length: int) -> pa.Buffer:
-        with open(self._abs(path), "rb") as f:
-            if length < MMAP_MIN_BYTES:
-                f.seek(start)
-                return pa.py_buffer(f.read(length))
-            with pa.memory_map(f.name, "r") as mm:
-                mm.seek(min(start, mm.size()))
-                return mm.read_buffer(length)  # a view of the map: no copy
+        full = self._abs(path)
+        if length < MMAP_MIN_BYTES:
+            fd = os.open(full, os.O_RDONLY)
+            try:
+                return pa.py_buffer(_pread(fd, start, length))
+            finally:
+                os.close(fd)
+        with pa.memory_map(full, "r") as mm:
+            mm.seek(min(start, mm.size()))
+            return mm.read_buffer(length)  # a view of the map: no copy
 
     def exists(self, path: str) -> bool:
         return os.path.exists(self._abs(path))
 
     def remove_temp_files(self, older_than_s: float) -> list[str]:
-        """Safe at any time: a temp name is random, used by one publish call only, and
+        """Safe at any time: a temp name is used by one publish call only (_TempNames), and
         never read; removing one under a writer stalled that long makes its link fail,
         an error its caller treats as an outcome-unknown publish and retries."""
         cutoff = time.time() - older_than_s
@@ -202,3 +255,16 @@ class LocalStorage(Storage):
                 os.rmdir(full)
             except OSError:
                 pass
+
+
+def _pread(fd: int, start: int, length: int) -> bytes:
+    """Up to ``length`` bytes from ``start``: fewer only at the end of the file."""
+    chunks = []
+    while length > 0:
+        chunk = os.pread(fd, length, start)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        start += len(chunk)
+        length -= len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)

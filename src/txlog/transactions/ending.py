@@ -18,6 +18,8 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from ..errors import DecisionConflictError, InvalidTxnStateError, TransactionAbortedError
+from ..partition.state_manager import GUESS_WINDOW_S
+from ..storage.fresh_reads import SharedReads
 from ..storage.pools import shared_pool
 from .groups import apply_transactional_offsets
 from .metadata import (COMPLETE, IDLE, MAX_EPOCH, PREPARED, Decision, TransactionMember,
@@ -349,10 +351,16 @@ class TransactionEnder:
         or a group's offsets, after another's (protocol.md 4.6).
         """
 
+        # The markers share their topics' ``topic.json`` reads before the publish, as the
+        # claims of one flush do (protocol.md 1.8): all of them are written at once.
+        reads = SharedReads(GUESS_WINDOW_S)
+
         def mark(tp: tuple[str, int]) -> None:
-            self._partition(*tp).append_marker(
-                meta.txn_producer_id, meta.txn_epoch + 1, commit, coordinator_epoch=version,
-                decision_id=meta.decision_id, transactional_id=meta.transactional_id)
+            with reads.active():
+                self._partition(*tp).append_marker(
+                    meta.txn_producer_id, meta.txn_epoch + 1, commit,
+                    coordinator_epoch=version, decision_id=meta.decision_id,
+                    transactional_id=meta.transactional_id)
 
         def apply(group: str) -> None:
             apply_transactional_offsets(self.store.storage, group, meta.pending_offsets[group],
