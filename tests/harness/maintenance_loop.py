@@ -119,6 +119,7 @@ def run_writer(args: argparse.Namespace) -> int:
                 # Once, idle past both expirations: the writer's producer entries expire
                 # and gc may retire its transactional id while it still holds it.
                 time.sleep((max(PRODUCER_ID_EXPIRATION_MS, TXN_ID_EXPIRATION_MS) + 1500) / 1000)
+                _until_retired(args.root, f"w{args.index}")
             txn = f"w{args.index}.{n}"
             values = [(rng.randrange(PARTITIONS), f"{txn}.{i}") for i in range(rng.randint(1, 4))]
             producer.begin_transaction()
@@ -222,6 +223,22 @@ def _report(line: str) -> None:
 def _spawn(role: str, root: str, out: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, SELF, role, "--root", root, *extra],
                             stdout=open(out, "a"), stderr=subprocess.STDOUT)
+
+
+def _until_retired(root: str, transactional_id: str, bound_s: float = 60.0) -> None:
+    """Go on pausing until gc has retired ``transactional_id`` (Dead, or deleted), at most
+    ``bound_s``.  A fixed pause left it to chance on S3, where a gc pass takes seconds and
+    the maintainer is killed every few: a run could end with no writer meeting its id
+    expired, and so not exercise expiration."""
+    from txlog import Log
+    from txlog.transactions.metadata import TxnState
+
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        meta = Log(root).coordinator.metadata(transactional_id)  # a fresh Log: no cache
+        if meta is None or meta.state == TxnState.DEAD:
+            return
+        time.sleep(0.2)
 
 
 def _spawn_maintain(root: str, out: Path, *extra: str) -> subprocess.Popen:
