@@ -941,6 +941,28 @@ def test_one_tasks_requests_from_opening_its_log_to_prepare(tmp_path: Path) -> N
     assert sum(driver.read("t", p).num_rows for p in range(4)) == 4
 
 
+def test_a_roll_forwards_markers_share_one_read_of_topic_json(tmp_path: Path) -> None:
+    """A commit's markers, written at once, read ``topic.json`` once before their
+    publishes, as a flush's claims do (docs/protocol.md 1.8).  Each marker read it on its
+    own before (3 reads for 4 markers in the run that showed it: two happened to overlap,
+    which ``fresh_read`` already shares)."""
+    log, store = counting_log(tmp_path)
+    log.create_topic("t", 4)
+    producer = log.producer(transactional_id="markers", **UNCOMPRESSED)
+    producer.init_transactions()
+    for _ in range(2):  # the second transaction's partitions are loaded: no cold loads
+        producer.begin_transaction()
+        producer.send_table("t", pa.table({"value": [VALUE] * 4, "partition": [0, 1, 2, 3]}))
+        before = len(store.calls)
+        producer.commit_transaction()
+        producer.flush()  # until the roll-forward has written every marker
+    rolled = store.calls[before:]
+    assert sum(1 for k, p in rolled if k == "publish" and p.endswith(".batch")) == 4, rolled
+    assert rolled.count(("read", "topics/t/topic.json")) == 1, rolled
+    assert sum(log.read("t", p).num_rows for p in range(4)) == 8
+    producer.close()
+
+
 def _request_name(kind: str, target: str) -> str:
     """A request at the test S3 server as ``KIND path``, the bucket and root left out (a
     listing named by its prefix)."""
