@@ -160,18 +160,10 @@ class LocalStorage(Storage):
     # changes (it appears whole, by link), so its size is read once.
 
     def read(self, path: str) -> bytes:
-        fd = os.open(self._abs(path), os.O_RDONLY)
-        try:
-            return _pread(fd, 0, os.fstat(fd).st_size)
-        finally:
-            os.close(fd)
+        return _read_file(self._abs(path), 0, None)
 
     def read_prefix(self, path: str, length: int) -> bytes:
-        fd = os.open(self._abs(path), os.O_RDONLY)
-        try:
-            return _pread(fd, 0, length)
-        finally:
-            os.close(fd)
+        return _read_file(self._abs(path), 0, length)
 
     def read_buffer(self, path: str) -> pa.Buffer:
         # Large objects are memory-mapped: no copy, and the buffer stays valid
@@ -191,11 +183,7 @@ class LocalStorage(Storage):
     def read_range(self, path: str, start: int, length: int) -> pa.Buffer:
         full = self._abs(path)
         if length < MMAP_MIN_BYTES:
-            fd = os.open(full, os.O_RDONLY)
-            try:
-                return pa.py_buffer(_pread(fd, start, length))
-            finally:
-                os.close(fd)
+            return pa.py_buffer(_read_file(full, start, length))
         with pa.memory_map(full, "r") as mm:
             mm.seek(min(start, mm.size()))
             return mm.read_buffer(length)  # a view of the map: no copy
@@ -255,6 +243,16 @@ class LocalStorage(Storage):
                 os.rmdir(full)
             except OSError:
                 pass
+
+
+def _read_file(full: str, start: int, length: int | None) -> bytes:
+    """``length`` bytes of the file from ``start`` (to its end for None): fewer only at
+    the end of the file."""
+    fd = os.open(full, os.O_RDONLY)
+    try:
+        return _pread(fd, start, os.fstat(fd).st_size - start if length is None else length)
+    finally:
+        os.close(fd)
 
 
 def _pread(fd: int, start: int, length: int) -> bytes:
