@@ -15,7 +15,7 @@ import pytest
 from txlog import Log
 from txlog.exactly_once.shared_transaction import SharedTransaction
 from txlog.spark.options import WriteOptions
-from txlog.spark.writer import TxlogBatchWriter
+from txlog.spark.writer import TxlogBatchWriter, _coalesced
 
 
 def spark_batches(taken: threading.Event, count: int) -> Iterator[pa.RecordBatch]:
@@ -63,3 +63,19 @@ def test_a_failed_join_fails_the_task_and_sends_nothing(memlog: Log,
         TxlogBatchWriter(options, job)._write_in(job, "0-0",
                                                  spark_batches(threading.Event(), 4), memlog)
     assert memlog.end_offset("t", 0) == 0
+
+
+def test_sparks_batches_are_gathered_up_to_the_target_never_past_it() -> None:
+    """A gathered table's share of a few-partition topic stays within one producer batch
+    (past it, a partition's share was cut into a full batch and a small one); a batch
+    larger than the target goes alone; every row, in order."""
+    def batch(first: int, n: int) -> pa.RecordBatch:
+        return pa.record_batch({"value": pa.array([b"%09d" % i for i in range(first, first + n)])})
+
+    batches = [batch(0, 10), batch(10, 10), batch(20, 10), batch(30, 100), batch(130, 10)]
+    size = batches[0].nbytes
+    gathered = list(_coalesced(iter(batches), int(2.5 * size)))
+    assert [t.num_rows for t in gathered] == [20, 10, 100, 10]
+    assert all(t.nbytes <= 2.5 * size for t in gathered if t.num_rows != 100)
+    assert [v for t in gathered for v in t.column("value").to_pylist()] == \
+        [b"%09d" % i for i in range(140)]

@@ -419,24 +419,27 @@ def _check_write(options: WriteOptions, schema: StructType) -> Log | None:
 
 
 def _coalesced(batches: Iterator[pa.RecordBatch], target_bytes: int) -> Iterator[pa.Table]:
-    """Spark's batches gathered until they hold about ``target_bytes``.
+    """Spark's batches gathered up to ``target_bytes``, or one batch where it is larger.
 
     Spark hands the writer batches of maxRecordsPerBatch rows (10,000 by
     default, ~1 MB of 100-byte records); spread over a topic's partitions
     that makes small log batches.  Sending a few at once lets each
-    partition's batch approach ``batch.size``.  They stay separate chunks of
-    one table: the producer's grouping by partition copies the rows anyway,
-    so concatenating them first was a copy of its own.  Memory stays bounded
-    by the target plus one batch.
+    partition's batch approach ``batch.size``.  The gathering stops short of
+    the target rather than past it: a partition's share past ``batch.size``
+    is cut into a full batch and a small one, and each batch encoded costs
+    a fixed time besides its bytes.  They stay separate chunks of one table:
+    the producer's grouping by partition copies the rows anyway, so
+    concatenating them first was a copy of its own.  Memory stays bounded by
+    the target, or by one batch where a batch is larger.
     """
     held: list[pa.RecordBatch] = []
     size = 0
     for batch in batches:
-        held.append(batch)
-        size += batch.nbytes
-        if size >= target_bytes:
+        if held and size + batch.nbytes > target_bytes:
             yield pa.Table.from_batches(held)
             held, size = [], 0
+        held.append(batch)
+        size += batch.nbytes
     if held:
         yield pa.Table.from_batches(held)
 
