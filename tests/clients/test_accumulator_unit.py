@@ -9,8 +9,9 @@ import pytest
 
 from txlog.clients.accumulator import (RECORD_OVERHEAD, FutureRecordMetadata, RecordAccumulator,
                                        RecordMetadata, batch_runs, by_partition,
-                                       normalise_table, runs)
+                                       in_partition_order, normalise_table, runs)
 from txlog.errors import InvalidConfigError
+from txlog.format.batch import HEADER_TYPE
 from txlog.partition.appender import AppendResult
 
 TP = ("t", 0)
@@ -122,6 +123,26 @@ def test_rows_group_by_partition_keeping_their_order() -> None:
     wide = np.array([70_000, 3, 70_000], dtype=np.int32)  # past int16: sorted as int32
     order, groups = by_partition(wide, 80_000)
     assert order.tolist() == [1, 0, 2] and groups == [(3, 0, 1), (70_000, 1, 3)]
+
+
+def test_regrouping_copies_the_given_columns_and_keeps_the_filled_in_ones() -> None:
+    """The columns send_table filled in (no key, the send's time, no headers) hold one
+    value in every row: they are kept as they are, not copied in partition order."""
+    values = [b"v0", b"v1", b"v2", b"v3"]
+    order = np.array([2, 0, 3, 1])
+    records = normalise_table(pa.table({"value": values}), 1234)[0]
+    grouped = in_partition_order(records, order, ["value"])
+    assert grouped.schema.equals(records.schema)
+    assert grouped.column("value").to_pylist() == [b"v2", b"v0", b"v3", b"v1"]
+    for name in ("key", "timestamp", "headers"):
+        assert grouped.column(name).chunk(0).buffers() == records.column(name).chunk(0).buffers()
+    assert grouped.column("timestamp").to_pylist() == [1234] * 4
+    given = normalise_table(pa.table({"value": values, "key": [b"k0", None, b"k2", b"k3"],
+                                      "timestamp": pa.array([10, 11, 12, 13], pa.int64()),
+                                      "headers": pa.array([[], [{"key": "h", "value": b"1"}],
+                                                           [], []], HEADER_TYPE)}), 0)[0]
+    grouped = in_partition_order(given, order, given.column_names)
+    assert grouped.to_pylist() == [given.to_pylist()[i] for i in order]
 
 
 def test_batches_are_cut_at_batch_size_with_their_timestamp_span() -> None:

@@ -10,7 +10,7 @@ batches as ``send`` would.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -296,6 +296,18 @@ def by_partition(parts: np.ndarray, num_partitions: int
     sorted_parts = parts[order]
     bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
     return order, [(int(sorted_parts[lo]), lo, hi) for lo, hi in runs(bounds, len(parts))]
+
+
+def in_partition_order(records: pa.Table, order: np.ndarray, given: Collection[str]
+                       ) -> pa.Table:
+    """``records`` in ``order`` (``by_partition``'s), copying only the columns the caller
+    ``given``: one that normalise_table filled in holds the same value in every row (no
+    key, the time of the send, no headers), so any order of it is itself."""
+    indices = pa.array(order)
+    return pa.Table.from_arrays(
+        [column.take(indices) if name in given else column
+         for name, column in zip(records.column_names, records.columns, strict=True)],
+        schema=records.schema)
 
 
 def batch_runs(row_sizes: np.ndarray, times: np.ndarray, batch_size: int

@@ -25,7 +25,7 @@ import pyarrow as pa
 from .. import clock
 from ..errors import InvalidConfigError, ProducerFencedError, TransactionAbortedError
 from .accumulator import (FutureRecordMetadata, RecordAccumulator, as_bytes, batch_runs,
-                          by_partition, normalise_table, runs)
+                          by_partition, in_partition_order, normalise_table, runs)
 from .metrics import DEFAULT_NUM_SAMPLES, DEFAULT_SAMPLE_WINDOW_MS, MetricConfig
 from .producer_settings import (DEFAULT_COMPRESSION, LOCAL_DEFAULTS, check_producer_settings,
                                 store_defaults)
@@ -225,7 +225,8 @@ class Producer:
         self._join_partitions([(topic, p) for p, _, _ in groups])
         # One take into partition order, then a slice per partition: the rows are
         # copied once, in one pass (a take per partition scanned the table each time).
-        grouped = records.take(pa.array(order)) if len(groups) > 1 else records
+        grouped = in_partition_order(records, order, table.schema.names) \
+            if len(groups) > 1 else records
         times, key_value = grouped.column("timestamp").to_numpy(), key_value[order]
         sent: list[SentBatch] = []
         for p, first, end in groups:
