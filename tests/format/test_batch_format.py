@@ -146,6 +146,26 @@ def test_an_encoded_payload_holds_no_more_memory_than_its_bytes(compression: str
     assert held <= 1.05 * sum(len(p) for p in payloads) + 10 * 64
 
 
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_a_slice_is_compressed_by_its_own_size_not_its_parents(compression: str) -> None:
+    """send_table encodes slices of one table regrouped by partition: a few records cut
+    from a large table stay under the threshold, and a large slice is compressed without
+    the pass that sizes it, reading back as the same records."""
+    from txlog.clients.accumulator import normalise_table
+    from txlog.format.batch import MIN_COMPRESSED_BYTES
+
+    values = [bytes([i % 251]) * 100 for i in range(2000)]  # 200 KB in all
+    records = normalise_table(pa.table({"value": values}), 0)[0]
+    small = records.slice(1000, 3)
+    assert small.nbytes < MIN_COMPRESSED_BYTES < records.nbytes
+    assert encode_records(small, compression)[1] is None
+    large = records.slice(500, 1000)
+    payload, codec = encode_records(large, compression)
+    assert codec == compression and len(payload) < large.nbytes
+    header = BatchHeader(0, 1000, attributes=compression_attribute(codec))
+    assert decode_records(payload, header, "f").column("value").to_pylist() == values[500:1500]
+
+
 def test_record_count_mismatch_is_corruption() -> None:
     payload = records_payload([b"a", b"b"])
     with pytest.raises(CorruptBatchError, match="2 records"):
