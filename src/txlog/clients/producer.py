@@ -225,8 +225,7 @@ class Producer:
         self._join_partitions([(topic, p) for p, _, _ in groups])
         # One take into partition order, then a slice per partition: the rows are
         # copied once, in one pass (a take per partition scanned the table each time).
-        grouped = in_partition_order(records, order, table.schema.names) \
-            if len(groups) > 1 else records
+        grouped = in_partition_order(records, order, table.column_names) if len(groups) > 1 else records
         times, key_value = grouped.column("timestamp").to_numpy(), key_value[order]
         sent: list[SentBatch] = []
         for p, first, end in groups:
