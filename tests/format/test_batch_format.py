@@ -14,9 +14,11 @@ import pyarrow as pa
 import pytest
 
 from txlog import CorruptBatchError, InvalidConfigError
+from txlog.clients.accumulator import normalise_table
 from txlog.format.batch import (ABORT, COMMIT, COMPRESSION_MASK, CONTROL_BIT, CREATE_TIME,
-                                FIXED_SIZE, LOG_APPEND_TIME, MAGIC, RECORD_SCHEMA,
-                                TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader, ControlRecord,
+                                FIXED_SIZE, LOG_APPEND_TIME, MAGIC, MIN_COMPRESSED_BYTES,
+                                RECORD_SCHEMA, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader,
+                                ControlRecord,
                                 compression_attribute, decode_control, decode_header,
                                 decode_records, encode_batch, encode_control, encode_header,
                                 encode_records, payload_of)
@@ -151,9 +153,6 @@ def test_a_slice_is_compressed_by_its_own_size_not_its_parents(compression: str)
     """send_table encodes slices of one table regrouped by partition: a few records cut
     from a large table stay under the threshold, and a large slice is compressed without
     the pass that sizes it, reading back as the same records."""
-    from txlog.clients.accumulator import normalise_table
-    from txlog.format.batch import MIN_COMPRESSED_BYTES
-
     values = [bytes([i % 251]) * 100 for i in range(2000)]  # 200 KB in all
     records = normalise_table(pa.table({"value": values}), 0)[0]
     small = records.slice(1000, 3)

@@ -300,9 +300,10 @@ def by_partition(parts: np.ndarray, num_partitions: int
 
 def in_partition_order(records: pa.Table, order: np.ndarray, given: Collection[str]
                        ) -> pa.Table:
-    """``records`` in ``order`` (``by_partition``'s), copying only the columns the caller
-    ``given``: one that normalise_table filled in holds the same value in every row (no
-    key, the time of the send, no headers), so any order of it is itself."""
+    """``records`` in ``order`` (``by_partition``'s), copying only the columns named in
+    ``given`` (the caller's table): one that normalise_table filled in holds the same
+    value in every row (no key, the time of the send, no headers), so any order of it is
+    itself."""
     indices = pa.array(order)
     return pa.Table.from_arrays(
         [column.take(indices) if name in given else column

@@ -386,23 +386,25 @@ def encode_records(table: pa.Table, compression: str | None) -> tuple[pa.Buffer,
                             options=ipc.IpcWriteOptions(compression=codec)) as writer:
             writer.write_table(table)
 
-    # Records holding twice the threshold in Arrow buffers encode to more than it:
-    # they skip the pass that sizes them, which serialises every column (rebasing a
-    # slice's offsets) only to count bytes.
-    counted = None
-    if codec is None or table.nbytes < 2 * MIN_COMPRESSED_BYTES:
-        counted = pa.MockOutputStream()
-        write(counted, None)
-    if codec is not None and (counted is None or counted.size() >= MIN_COMPRESSED_BYTES):
+    def compressed() -> pa.Buffer:
         # Compressing twice to learn the size first would cost more than one copy of
         # the (smaller) result.
         grown = pa.BufferOutputStream()
         write(grown, codec)
-        return pa.py_buffer(grown.getvalue().to_pybytes()), codec
+        return pa.py_buffer(grown.getvalue().to_pybytes())
+
+    # Records holding twice the threshold in Arrow buffers encode to more than it: they
+    # skip the sizing pass, which serialises every column (rebasing a slice's offsets)
+    # only to count bytes.
+    if codec is not None and table.nbytes >= 2 * MIN_COMPRESSED_BYTES:
+        return compressed(), codec
     # Sized first (a pass that copies nothing), then written into a buffer of exactly
     # that size: a growing stream's buffer keeps up to twice the payload allocated for
     # as long as the batch is staged, and copying it out costs a pass over the bytes.
-    assert counted is not None
+    counted = pa.MockOutputStream()
+    write(counted, None)
+    if codec is not None and counted.size() >= MIN_COMPRESSED_BYTES:
+        return compressed(), codec
     payload = pa.allocate_buffer(counted.size())
     write(pa.FixedSizeBufferWriter(payload), None)
     return payload, None
