@@ -12,8 +12,10 @@ query), their ratio, and the per-micro-batch latency (Spark's
 ``triggerExecution`` duration, p50 and p95), and where each query's time went
 (``addBatch``, the rest of its micro-batches, the time outside them).  A third
 query measures the floor of PySpark's Python streaming API itself: a Python
-source yielding the same columns from memory into a Python sink that drops
-them, same micro-batches.
+source yielding the columns the query writes (key, value) from memory into a
+Python sink that drops them, same micro-batches.  txlog's source yields all
+seven of Spark's Kafka columns (a Python source is not told which the query
+uses); a floor yielding all seven measured the same (benchmarks/README.md).
 
 Then the end-to-end latency of txlog -> txlog: a producer appends at a
 steady ``--live-rate`` records per second for ``--live-seconds``, the query
@@ -83,8 +85,9 @@ def key_times(keys: pa.ChunkedArray) -> np.ndarray:
 
 
 def floor_source(batches: int, per_batch: int):
-    """The floor of PySpark's Python streaming API: a source that yields the same columns
-    from memory and a sink that drops them, with the same micro-batches (no storage)."""
+    """The floor of PySpark's Python streaming API: a source that yields the key and value
+    columns from memory and a sink that drops them, with the same micro-batches (no
+    storage)."""
     from pyspark.sql.datasource import (DataSourceStreamArrowWriter, DataSourceStreamReader,
                                         InputPartition, WriterCommitMessage)
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
