@@ -9,8 +9,12 @@ Trigger.AvailableNow and the same micro-batch size (``maxOffsetsPerTrigger``
 They take turns over ``--runs`` runs, each on fresh output and checkpoint.
 Printed: the sustained rate of each (records per second over the whole
 query), their ratio, and the per-micro-batch latency (Spark's
-``triggerExecution`` duration, p50 and p95), and where each query's time went
-(``addBatch``, the rest of its micro-batches, the time outside them).  A third
+``triggerExecution`` duration, p50 and p95), where each query's time went
+(``addBatch``, the rest of its micro-batches, the time outside them), and the
+CPU seconds each query used in the JVM and in the processes it started,
+Python's among them (``cpu_seconds``; on a machine with two cores a query is
+mostly CPU-bound, and CPU does not move with the disk's phases as wall time
+does).  A third
 query measures the floor of PySpark's Python streaming API itself: a Python
 source yielding the columns the query writes (key, value) from memory into a
 Python sink that drops them, same micro-batches.  txlog's source yields all
@@ -268,6 +272,45 @@ class Run(NamedTuple):
     elapsed: float
     batches: list[float]
     parts: tuple[float, float, float]
+    cpu: tuple[float, float]
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """CPU seconds used so far by the JVM under this process, and by every process it
+    started (Linux's ``/proc``).
+
+    The second figure counts Spark's Python daemons and workers, a stream
+    query's driver-side Python processes, and the shell commands Hadoop's
+    local file system runs for the checkpoint (about a second per query of the
+    Parquet stream, which starts no Python), whether they still run or have
+    been reaped: the kernel adds a reaped child's time to its parent's.  It is
+    not split further, because a query's source process exits with the query
+    and is reaped during the next one.  CPU time, unlike wall time, does not
+    move with the disk's phases, and it tells work apart from waiting on a
+    busy machine.
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    times: dict[int, tuple[str, int, int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        times[int(entry)] = (stat[stat.index("(") + 1:stat.rindex(")")],
+                             int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14]))
+    jvm = next(pid for pid in children.get(os.getpid(), []) if times[pid][0] == "java")
+    started, todo = times[jvm][2], list(children.get(jvm, []))
+    while todo:
+        pid = todo.pop()
+        started += times[pid][1] + times[pid][2]
+        todo.extend(children.get(pid, []))
+    return times[jvm][1] / tick, started / tick
 
 
 def txlog_stream(spark, root: str, per_batch: int, out: str, prefix: str, checkpoint: str):
@@ -344,13 +387,15 @@ def main() -> None:
             .option("checkpointLocation", os.path.join(scratch, f"ck-pq-{n}"))
 
     def run(make) -> Run:
+        cpu = cpu_seconds()
         start = time.perf_counter()
         query = make().trigger(availableNow=True).start()
         query.awaitTermination()
         elapsed = time.perf_counter() - start
+        jvm, started = (after - before for after, before in zip(cpu_seconds(), cpu, strict=True))
         batches, added = batch_latencies(query), batch_phase(query, "addBatch")
         return Run(elapsed, batches, (sum(added), sum(batches) - sum(added),
-                                      elapsed - sum(batches)))
+                                      elapsed - sum(batches)), (jvm, started))
 
     spark.dataSource.register(floor_source(args.batches, per_batch))
 
@@ -386,6 +431,10 @@ def main() -> None:
         parts = [statistics.median(r.parts[i] for r in runs) for i in range(3)]
         print(f"{name:>8}: medians per query: addBatch {parts[0]:.2f} s, the rest of the "
               f"micro-batches {parts[1]:.2f} s, outside them {parts[2]:.2f} s")
+    for name, runs in results.items():
+        jvm, started = (statistics.median(r.cpu[i] for r in runs) for i in range(2))
+        print(f"{name:>8}: CPU seconds per query (medians): the JVM {jvm:.2f}, the processes it "
+              f"started (Python's among them) {started:.2f}")
     print()
 
     live_latency(spark, log, root, scratch, args.live_rate, args.live_seconds, F)
