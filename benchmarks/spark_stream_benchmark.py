@@ -304,7 +304,10 @@ def cpu_seconds() -> tuple[float, float]:
         children.setdefault(int(fields[1]), []).append(int(entry))
         times[int(entry)] = (stat[stat.index("(") + 1:stat.rindex(")")],
                              int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14]))
-    jvm = next(pid for pid in children.get(os.getpid(), []) if times[pid][0] == "java")
+    jvms = [pid for pid in children.get(os.getpid(), []) if times[pid][0] == "java"]
+    if len(jvms) != 1:
+        raise RuntimeError(f"expected Spark's JVM as this process's one java child, found {jvms}")
+    jvm = jvms[0]
     started, todo = times[jvm][2], list(children.get(jvm, []))
     while todo:
         pid = todo.pop()
