@@ -267,7 +267,8 @@ class Run(NamedTuple):
     """One query's run: its time, its micro-batches' latencies, and where its time went:
     the micro-batches' addBatch (tasks and the sink's commit), the rest of them (Spark's
     checkpoint, planning), and what lies outside them (starting the source's Python
-    process, the end)."""
+    process, the end); and the CPU seconds it used (``cpu_seconds``: the JVM's own, then
+    the processes the JVM started)."""
 
     elapsed: float
     batches: list[float]
