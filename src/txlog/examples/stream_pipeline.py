@@ -189,9 +189,10 @@ def check(root: str) -> dict[str, int]:
         report["committed readings"] += len(expected)
         report["alerts"] += len(got)
         want, have = Counter(expected), Counter(got)
+        surplus = have - want  # once: a Counter difference walks both counters
         report["missing"] += sum((want - have).values())
-        report["duplicated"] += sum((have - want)[v] for v in want)
-        report["unexpected"] += sum(c for v, c in have.items() if v not in want)
+        report["duplicated"] += sum(c for v, c in surplus.items() if v in want)
+        report["unexpected"] += sum(c for v, c in surplus.items() if v not in want)
         firsts = list(dict.fromkeys(v for v in got if v in want))
         if firsts != [v for v in expected if v in have]:
             report["partitions out of order"] += 1
