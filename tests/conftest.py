@@ -1,4 +1,4 @@
-"""Shared fixtures: a fresh log per test, on disk or in memory; one SparkSession for all."""
+"""Shared fixtures: a fresh log per test, on disk or in memory; one SparkSession per worker."""
 
 from __future__ import annotations
 
@@ -49,19 +49,6 @@ def pytest_configure(config: pytest.Config) -> None:
     compileall.compile_file(SRC / "pyspark_txlog.py", quiet=1)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Keep every test of the shared SparkSession on one worker under ``pytest -n``.
-
-    The README's test command runs the suite on two pytest-xdist workers, since most
-    of its wall time is spent waiting (fsync, JVM starts, child processes) rather than
-    computing.  ``--dist loadgroup`` sends a group to one worker: tests that use the
-    ``spark`` fixture form one, so one SparkSession serves them all, as without xdist.
-    """
-    for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("spark"))
-
-
 @pytest.fixture
 def log(tmp_path) -> Log:
     """A log in a fresh directory (the real local backend, with fsync)."""
@@ -76,7 +63,8 @@ def memlog() -> Log:
 
 @pytest.fixture(scope="session")
 def spark():
-    """One SparkSession for the whole run: starting one costs ~10 s here.
+    """One SparkSession for the whole run (one per pytest-xdist worker): starting one
+    costs ~10 s here.
 
     Session-scoped fixtures are created on first use, so a run of the core
     tests never starts a JVM.  ``local[2,4]``: two threads, and up to four
