@@ -63,8 +63,8 @@ def memlog() -> Log:
 
 @pytest.fixture(scope="session")
 def spark():
-    """One SparkSession for the whole run (one per pytest-xdist worker): starting one
-    costs ~10 s here.
+    """One SparkSession for each test process (each pytest-xdist worker has its own):
+    starting one costs ~10 s here.
 
     Session-scoped fixtures are created on first use, so a run of the core
     tests never starts a JVM.  ``local[2,4]``: two threads, and up to four
